@@ -1,0 +1,210 @@
+//! Types shared by the kernel programs and the userspace collector.
+//!
+//! Everything here is `#[repr(C)]`, made only of fixed-width integers, with padding written out
+//! and sizes checked at compile time, so both sides read the same bytes. Enums cross the boundary
+//! as `u32` constants: no enum layout is assumed on either side.
+#![no_std]
+
+/// Why a thread was off-CPU. The kernel picks one per off-CPU span from the syscall class the
+/// thread was in (set by userspace in `SYSCALL_CLASS`) and the task state it left the CPU with.
+pub mod reason {
+    /// Voluntary sleep outside any classified syscall (page fault, unclassified syscall).
+    pub const OTHER: u32 = 0;
+    /// futex wait without a timeout (lock contention, condition wait).
+    pub const FUTEX: u32 = 1;
+    /// futex wait with a timeout (`Thread.sleep`, `parkNanos`, `future.get(timeout)`).
+    pub const FUTEX_TIMED: u32 = 2;
+    /// nanosleep / clock_nanosleep.
+    pub const SLEEP: u32 = 3;
+    /// epoll/poll/select/io_uring wait: an event loop idling for work.
+    pub const POLL: u32 = 4;
+    /// Socket syscalls (recv*, send*, accept*, connect).
+    pub const SOCKET: u32 = 5;
+    /// read/write family on a pipe, socket or terminal (file reads that hit disk are D-state).
+    pub const IO: u32 = 6;
+    /// Sleeping in a classified syscall that is none of the above.
+    pub const OTHER_SYSCALL: u32 = 7;
+    /// Uninterruptible sleep (D-state): disk, some locks in the kernel.
+    pub const DISK: u32 = 8;
+    /// Runnable but not running: preempted, or woken and waiting for a CPU.
+    pub const RUNQUEUE: u32 = 9;
+    pub const COUNT: u32 = 10;
+}
+
+/// The class of a syscall, as userspace writes it into `SYSCALL_CLASS[nr]`.
+pub mod syscall_class {
+    /// Not a syscall we classify (or the thread is not in a syscall).
+    pub const NONE: u8 = 0;
+    pub const FUTEX: u8 = 1;
+    /// `futex_wait(2)` (Linux 6.7): timeout in the fifth argument.
+    pub const FUTEX_WAIT2: u8 = 2;
+    /// `futex_waitv(2)`: timeout in the fourth argument.
+    pub const FUTEX_WAITV: u8 = 3;
+    pub const SLEEP: u8 = 4;
+    pub const POLL: u8 = 5;
+    pub const SOCKET: u8 = 6;
+    pub const IO: u8 = 7;
+    pub const OTHER: u8 = 8;
+}
+
+/// Which in-kernel histogram a bucket belongs to.
+pub mod hist_kind {
+    pub const RUNQUEUE: u16 = 0;
+    pub const FUTEX_WAIT: u16 = 1;
+}
+
+/// Indexes of the per-CPU `DROPS` counters: everything the kernel could not record.
+pub mod drop_index {
+    /// A ring buffer reserve failed: an event was lost.
+    pub const RINGBUF: u32 = 0;
+    /// `OFFCPU` was full: off-CPU time not counted.
+    pub const OFFCPU_MAP_FULL: u32 = 1;
+    /// `THREADS` was full: a target thread is not followed.
+    pub const THREADS_MAP_FULL: u32 = 2;
+    /// A histogram map was full: a sample not counted.
+    pub const HIST_MAP_FULL: u32 = 3;
+    /// `TARGETS` was full: a forked child of a target is not followed.
+    pub const TARGETS_MAP_FULL: u32 = 4;
+    pub const COUNT: u32 = 5;
+}
+
+/// Ring-buffer event kinds.
+pub mod event_kind {
+    /// A thread came back on CPU after an off-CPU wait longer than the threshold.
+    pub const BLOCK: u32 = 1;
+    /// A target thread exited; its `THREADS` entry is gone and userspace may drop its totals.
+    pub const THREAD_EXIT: u32 = 2;
+    /// A target forked a new process, now in `TARGETS` too (pre-fork workers).
+    pub const PROCESS_FORK: u32 = 3;
+}
+
+/// Bounds on the kernel maps.
+pub const MAX_TARGETS: u32 = 1024;
+pub const MAX_THREADS: u32 = 32768;
+pub const MAX_OFFCPU_ENTRIES: u32 = 131072;
+pub const MAX_HIST_ENTRIES: u32 = 16384;
+/// Syscall numbers at or above this are not classified.
+pub const MAX_SYSCALL_NR: u32 = 512;
+/// log2 buckets of nanoseconds: bucket b holds values in [2^(b-1), 2^b).
+pub const HIST_BUCKETS: u16 = 64;
+pub const RINGBUF_BYTES: u32 = 256 * 1024;
+
+/// Per-thread state kept by the kernel in `THREADS`, keyed by tid.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ThreadState {
+    pub tgid: u32,
+    /// Syscall number the thread is in, or -1.
+    pub syscall_nr: i32,
+    pub syscall_enter_ns: u64,
+    /// First argument of the current syscall (futex uaddr, fd).
+    pub syscall_arg0: u64,
+    /// `syscall_class::*` of the current syscall.
+    pub syscall_class: u8,
+    /// 1 when the current futex wait has a timeout.
+    pub futex_timed: u8,
+    /// 1 when the current futex call is a wait (not a wake or requeue).
+    pub futex_is_wait: u8,
+    pub _pad0: u8,
+    /// `reason::*` chosen when the thread left the CPU.
+    pub offcpu_reason: u32,
+    /// When the thread left the CPU; 0 while it is on CPU.
+    pub offcpu_start_ns: u64,
+    /// When it was woken during this off-CPU span; 0 if not yet.
+    pub wakeup_ns: u64,
+    pub waker_tid: u32,
+    pub _pad1: u32,
+}
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 56);
+
+/// Key of `OFFCPU`: time a thread spent off-CPU for one reason.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OffcpuKey {
+    pub tid: u32,
+    pub reason: u32,
+}
+const _: () = assert!(core::mem::size_of::<OffcpuKey>() == 8);
+
+/// Value of `OFFCPU`. Only the thread's own switch-in updates it, so no atomics are needed.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct OffcpuTotals {
+    pub total_ns: u64,
+    pub count: u64,
+}
+const _: () = assert!(core::mem::size_of::<OffcpuTotals>() == 16);
+
+/// Key of the per-CPU `HIST` map: one log2 bucket of one histogram of one process.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq, Hash)]
+pub struct HistKey {
+    pub tgid: u32,
+    pub kind: u16,
+    pub bucket: u16,
+}
+const _: () = assert!(core::mem::size_of::<HistKey>() == 8);
+
+/// Value of `TARGETS`: why a process is watched.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct TargetInfo {
+    /// tgid of the target this one was forked from, or 0 for a target userspace added.
+    pub parent_tgid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<TargetInfo>() == 8);
+
+/// One ring-buffer record. A single fixed layout for every `event_kind` keeps decoding simple.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub kind: u32,
+    pub tid: u32,
+    pub tgid: u32,
+    /// BLOCK: `reason::*`; PROCESS_FORK: the child's tgid.
+    pub reason: u32,
+    /// BLOCK: syscall number the thread blocked in, or -1.
+    pub syscall_nr: i32,
+    pub waker_tid: u32,
+    /// BLOCK: off-CPU time before the wakeup.
+    pub wait_ns: u64,
+    /// BLOCK: time between wakeup and running again.
+    pub runqueue_ns: u64,
+    /// BLOCK in futex: the futex word's address.
+    pub futex_uaddr: u64,
+    /// Monotonic (CLOCK_MONOTONIC) time the event was recorded.
+    pub timestamp_ns: u64,
+}
+pub const EVENT_SIZE: usize = 56;
+const _: () = assert!(core::mem::size_of::<Event>() == EVENT_SIZE);
+
+/// Load-time constants for the kernel programs, read from the running kernel's BTF and set with
+/// `EbpfLoader::override_global`. Rust eBPF gets no CO-RE relocations, so struct offsets come here.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ProbeConfig {
+    /// Off-CPU waits at least this long are sent to the ring buffer.
+    pub block_threshold_ns: u64,
+    pub task_pid_offset: u32,
+    pub task_tgid_offset: u32,
+    /// Offsets in `struct pt_regs` of the syscall arguments 0, 1, 3 and 4 (x86-64: di, si, r10, r8).
+    pub regs_arg0_offset: u32,
+    pub regs_arg1_offset: u32,
+    pub regs_arg3_offset: u32,
+    pub regs_arg4_offset: u32,
+}
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 32);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: each type is repr(C), made only of integers, with explicit padding, so every bit
+    // pattern is valid and there are no uninitialised bytes.
+    unsafe impl aya::Pod for super::ThreadState {}
+    unsafe impl aya::Pod for super::OffcpuKey {}
+    unsafe impl aya::Pod for super::OffcpuTotals {}
+    unsafe impl aya::Pod for super::HistKey {}
+    unsafe impl aya::Pod for super::TargetInfo {}
+    unsafe impl aya::Pod for super::Event {}
+    unsafe impl aya::Pod for super::ProbeConfig {}
+}

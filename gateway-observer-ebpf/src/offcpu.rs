@@ -1,0 +1,148 @@
+//! Off-CPU spans of target threads: `sched_switch` opens and closes them, `sched_wakeup` splits
+//! them into the wait itself and the run-queue delay that follows.
+
+use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+use gateway_observer_common::{
+    Event, OffcpuKey, OffcpuTotals, ThreadState, drop_index, event_kind, hist_kind, reason,
+    syscall_class,
+};
+
+use crate::maps::{now_ns, 
+    BPF_NOEXIST, OFFCPU, THREADS, config, count_drop, current_ids, emit, hist_add, read_field_u32,
+};
+
+/// `TASK_UNINTERRUPTIBLE` in `prev_state`.
+const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+
+/// sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
+    let now = now_ns();
+    let prev_state: u32 = ctx.arg(3);
+    let next: *const u8 = ctx.arg(2);
+    // `current` is still prev here, so its ids come from a helper, not from the struct.
+    let (prev_tid, _) = current_ids();
+    switch_out(prev_tid, prev_state, now);
+    if let Some(next_tid) = read_field_u32(next, config().task_pid_offset) {
+        switch_in(next_tid, now);
+    }
+    0
+}
+
+/// sched_wakeup(struct task_struct *p)
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
+    let task: *const u8 = ctx.arg(0);
+    let Some(tid) = read_field_u32(task, config().task_pid_offset) else { return 0 };
+    let Some(state) = THREADS.get_ptr_mut(tid) else { return 0 };
+    // SAFETY: a map value pointer, valid for this program run.
+    let state = unsafe { &mut *state };
+    if state.offcpu_start_ns != 0 && state.wakeup_ns == 0 {
+        state.wakeup_ns = now_ns();
+        state.waker_tid = current_ids().0;
+    }
+    0
+}
+
+#[inline(always)]
+fn switch_out(tid: u32, prev_state: u32, now: u64) {
+    if tid == 0 {
+        return;
+    }
+    let Some(state) = THREADS.get_ptr_mut(tid) else { return };
+    // SAFETY: a map value pointer, valid for this program run.
+    let state = unsafe { &mut *state };
+    state.offcpu_start_ns = now;
+    state.wakeup_ns = 0;
+    state.waker_tid = 0;
+    state.offcpu_reason = offcpu_reason(state, prev_state);
+}
+
+/// The reason for the span that starts now. Preemption (still runnable) is run-queue time
+/// whatever syscall the thread is in; D-state is disk; otherwise the syscall class decides.
+#[inline(always)]
+fn offcpu_reason(state: &ThreadState, prev_state: u32) -> u32 {
+    if prev_state == 0 {
+        return reason::RUNQUEUE;
+    }
+    if prev_state & TASK_UNINTERRUPTIBLE != 0 {
+        return reason::DISK;
+    }
+    match state.syscall_class {
+        syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 | syscall_class::FUTEX_WAITV => {
+            if state.futex_timed != 0 { reason::FUTEX_TIMED } else { reason::FUTEX }
+        }
+        syscall_class::SLEEP => reason::SLEEP,
+        syscall_class::POLL => reason::POLL,
+        syscall_class::SOCKET => reason::SOCKET,
+        syscall_class::IO => reason::IO,
+        syscall_class::OTHER => reason::OTHER_SYSCALL,
+        _ => reason::OTHER,
+    }
+}
+
+#[inline(always)]
+fn switch_in(tid: u32, now: u64) {
+    if tid == 0 {
+        return;
+    }
+    let Some(state) = THREADS.get_ptr_mut(tid) else { return };
+    // SAFETY: a map value pointer, valid for this program run.
+    let state = unsafe { &mut *state };
+    let start = state.offcpu_start_ns;
+    if start == 0 || now < start {
+        return;
+    }
+    state.offcpu_start_ns = 0;
+    let span_reason = state.offcpu_reason;
+    let (wait_ns, runqueue_ns) = if span_reason == reason::RUNQUEUE {
+        (0, now - start)
+    } else if state.wakeup_ns >= start && state.wakeup_ns <= now {
+        (state.wakeup_ns - start, now - state.wakeup_ns)
+    } else {
+        // No wakeup seen (woken before we attached, or by a path without sched_wakeup).
+        (now - start, 0)
+    };
+    if wait_ns > 0 {
+        add_offcpu(tid, span_reason, wait_ns);
+    }
+    if runqueue_ns > 0 {
+        add_offcpu(tid, reason::RUNQUEUE, runqueue_ns);
+        hist_add(state.tgid, hist_kind::RUNQUEUE, runqueue_ns);
+    }
+    if wait_ns >= config().block_threshold_ns {
+        let futex_uaddr = match state.syscall_class {
+            syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 => state.syscall_arg0,
+            _ => 0,
+        };
+        emit(Event {
+            kind: event_kind::BLOCK,
+            tid,
+            tgid: state.tgid,
+            reason: span_reason,
+            syscall_nr: state.syscall_nr,
+            waker_tid: state.waker_tid,
+            wait_ns,
+            runqueue_ns,
+            futex_uaddr,
+            timestamp_ns: now,
+        });
+    }
+}
+
+#[inline(always)]
+fn add_offcpu(tid: u32, span_reason: u32, ns: u64) {
+    let key = OffcpuKey { tid, reason: span_reason };
+    if let Some(totals) = OFFCPU.get_ptr_mut(key) {
+        // SAFETY: only this thread's own switch-in updates its keys, one CPU at a time.
+        unsafe {
+            (*totals).total_ns += ns;
+            (*totals).count += 1;
+        }
+        return;
+    }
+    let first = OffcpuTotals { total_ns: ns, count: 1 };
+    if OFFCPU.insert(key, first, BPF_NOEXIST).is_err() {
+        count_drop(drop_index::OFFCPU_MAP_FULL);
+    }
+}

@@ -1,0 +1,3 @@
+fn main() {
+    println!("{}", gateway_observer::EBPF_OBJECT.len());
+}
