@@ -145,6 +145,15 @@ pub struct HistKey {
 }
 const _: () = assert!(core::mem::size_of::<HistKey>() == 8);
 
+/// Value of `HIST`: samples in the bucket and their sum, so `_sum` is exact, not estimated.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct HistValue {
+    pub count: u64,
+    pub sum_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<HistValue>() == 16);
+
 /// Value of `TARGETS`: why a process is watched.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -204,6 +213,7 @@ mod pod {
     unsafe impl aya::Pod for super::OffcpuKey {}
     unsafe impl aya::Pod for super::OffcpuTotals {}
     unsafe impl aya::Pod for super::HistKey {}
+    unsafe impl aya::Pod for super::HistValue {}
     unsafe impl aya::Pod for super::TargetInfo {}
     unsafe impl aya::Pod for super::Event {}
     unsafe impl aya::Pod for super::ProbeConfig {}

@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use gateway_observer_common::{
-    Event, HistKey, MAX_HIST_ENTRIES, MAX_OFFCPU_ENTRIES, MAX_SYSCALL_NR, MAX_TARGETS,
+    Event, HistKey, HistValue, MAX_HIST_ENTRIES, MAX_OFFCPU_ENTRIES, MAX_SYSCALL_NR, MAX_TARGETS,
     MAX_THREADS, OffcpuKey, OffcpuTotals, ProbeConfig, RINGBUF_BYTES, TargetInfo, ThreadState,
     drop_index,
 };
@@ -44,7 +44,8 @@ pub static OFFCPU: HashMap<OffcpuKey, OffcpuTotals> =
 
 /// log2 histograms by (tgid, kind, bucket); per CPU because several CPUs update one process's.
 #[map]
-pub static HIST: PerCpuHashMap<HistKey, u64> = PerCpuHashMap::with_max_entries(MAX_HIST_ENTRIES, 0);
+pub static HIST: PerCpuHashMap<HistKey, HistValue> =
+    PerCpuHashMap::with_max_entries(MAX_HIST_ENTRIES, 0);
 
 /// `syscall_class::*` for each syscall number, written by userspace before attaching.
 #[map]
@@ -147,20 +148,26 @@ pub fn log2_bucket(mut value: u64) -> u16 {
 #[inline(always)]
 pub fn hist_add(tgid: u32, kind: u16, value_ns: u64) {
     let key = HistKey { tgid, kind, bucket: log2_bucket(value_ns) };
-    match HIST.get_ptr_mut(key) {
+    if let Some(slot) = HIST.get_ptr_mut(key) {
         // SAFETY: a per-CPU value; no other CPU writes it.
-        Some(count) => unsafe { *count += 1 },
-        None => {
-            // BPF_NOEXIST: another CPU may have inserted the key meanwhile; then add to it.
-            if HIST.insert(key, 1, BPF_NOEXIST).is_err() {
-                match HIST.get_ptr_mut(key) {
-                    // SAFETY: as above.
-                    Some(count) => unsafe { *count += 1 },
-                    None => count_drop(drop_index::HIST_MAP_FULL),
-                }
-            }
+        unsafe { add_sample(&mut *slot, value_ns) };
+        return;
+    }
+    // BPF_NOEXIST: another CPU may have inserted the key meanwhile; then add to it.
+    let first = HistValue { count: 1, sum_ns: value_ns };
+    if HIST.insert(key, first, BPF_NOEXIST).is_err() {
+        match HIST.get_ptr_mut(key) {
+            // SAFETY: as above.
+            Some(slot) => unsafe { add_sample(&mut *slot, value_ns) },
+            None => count_drop(drop_index::HIST_MAP_FULL),
         }
     }
+}
+
+#[inline(always)]
+fn add_sample(slot: &mut HistValue, value_ns: u64) {
+    slot.count += 1;
+    slot.sum_ns += value_ns;
 }
 
 /// `bpf_map_update_elem` flag: only create, never replace.

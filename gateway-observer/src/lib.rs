@@ -1,4 +1,21 @@
 //! gateway-observer: an eBPF-assisted latency observer for API gateway hosts.
+//!
+//! Data flows one way: kernel maps and ring buffer → [`collector`] (the only owner of
+//! [`probes::Probes`]) → [`sinks`]. Decoding, naming and accounting live in modules that touch no
+//! kernel handle and are unit-tested on their own.
 
-/// The compiled kernel programs, built by build.rs.
-pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gateway-observer"));
+pub mod cli;
+pub mod collector;
+pub mod config;
+pub mod events;
+pub mod probes;
+pub mod procfs;
+pub mod reason;
+pub mod sinks;
+pub mod state;
+pub mod syscalls;
+pub mod thread_group;
+
+/// The compiled kernel programs, built by build.rs with aya-build.
+pub static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gateway-observer"));

@@ -1,3 +1,43 @@
-fn main() {
-    println!("{}", gateway_observer::EBPF_OBJECT.len());
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use gateway_observer::cli::{Cli, Command, check, run};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse(); // usage errors exit 2
+    match cli.command {
+        Command::Check => {
+            if check::check() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }
+        Command::Run(args) => {
+            let config = match run::effective_config(&args) {
+                Ok(config) => config,
+                Err(err) => return fail(&err),
+            };
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    eprintln!("gateway-observer: cannot start the async runtime: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(run::run(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => fail(&err),
+            }
+        }
+    }
+}
+
+fn fail(err: &run::RunError) -> ExitCode {
+    match err {
+        run::RunError::Usage(message) => {
+            eprintln!("gateway-observer: {message}");
+            ExitCode::from(2)
+        }
+        run::RunError::Other(err) => {
+            eprintln!("gateway-observer: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

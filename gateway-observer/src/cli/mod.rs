@@ -1,0 +1,71 @@
+//! Command-line surface: one file per subcommand.
+
+pub mod check;
+pub mod run;
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Parser, Subcommand};
+
+use crate::state::targets::TargetSpec;
+
+#[derive(Debug, Parser)]
+#[command(name = "gateway-observer", version, about = "eBPF latency observer for API gateway hosts")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the privileged daemon: attach the probes, watch the targets, serve /metrics.
+    Run(RunArgs),
+    /// Check kernel features and privileges, one line per requirement, with a verdict.
+    Check,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// TOML config file; flags override its values.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// A process to watch, with its descendants: pid=N or comm=NAME. Repeatable.
+    #[arg(long = "target", value_name = "pid=N|comm=NAME")]
+    pub targets: Vec<TargetSpec>,
+    /// Address for /metrics, /live, /ready [default: 127.0.0.1:9464].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Collection interval, e.g. 1s, 500ms [default: 1s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub interval: Option<Duration>,
+    /// Off-CPU waits at least this long are reported as events [default: 10ms].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub block_threshold: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[test]
+    fn run_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "gateway-observer", "run", "--target", "pid=5", "--target", "comm=nginx", "--listen",
+            "127.0.0.1:1234", "--interval", "500ms",
+        ])
+        .expect("parses");
+        let Command::Run(args) = cli.command else { panic!("run") };
+        assert_eq!(args.targets, vec![TargetSpec::Pid(5), TargetSpec::Comm("nginx".into())]);
+        assert_eq!(args.listen.map(|a| a.port()), Some(1234));
+        assert_eq!(args.interval, Some(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn bad_target_is_a_usage_error() {
+        let err = Cli::try_parse_from(["gateway-observer", "run", "--target", "pid=abc"]).expect_err("rejected");
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("pid must be a positive number"), "{err}");
+    }
+}

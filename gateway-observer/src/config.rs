@@ -1,0 +1,118 @@
+//! The daemon's configuration: a TOML file plus flags. Precedence: flag > file > default.
+//! Unknown keys are rejected with their name; durations are humantime strings ("10ms", "1s").
+
+use std::{net::SocketAddr, path::Path, time::Duration};
+
+use serde::Deserialize;
+
+use crate::state::targets::TargetSpec;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address of /metrics, /live and /ready.
+    pub listen: SocketAddr,
+    /// Processes to watch (`pid=N`, `comm=NAME`); flags add to these.
+    pub targets: Vec<TargetSpec>,
+    /// How often maps are read and metrics refreshed.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Off-CPU waits at least this long are sent from the kernel as events.
+    #[serde(with = "humantime_serde")]
+    pub block_threshold: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: crate::sinks::http::default_listen(),
+            targets: Vec::new(),
+            interval: Duration::from_secs(1),
+            block_threshold: Duration::from_millis(10),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("config {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        Self::from_toml(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse { path: path.display().to_string(), message },
+            other => other,
+        })
+    }
+
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: Self = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: String::new(), message: e.message().to_owned() })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.interval < Duration::from_millis(100) {
+            return Err(ConfigError::Invalid(format!("interval {:?} is below 100ms", self.interval)));
+        }
+        if self.block_threshold < Duration::from_micros(100) {
+            return Err(ConfigError::Invalid(format!(
+                "block_threshold {:?} is below 100µs: the ring buffer would flood",
+                self.block_threshold
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(Config::from_toml("").expect("parses"), Config::default());
+    }
+
+    #[test]
+    fn full_file() {
+        let config = Config::from_toml(
+            r#"
+            listen = "127.0.0.1:9999"
+            targets = ["pid=12", "comm=nginx"]
+            interval = "500ms"
+            block_threshold = "50ms"
+            "#,
+        )
+        .expect("parses");
+        assert_eq!(config.listen.port(), 9999);
+        assert_eq!(config.targets, vec![TargetSpec::Pid(12), TargetSpec::Comm("nginx".into())]);
+        assert_eq!(config.interval, Duration::from_millis(500));
+        assert_eq!(config.block_threshold, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = Config::from_toml("listne = \"127.0.0.1:1\"").expect_err("rejected").to_string();
+        assert!(err.contains("listne"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_say_what_is_wrong() {
+        let err = Config::from_toml("interval = \"soon\"").expect_err("rejected").to_string();
+        assert!(err.contains("soon") || err.contains("invalid"), "{err}");
+        let err = Config::from_toml("targets = [\"pid=zero\"]").expect_err("rejected").to_string();
+        assert!(err.contains("pid"), "{err}");
+        let err = Config::from_toml("interval = \"1ms\"").expect_err("rejected").to_string();
+        assert!(err.contains("below 100ms"), "{err}");
+    }
+}

@@ -1,0 +1,261 @@
+//! Loads the embedded object, sets its load-time globals, attaches the programs, and gives typed
+//! access to the maps.
+
+use std::{collections::HashMap as StdHashMap, time::Duration};
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    programs::BtfTracePoint,
+};
+use gateway_observer_common::{
+    HistKey, HistValue, MAX_SYSCALL_NR, OffcpuKey, OffcpuTotals, ProbeConfig, TargetInfo,
+    ThreadState, drop_index,
+};
+
+use super::kernel_offsets::{KernelOffsets, OffsetError};
+use crate::{procfs, syscalls};
+
+/// The kernel programs: (program name in the object, BTF tracepoint it attaches to).
+pub const PROGRAMS: &[(&str, &str)] = &[
+    ("sched_switch", "sched_switch"),
+    ("sched_wakeup", "sched_wakeup"),
+    ("sys_enter", "sys_enter"),
+    ("sys_exit", "sys_exit"),
+    ("sched_process_fork", "sched_process_fork"),
+    ("sched_process_exit", "sched_process_exit"),
+];
+
+/// `bpf_map_update_elem` flag: create only, never overwrite what the kernel already wrote.
+const BPF_NOEXIST: u64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Offsets(#[from] OffsetError),
+    #[error("cannot read kernel BTF: {0}")]
+    Btf(#[from] aya::BtfError),
+    #[error("loading the eBPF object failed: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("program {0} is missing from the eBPF object")]
+    MissingProgram(&'static str),
+    #[error("map {0} is missing from the eBPF object")]
+    MissingMap(&'static str),
+    #[error("loading program {program} failed: {source}")]
+    LoadProgram { program: &'static str, source: aya::programs::ProgramError },
+    #[error("attaching {program} to tracepoint {tracepoint} failed: {source}")]
+    Attach { program: &'static str, tracepoint: &'static str, source: aya::programs::ProgramError },
+    #[error("map {map}: {source}")]
+    Map { map: &'static str, source: aya::maps::MapError },
+}
+
+/// What the daemon may tune in the kernel programs.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeSettings {
+    /// Off-CPU waits at least this long are sent to userspace as events.
+    pub block_threshold: Duration,
+}
+
+impl Default for ProbeSettings {
+    fn default() -> Self {
+        Self { block_threshold: Duration::from_millis(10) }
+    }
+}
+
+pub struct Probes {
+    ebpf: Ebpf,
+    btf: Btf,
+}
+
+fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> ProbeError {
+    move |source| ProbeError::Map { map, source }
+}
+
+impl Probes {
+    /// Loads the object into the kernel (verifier included) without attaching anything.
+    pub fn load(settings: ProbeSettings) -> Result<Self, ProbeError> {
+        let offsets = KernelOffsets::from_vmlinux()?;
+        let config = ProbeConfig {
+            block_threshold_ns: u64::try_from(settings.block_threshold.as_nanos()).unwrap_or(u64::MAX),
+            task_pid_offset: offsets.task_pid,
+            task_tgid_offset: offsets.task_tgid,
+            regs_arg0_offset: offsets.regs_arg0,
+            regs_arg1_offset: offsets.regs_arg1,
+            regs_arg3_offset: offsets.regs_arg3,
+            regs_arg4_offset: offsets.regs_arg4,
+        };
+        let ebpf = EbpfLoader::new()
+            .override_global("PROBE_CONFIG", &config, true)
+            .load(crate::EBPF_OBJECT)?;
+        let mut probes = Self { ebpf, btf: Btf::from_sys_fs()? };
+        probes.write_syscall_classes()?;
+        Ok(probes)
+    }
+
+    fn write_syscall_classes(&mut self) -> Result<(), ProbeError> {
+        let mut classes: Array<&mut MapData, u8> = self.map_mut("SYSCALL_CLASS")?;
+        for (nr, class) in syscalls::class_table(MAX_SYSCALL_NR).into_iter().enumerate() {
+            let nr = u32::try_from(nr).unwrap_or(u32::MAX);
+            classes.set(nr, class, 0).map_err(map_err("SYSCALL_CLASS"))?;
+        }
+        Ok(())
+    }
+
+    /// Loads and attaches one program. Each is independent, so `check` can report them one by one.
+    pub fn attach(&mut self, program: &'static str, tracepoint: &'static str) -> Result<(), ProbeError> {
+        let prog: &mut BtfTracePoint = self
+            .ebpf
+            .program_mut(program)
+            .ok_or(ProbeError::MissingProgram(program))?
+            .try_into()
+            .map_err(|source| ProbeError::LoadProgram { program, source })?;
+        prog.load(tracepoint, &self.btf).map_err(|source| ProbeError::LoadProgram { program, source })?;
+        prog.attach().map_err(|source| ProbeError::Attach { program, tracepoint, source })?;
+        Ok(())
+    }
+
+    pub fn attach_all(&mut self) -> Result<(), ProbeError> {
+        for (program, tracepoint) in PROGRAMS {
+            self.attach(program, tracepoint)?;
+        }
+        Ok(())
+    }
+
+    fn map_mut<'a, T>(&'a mut self, name: &'static str) -> Result<T, ProbeError>
+    where
+        T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
+    {
+        let map = self.ebpf.map_mut(name).ok_or(ProbeError::MissingMap(name))?;
+        T::try_from(map).map_err(map_err(name))
+    }
+
+    fn map<'a, T>(&'a self, name: &'static str) -> Result<T, ProbeError>
+    where
+        T: TryFrom<&'a aya::maps::Map, Error = aya::maps::MapError>,
+    {
+        let map = self.ebpf.map(name).ok_or(ProbeError::MissingMap(name))?;
+        T::try_from(map).map_err(map_err(name))
+    }
+
+    /// Starts following a process: it goes into TARGETS first (so threads it creates from now on
+    /// are followed by the fork hook), then each of its current threads into THREADS.
+    pub fn add_target(&mut self, tgid: u32, parent_tgid: u32) -> Result<(), ProbeError> {
+        {
+            let mut targets: HashMap<&mut MapData, u32, TargetInfo> = self.map_mut("TARGETS")?;
+            targets
+                .insert(tgid, TargetInfo { parent_tgid, _pad: 0 }, 0)
+                .map_err(map_err("TARGETS"))?;
+        }
+        let mut threads: HashMap<&mut MapData, u32, ThreadState> = self.map_mut("THREADS")?;
+        for tid in procfs::threads(tgid) {
+            let state = ThreadState { tgid, syscall_nr: -1, ..ThreadState::default() };
+            // EEXIST means the fork hook got there first, with fresher state: keep it.
+            let _ = threads.insert(tid, state, BPF_NOEXIST);
+        }
+        Ok(())
+    }
+
+    /// Stops following a process (it exited, or no longer matches).
+    pub fn remove_target(&mut self, tgid: u32) -> Result<(), ProbeError> {
+        let mut targets: HashMap<&mut MapData, u32, TargetInfo> = self.map_mut("TARGETS")?;
+        match targets.remove(&tgid) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(ProbeError::Map { map: "TARGETS", source }),
+        }
+    }
+
+    /// Processes in TARGETS, with the target they were forked from (0 for one userspace added).
+    pub fn targets(&self) -> Result<Vec<(u32, u32)>, ProbeError> {
+        let targets: HashMap<&MapData, u32, TargetInfo> = self.map("TARGETS")?;
+        Ok(targets.iter().filter_map(Result::ok).map(|(tgid, info)| (tgid, info.parent_tgid)).collect())
+    }
+
+    /// tid → tgid of every thread in THREADS.
+    pub fn threads(&self) -> Result<StdHashMap<u32, u32>, ProbeError> {
+        let threads: HashMap<&MapData, u32, ThreadState> = self.map("THREADS")?;
+        Ok(threads.iter().filter_map(Result::ok).map(|(tid, s)| (tid, s.tgid)).collect())
+    }
+
+    /// Drops THREADS entries of threads that are gone without an exit event (lost event, or a
+    /// thread that exited between /proc listing and insertion).
+    pub fn remove_thread(&mut self, tid: u32) -> Result<(), ProbeError> {
+        let mut threads: HashMap<&mut MapData, u32, ThreadState> = self.map_mut("THREADS")?;
+        match threads.remove(&tid) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(ProbeError::Map { map: "THREADS", source }),
+        }
+    }
+
+    pub fn offcpu_totals(&self) -> Result<Vec<(OffcpuKey, OffcpuTotals)>, ProbeError> {
+        let offcpu: HashMap<&MapData, OffcpuKey, OffcpuTotals> = self.map("OFFCPU")?;
+        Ok(offcpu.iter().filter_map(Result::ok).collect())
+    }
+
+    pub fn remove_offcpu(&mut self, keys: &[OffcpuKey]) -> Result<(), ProbeError> {
+        let mut offcpu: HashMap<&mut MapData, OffcpuKey, OffcpuTotals> = self.map_mut("OFFCPU")?;
+        for key in keys {
+            match offcpu.remove(key) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(source) => return Err(ProbeError::Map { map: "OFFCPU", source }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Histogram buckets, summed over CPUs.
+    pub fn histograms(&self) -> Result<Vec<(HistKey, HistValue)>, ProbeError> {
+        let hist: PerCpuHashMap<&MapData, HistKey, HistValue> = self.map("HIST")?;
+        Ok(hist
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(key, per_cpu)| {
+                let total = per_cpu.iter().fold(HistValue::default(), |acc, v| HistValue {
+                    count: acc.count + v.count,
+                    sum_ns: acc.sum_ns + v.sum_ns,
+                });
+                (key, total)
+            })
+            .collect())
+    }
+
+    pub fn remove_histograms(&mut self, keys: &[HistKey]) -> Result<(), ProbeError> {
+        let mut hist: PerCpuHashMap<&mut MapData, HistKey, HistValue> = self.map_mut("HIST")?;
+        for key in keys {
+            match hist.remove(key) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(source) => return Err(ProbeError::Map { map: "HIST", source }),
+            }
+        }
+        Ok(())
+    }
+
+    /// What the kernel could not record, by `drop_index::*`, summed over CPUs.
+    pub fn drops(&self) -> Result<[u64; drop_index::COUNT as usize], ProbeError> {
+        let drops: PerCpuArray<&MapData, u64> = self.map("DROPS")?;
+        let mut out = [0u64; drop_index::COUNT as usize];
+        for (index, slot) in out.iter_mut().enumerate() {
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            *slot = drops.get(&index, 0).map_err(map_err("DROPS"))?.iter().sum();
+        }
+        Ok(out)
+    }
+
+    /// The ring buffer, handed to its single reader.
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        let map = self.ebpf.take_map("EVENTS").ok_or(ProbeError::MissingMap("EVENTS"))?;
+        RingBuf::try_from(map).map_err(map_err("EVENTS"))
+    }
+
+    /// (program, cumulative run time, run count) from the kernel's BPF stats; both stay 0 unless
+    /// stats are enabled (`kernel.bpf_stats_enabled` or `aya::sys::enable_stats`).
+    pub fn program_stats(&self) -> Vec<(&'static str, Duration, u64)> {
+        PROGRAMS
+            .iter()
+            .filter_map(|(name, _)| {
+                let prog = self.ebpf.program(name)?;
+                let info = prog.info().ok()?;
+                Some((*name, info.run_time(), info.run_count()))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,7 @@
+//! Everything that touches aya: loading the kernel programs, attaching them, and reading and
+//! writing their maps. Nothing outside this module holds a kernel handle.
+
+pub mod kernel_offsets;
+mod loader;
+
+pub use loader::{PROGRAMS, ProbeError, ProbeSettings, Probes};

@@ -1,0 +1,104 @@
+//! Reads of /proc: process and thread names, thread lists, parents. Every read tolerates the
+//! process having exited meanwhile (it returns `None` or an empty list, never an error to crash on).
+
+use std::{fs, path::Path};
+
+/// The process's (or thread's) `comm`, without the trailing newline.
+pub fn comm(pid: u32) -> Option<String> {
+    read_comm(&format!("/proc/{pid}/comm"))
+}
+
+/// A thread's `comm`.
+pub fn thread_comm(tgid: u32, tid: u32) -> Option<String> {
+    read_comm(&format!("/proc/{tgid}/task/{tid}/comm"))
+}
+
+fn read_comm(path: &str) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim_end_matches('\n').to_owned())
+}
+
+pub fn exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Thread ids of a process.
+pub fn threads(pid: u32) -> Vec<u32> {
+    numeric_entries(&format!("/proc/{pid}/task"))
+}
+
+/// Every process id on the host.
+pub fn processes() -> Vec<u32> {
+    numeric_entries("/proc")
+}
+
+fn numeric_entries(dir: &str) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect()
+}
+
+/// Parent pid from /proc/PID/stat.
+pub fn parent(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_ppid(&stat)
+}
+
+/// The comm in /proc/PID/stat is in parentheses and may itself hold spaces and ')', so fields are
+/// counted from the last ')'.
+fn parse_stat_ppid(stat: &str) -> Option<u32> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// All descendants of `root` (children, grandchildren, ...), from one pass over /proc.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> =
+        processes().into_iter().filter_map(|pid| Some((pid, parent(pid)?))).collect();
+    descendants_in(root, &parents)
+}
+
+fn descendants_in(root: u32, parents: &[(u32, u32)]) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(pid) = frontier.pop() {
+        for &(child, parent) in parents {
+            if parent == pid && child != root && !found.contains(&child) {
+                found.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ppid_survives_odd_comms() {
+        assert_eq!(parse_stat_ppid("123 (nginx) S 1 123 123 0"), Some(1));
+        assert_eq!(parse_stat_ppid("77 (a) b) c) R 42 77 77 0"), Some(42));
+        assert_eq!(parse_stat_ppid("garbage"), None);
+    }
+
+    #[test]
+    fn descendants_follow_the_tree() {
+        let tree = [(10, 1), (11, 10), (12, 10), (13, 11), (20, 1)];
+        let mut found = descendants_in(10, &tree);
+        found.sort_unstable();
+        assert_eq!(found, vec![11, 12, 13]);
+        assert!(descendants_in(20, &tree).is_empty());
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let me = std::process::id();
+        assert!(exists(me));
+        assert!(threads(me).contains(&me));
+        assert!(comm(me).is_some());
+        assert!(parent(me).is_some());
+    }
+}

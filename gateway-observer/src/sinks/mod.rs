@@ -1,0 +1,5 @@
+//! Where results go: Prometheus text, the HTTP server. Sinks read what the collector made; they
+//! never touch the kernel.
+
+pub mod http;
+pub mod prometheus;

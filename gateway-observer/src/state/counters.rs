@@ -1,0 +1,87 @@
+//! Kernel maps hold cumulative counters per key (a thread, a bucket of one process), and keys go
+//! away when threads and processes do. Prometheus wants counters per label that never go down.
+//! `DeltaCounters` turns the first into the second: it adds each key's growth to its label and
+//! keeps the label's total when the key is forgotten.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    hash::Hash,
+};
+
+#[derive(Debug)]
+pub struct DeltaCounters<K, L> {
+    last: HashMap<K, u64>,
+    totals: BTreeMap<L, u64>,
+}
+
+impl<K, L> Default for DeltaCounters<K, L> {
+    fn default() -> Self {
+        Self { last: HashMap::new(), totals: BTreeMap::new() }
+    }
+}
+
+impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
+    /// Records the kernel's current cumulative `value` for `key`, counted under `label`.
+    /// A value below the last one means the key was deleted and re-created: all of it is new.
+    pub fn observe(&mut self, key: K, value: u64, label: L) {
+        let last = self.last.insert(key, value).unwrap_or(0);
+        let delta = if value >= last { value - last } else { value };
+        *self.totals.entry(label).or_insert(0) += delta;
+    }
+
+    /// Forgets a key that the kernel no longer has; its label keeps what it counted.
+    pub fn forget(&mut self, key: &K) {
+        self.last.remove(key);
+    }
+
+    pub fn totals(&self) -> &BTreeMap<L, u64> {
+        &self.totals
+    }
+
+    pub fn tracked_keys(&self) -> usize {
+        self.last.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeltaCounters;
+
+    #[test]
+    fn growth_is_added_to_the_label() {
+        let mut c = DeltaCounters::default();
+        c.observe(1u32, 100, "group-*");
+        c.observe(2u32, 50, "group-*");
+        c.observe(1u32, 130, "group-*");
+        assert_eq!(c.totals()["group-*"], 180);
+    }
+
+    #[test]
+    fn forgetting_a_key_keeps_the_total_monotonic() {
+        let mut c = DeltaCounters::default();
+        c.observe(1u32, 100, "a");
+        c.forget(&1);
+        assert_eq!(c.totals()["a"], 100);
+        // The same tid reused by a new thread starts from zero in the kernel.
+        c.observe(1u32, 20, "a");
+        assert_eq!(c.totals()["a"], 120);
+        assert_eq!(c.tracked_keys(), 1);
+    }
+
+    #[test]
+    fn a_reset_key_counts_its_new_value() {
+        let mut c = DeltaCounters::default();
+        c.observe(1u32, 100, "a");
+        c.observe(1u32, 10, "a");
+        assert_eq!(c.totals()["a"], 110);
+    }
+
+    #[test]
+    fn a_thread_renamed_counts_under_its_new_group() {
+        let mut c = DeltaCounters::default();
+        c.observe(1u32, 100, "Thread-*");
+        c.observe(1u32, 160, "pool-1-thread-*");
+        assert_eq!(c.totals()["Thread-*"], 100);
+        assert_eq!(c.totals()["pool-1-thread-*"], 60);
+    }
+}

@@ -1,0 +1,90 @@
+//! Names of target threads and processes, read from /proc and cached. Threads are often renamed
+//! just after they start (a JVM names its pool threads after creation), so names are re-read
+//! every `refresh_every` ticks.
+
+use std::collections::HashMap;
+
+use crate::{procfs, thread_group::thread_group};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadName {
+    pub tgid: u32,
+    pub name: String,
+    pub group: String,
+}
+
+#[derive(Debug)]
+pub struct ThreadNames {
+    threads: HashMap<u32, (ThreadName, u64)>,
+    processes: HashMap<u32, String>,
+    tick: u64,
+    refresh_every: u64,
+}
+
+impl ThreadNames {
+    pub fn new(refresh_every: u64) -> Self {
+        Self { threads: HashMap::new(), processes: HashMap::new(), tick: 0, refresh_every }
+    }
+
+    pub fn next_tick(&mut self) {
+        self.tick += 1;
+    }
+
+    /// The thread's name and group; a thread that has exited keeps its last known name, and one
+    /// never seen is named after its tid.
+    pub fn thread(&mut self, tid: u32, tgid: u32) -> &ThreadName {
+        let tick = self.tick;
+        let stale = self
+            .threads
+            .get(&tid)
+            .is_none_or(|(known, seen)| known.tgid != tgid || tick >= seen + self.refresh_every);
+        if stale {
+            let name = procfs::thread_comm(tgid, tid)
+                .or_else(|| self.threads.get(&tid).map(|(known, _)| known.name.clone()))
+                .unwrap_or_else(|| format!("tid-{tid}"));
+            let group = thread_group(&name);
+            self.threads.insert(tid, (ThreadName { tgid, name, group }, tick));
+        }
+        &self.threads[&tid].0
+    }
+
+    /// The process's comm: the `process` label.
+    pub fn process(&mut self, tgid: u32) -> &str {
+        self.processes
+            .entry(tgid)
+            .or_insert_with(|| procfs::comm(tgid).unwrap_or_else(|| format!("pid-{tgid}")))
+    }
+
+    pub fn forget_thread(&mut self, tid: u32) {
+        self.threads.remove(&tid);
+    }
+
+    pub fn forget_process(&mut self, tgid: u32) {
+        self.processes.remove(&tgid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_this_process_threads_and_groups_them() {
+        let me = std::process::id();
+        let handle = std::thread::Builder::new()
+            .name("probe-test-7".into())
+            .spawn(|| {
+                let tid = unsafe { libc::gettid() } as u32; // SAFETY: gettid has no preconditions.
+                let mut names = ThreadNames::new(5);
+                let name = names.thread(tid, std::process::id()).clone();
+                (tid, name)
+            })
+            .expect("spawn");
+        let (tid, name) = handle.join().expect("join");
+        assert_eq!(name.name, "probe-test-7");
+        assert_eq!(name.group, "probe-test-*");
+        let mut names = ThreadNames::new(5);
+        assert_eq!(names.thread(tid, me).name, format!("tid-{tid}"), "an exited thread never seen");
+        assert!(!names.process(me).is_empty());
+    }
+}

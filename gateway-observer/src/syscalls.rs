@@ -1,0 +1,93 @@
+//! What each syscall means for an off-CPU span: userspace owns this table and writes it into the
+//! kernel's `SYSCALL_CLASS` map, so the kernel never needs to know syscall numbers.
+
+use gateway_observer_common::syscall_class;
+
+/// x86-64 syscall numbers we classify, with their names (for evidence) and classes.
+/// Numbers from arch/x86/entry/syscalls/syscall_64.tbl.
+const X86_64: &[(u32, &str, u8)] = &[
+    (0, "read", syscall_class::IO),
+    (1, "write", syscall_class::IO),
+    (7, "poll", syscall_class::POLL),
+    (17, "pread64", syscall_class::IO),
+    (18, "pwrite64", syscall_class::IO),
+    (19, "readv", syscall_class::IO),
+    (20, "writev", syscall_class::IO),
+    (23, "select", syscall_class::POLL),
+    (34, "pause", syscall_class::OTHER),
+    (35, "nanosleep", syscall_class::SLEEP),
+    (40, "sendfile", syscall_class::IO),
+    (42, "connect", syscall_class::SOCKET),
+    (43, "accept", syscall_class::SOCKET),
+    (44, "sendto", syscall_class::SOCKET),
+    (45, "recvfrom", syscall_class::SOCKET),
+    (46, "sendmsg", syscall_class::SOCKET),
+    (47, "recvmsg", syscall_class::SOCKET),
+    (61, "wait4", syscall_class::OTHER),
+    (202, "futex", syscall_class::FUTEX),
+    (230, "clock_nanosleep", syscall_class::SLEEP),
+    (232, "epoll_wait", syscall_class::POLL),
+    (270, "pselect6", syscall_class::POLL),
+    (271, "ppoll", syscall_class::POLL),
+    (275, "splice", syscall_class::IO),
+    (281, "epoll_pwait", syscall_class::POLL),
+    (288, "accept4", syscall_class::SOCKET),
+    (295, "preadv", syscall_class::IO),
+    (296, "pwritev", syscall_class::IO),
+    (299, "recvmmsg", syscall_class::SOCKET),
+    (307, "sendmmsg", syscall_class::SOCKET),
+    (426, "io_uring_enter", syscall_class::POLL),
+    (441, "epoll_pwait2", syscall_class::POLL),
+    (449, "futex_waitv", syscall_class::FUTEX_WAITV),
+    (455, "futex_wait", syscall_class::FUTEX_WAIT2),
+];
+
+/// The class of syscall `nr`. Unlisted syscalls are `OTHER`: the thread slept in a syscall we do
+/// not name (still told apart from sleeping outside any syscall).
+pub fn class_of(nr: u32) -> u8 {
+    X86_64.iter().find(|(n, _, _)| *n == nr).map_or(syscall_class::OTHER, |(_, _, c)| *c)
+}
+
+/// The syscall's name, for evidence; `None` for numbers not in the table.
+pub fn name_of(nr: i32) -> Option<&'static str> {
+    let nr = u32::try_from(nr).ok()?;
+    X86_64.iter().find(|(n, _, _)| *n == nr).map(|(_, name, _)| *name)
+}
+
+/// The whole table as the kernel map wants it: one class per syscall number below `len`.
+pub fn class_table(len: u32) -> Vec<u8> {
+    (0..len).map(class_of).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn futex_and_sleeps_are_told_apart() {
+        assert_eq!(class_of(202), syscall_class::FUTEX);
+        assert_eq!(class_of(35), syscall_class::SLEEP);
+        assert_eq!(class_of(230), syscall_class::SLEEP);
+        assert_eq!(class_of(232), syscall_class::POLL);
+        assert_eq!(class_of(45), syscall_class::SOCKET);
+        assert_eq!(class_of(0), syscall_class::IO);
+        assert_eq!(class_of(39), syscall_class::OTHER, "getpid is an unnamed syscall");
+    }
+
+    #[test]
+    fn table_covers_every_number_once() {
+        let table = class_table(512);
+        assert_eq!(table.len(), 512);
+        assert_eq!(table[455], syscall_class::FUTEX_WAIT2);
+        let mut numbers: Vec<u32> = X86_64.iter().map(|(n, _, _)| *n).collect();
+        numbers.dedup();
+        assert_eq!(numbers.len(), X86_64.len(), "table is sorted and has no duplicate numbers");
+    }
+
+    #[test]
+    fn names_for_evidence() {
+        assert_eq!(name_of(202), Some("futex"));
+        assert_eq!(name_of(-1), None);
+        assert_eq!(name_of(39), None);
+    }
+}
