@@ -4,7 +4,20 @@ use clap::Parser as _;
 use gateway_observer::cli::{Cli, Command, check, run};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse(); // usage errors exit 2
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if !err.use_stderr() => {
+            let _ = err.print(); // --help, --version
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            // One line, not clap's usage block: the message names the flag and the problem.
+            let text = err.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            eprintln!("gateway-observer: {first}");
+            return ExitCode::from(2);
+        }
+    };
     match cli.command {
         Command::Check => {
             if check::check() { ExitCode::SUCCESS } else { ExitCode::FAILURE }

@@ -1,0 +1,173 @@
+//! The off-CPU and futex probes, loaded for real, against a fixture whose threads sleep, block on
+//! a mutex, wait with a timeout and spin for known times. Tolerance: ±10 % per reason.
+
+use std::time::Duration;
+
+use tests::{
+    daemon::Daemon,
+    fixture::{Fixture, Truth},
+    metrics::{Sample, parse, sum},
+    privileged, serial, wait_for, within,
+};
+
+const FIXTURE: &str = env!("CARGO_BIN_EXE_offcpu-fixture");
+const OFFCPU: &str = "gateway_observer_thread_offcpu_seconds_total";
+const TOLERANCE: f64 = 0.10;
+
+fn offcpu(samples: &[Sample], group: &str, reason: &str) -> f64 {
+    sum(samples, OFFCPU, &[("thread_group", group), ("reason", reason)])
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Scrapes until `ready` holds (the tick after the workload), or gives up after 10 s.
+fn scrape_until(daemon: &Daemon, ready: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
+    wait_for(Duration::from_secs(10), || {
+        let samples = parse(&daemon.metrics());
+        ready(&samples).then_some(samples)
+    })
+    .unwrap_or_else(|| parse(&daemon.metrics()))
+}
+
+fn assert_reason(samples: &[Sample], group: &str, reason: &str, truth_ns: u64) {
+    let measured = offcpu(samples, group, reason);
+    let expected = secs(truth_ns);
+    eprintln!("{group} {reason}: observer {measured:.4} s, fixture {expected:.4} s ({:+.2}%)", (measured / expected - 1.0) * 100.0);
+    assert!(
+        within(measured, expected, TOLERANCE),
+        "{group} {reason}: observer measured {measured:.3} s, the fixture measured {expected:.3} s (±{}%)",
+        TOLERANCE * 100.0
+    );
+}
+
+#[test]
+fn offcpu_time_per_reason_matches_ground_truth() {
+    if !privileged("offcpu_time_per_reason_matches_ground_truth") {
+        return;
+    }
+    let _serial = serial();
+    // An unrelated process doing the same kind of work at the same time must not show up.
+    let mut unrelated = Fixture::start(FIXTURE, &["--prefix", "unrelated-"]);
+    let mut target = Fixture::start(FIXTURE, &["--child"]);
+    let mut daemon = Daemon::start(&["--target", &format!("pid={}", target.pid())]);
+    unrelated.go();
+    target.go();
+    let truth: Truth = target.truth();
+    let _ = unrelated.truth();
+
+    let samples = scrape_until(&daemon, |s| {
+        offcpu(s, "sleeper-*", "sleep") >= secs(truth.sleep_ns) * 0.9
+            && offcpu(s, "waiter-*", "futex") >= secs(truth.futex_ns) * 0.9
+            && offcpu(s, "timed-*", "futex_timed") >= secs(truth.futex_timed_ns) * 0.9
+            && offcpu(s, "child-sleeper-*", "sleep") >= secs(truth.child_sleep_ns) * 0.9
+    });
+    assert_reason(&samples, "sleeper-*", "sleep", truth.sleep_ns);
+    assert_reason(&samples, "waiter-*", "futex", truth.futex_ns);
+    assert_reason(&samples, "timed-*", "futex_timed", truth.futex_timed_ns);
+    // The pre-fork case: a child process the target spawned is followed from its first instant.
+    assert_reason(&samples, "child-sleeper-*", "sleep", truth.child_sleep_ns);
+
+    // Timed and untimed futex waits are told apart, not mixed.
+    assert!(offcpu(&samples, "waiter-*", "futex_timed") < secs(truth.futex_ns) * 0.05);
+    assert!(offcpu(&samples, "timed-*", "futex") < secs(truth.futex_timed_ns) * 0.05);
+
+    // The spinner is on CPU: any off-CPU time other than waiting for a CPU stays under 5 %.
+    let spinner_blocked: f64 = samples
+        .iter()
+        .filter(|s| s.name == OFFCPU && s.labels["thread_group"] == "spinner-*" && s.labels["reason"] != "runqueue")
+        .map(|s| s.value)
+        .sum();
+    assert!(
+        spinner_blocked < secs(truth.spin_ns) * 0.05,
+        "spinner off-CPU (not runqueue) {spinner_blocked:.3} s of {:.3} s spinning",
+        secs(truth.spin_ns)
+    );
+
+    let strays: Vec<&Sample> =
+        samples.iter().filter(|s| s.labels.get("thread_group").is_some_and(|g| g.starts_with("unrelated-"))).collect();
+    assert!(strays.is_empty(), "an untargeted process appeared: {strays:?}");
+
+    // The in-kernel histograms saw the fixture's futex waits and run-queue delays.
+    let process = [("process", "offcpu-fixture")];
+    let futex_count = sum(&samples, "gateway_observer_futex_wait_seconds_count", &process);
+    let futex_sum = sum(&samples, "gateway_observer_futex_wait_seconds_sum", &process);
+    assert!(futex_count >= 18.0, "futex waits counted: {futex_count}, the fixture made at least 18");
+    let futex_truth = secs(truth.futex_ns + truth.futex_timed_ns);
+    assert!(
+        futex_sum >= futex_truth * (1.0 - TOLERANCE),
+        "futex wait histogram sum {futex_sum:.3} s below the fixture's {futex_truth:.3} s"
+    );
+    assert!(sum(&samples, "gateway_observer_runqueue_latency_seconds_count", &process) > 0.0);
+    assert_eq!(sum(&samples, "gateway_observer_bpf_events_lost_total", &[]), 0.0);
+
+    // After the fixture exits, its per-thread kernel entries are gone and its counters remain.
+    let before_exit = offcpu(&samples, "sleeper-*", "sleep");
+    target.finish();
+    let after = wait_for(Duration::from_secs(10), || {
+        let s = parse(&daemon.metrics());
+        let entries = |map| sum(&s, "gateway_observer_bpf_map_entries", &[("map", map)]);
+        (entries("threads") == 0.0 && entries("offcpu") == 0.0 && entries("targets") == 0.0).then_some(s)
+    });
+    let after = after.unwrap_or_else(|| panic!("per-thread map entries left after exit:\n{}", daemon.metrics()));
+    assert_eq!(offcpu(&after, "sleeper-*", "sleep"), before_exit, "counters stay after the process exits");
+    assert_eq!(sum(&after, "gateway_observer_targets", &[("state", "attached")]), 0.0);
+
+    let status = daemon.stop();
+    assert!(status.success(), "daemon exit on SIGTERM: {status}");
+    unrelated.finish();
+}
+
+#[test]
+fn a_process_started_later_is_picked_up_by_comm_and_dropped_on_exit() {
+    if !privileged("a_process_started_later_is_picked_up_by_comm_and_dropped_on_exit") {
+        return;
+    }
+    let _serial = serial();
+    let daemon = Daemon::start(&["--target", "comm=ofx-late"]);
+    let targets = |state| sum(&parse(&daemon.metrics()), "gateway_observer_targets", &[("state", state)]);
+    assert_eq!(targets("attached"), 0.0);
+    assert_eq!(targets("waiting"), 1.0);
+
+    let mut late = Fixture::start(FIXTURE, &["--comm", "ofx-late", "--prefix", "late-"]);
+    let attached = wait_for(Duration::from_secs(5), || (targets("attached") == 1.0).then_some(()));
+    assert!(attached.is_some(), "the late process was not attached within 5 s");
+    late.go();
+    let truth = late.truth();
+    let samples = scrape_until(&daemon, |s| offcpu(s, "late-sleeper-*", "sleep") >= secs(truth.sleep_ns) * 0.9);
+    assert_reason(&samples, "late-sleeper-*", "sleep", truth.sleep_ns);
+    assert_eq!(sum(&samples, OFFCPU, &[("process", "ofx-late"), ("thread_group", "late-sleeper-*")]) > 0.0, true);
+
+    late.finish();
+    let dropped = wait_for(Duration::from_secs(5), || (targets("attached") == 0.0 && targets("waiting") == 1.0).then_some(()));
+    assert!(dropped.is_some(), "the exited process is still counted as attached");
+}
+
+#[test]
+fn sigterm_detaches_every_program_and_exits_0() {
+    if !privileged("sigterm_detaches_every_program_and_exits_0") {
+        return;
+    }
+    let _serial = serial();
+    let ours = ["sched_switch", "sched_wakeup", "sys_enter", "sys_exit", "sched_process_f", "sched_process_e"];
+    let loaded = || -> Vec<u32> {
+        aya::programs::loaded_programs()
+            .filter_map(Result::ok)
+            .filter(|p| p.name_as_str().is_some_and(|n| ours.contains(&n)))
+            .map(|p| p.id())
+            .collect()
+    };
+    let before = loaded();
+    let mut daemon = Daemon::start(&["--target", &format!("pid={}", std::process::id())]);
+    let during: Vec<u32> = loaded().into_iter().filter(|id| !before.contains(id)).collect();
+    assert_eq!(during.len(), ours.len(), "programs loaded by the daemon: {during:?}");
+    let pid = daemon.pid();
+    let status = daemon.stop();
+    assert!(status.success(), "exit status on SIGTERM: {status}");
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    // The kernel frees detached programs after an RCU grace period, so poll briefly.
+    let left = || -> Vec<u32> { loaded().into_iter().filter(|id| during.contains(id)).collect() };
+    let freed = wait_for(Duration::from_secs(5), || left().is_empty().then_some(()));
+    assert!(freed.is_some(), "programs still loaded 5 s after exit: {:?}", left());
+}
