@@ -43,6 +43,7 @@ pub struct Collector {
     drops: [u64; drop_index::COUNT as usize],
     map_entries: BTreeMap<&'static str, usize>,
     specs_waiting: usize,
+    collections: u64,
 }
 
 impl Collector {
@@ -61,6 +62,7 @@ impl Collector {
             drops: [0; drop_index::COUNT as usize],
             map_entries: BTreeMap::new(),
             specs_waiting: 0,
+            collections: 0,
         }
     }
 
@@ -107,6 +109,7 @@ impl Collector {
             ("offcpu", self.offcpu.tracked_keys()),
             ("hist", self.hist_count.tracked_keys()),
         ]);
+        self.collections += 1;
         Ok(())
     }
 
@@ -234,6 +237,9 @@ impl Collector {
         let attached = self.map_entries.get("targets").copied().unwrap_or(0);
         e.sample(name, &[("state", "attached")], attached as f64);
         e.sample(name, &[("state", "waiting")], self.specs_waiting as f64);
+        let name = "gateway_observer_collections_total";
+        e.family(name, "counter", "Completed collection passes (one per interval).");
+        e.sample(name, &[], self.collections as f64);
         let name = "gateway_observer_event_decode_errors_total";
         e.family(name, "counter", "Ring-buffer records that could not be decoded.");
         e.sample(name, &[], self.decode_errors as f64);

@@ -22,13 +22,17 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-/// Scrapes until `ready` holds (the tick after the workload), or gives up after 10 s.
-fn scrape_until(daemon: &Daemon, ready: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
+const COLLECTIONS: &str = "gateway_observer_collections_total";
+
+/// Scrapes once two collections have completed after this call (so everything the workload did
+/// before it is folded in), or gives up after 10 s.
+fn scrape_after_workload(daemon: &Daemon) -> Vec<Sample> {
+    let start = sum(&parse(&daemon.metrics()), COLLECTIONS, &[]);
     wait_for(Duration::from_secs(10), || {
         let samples = parse(&daemon.metrics());
-        ready(&samples).then_some(samples)
+        (sum(&samples, COLLECTIONS, &[]) >= start + 2.0).then_some(samples)
     })
-    .unwrap_or_else(|| parse(&daemon.metrics()))
+    .expect("the daemon completed no collection for 10 s")
 }
 
 fn assert_reason(samples: &[Sample], group: &str, reason: &str, truth_ns: u64) {
@@ -57,12 +61,7 @@ fn offcpu_time_per_reason_matches_ground_truth() {
     let truth: Truth = target.truth();
     let _ = unrelated.truth();
 
-    let samples = scrape_until(&daemon, |s| {
-        offcpu(s, "sleeper-*", "sleep") >= secs(truth.sleep_ns) * 0.9
-            && offcpu(s, "waiter-*", "futex") >= secs(truth.futex_ns) * 0.9
-            && offcpu(s, "timed-*", "futex_timed") >= secs(truth.futex_timed_ns) * 0.9
-            && offcpu(s, "child-sleeper-*", "sleep") >= secs(truth.child_sleep_ns) * 0.9
-    });
+    let samples = scrape_after_workload(&daemon);
     assert_reason(&samples, "sleeper-*", "sleep", truth.sleep_ns);
     assert_reason(&samples, "waiter-*", "futex", truth.futex_ns);
     assert_reason(&samples, "timed-*", "futex_timed", truth.futex_timed_ns);
@@ -135,7 +134,7 @@ fn a_process_started_later_is_picked_up_by_comm_and_dropped_on_exit() {
     assert!(attached.is_some(), "the late process was not attached within 5 s");
     late.go();
     let truth = late.truth();
-    let samples = scrape_until(&daemon, |s| offcpu(s, "late-sleeper-*", "sleep") >= secs(truth.sleep_ns) * 0.9);
+    let samples = scrape_after_workload(&daemon);
     assert_reason(&samples, "late-sleeper-*", "sleep", truth.sleep_ns);
     assert_eq!(sum(&samples, OFFCPU, &[("process", "ofx-late"), ("thread_group", "late-sleeper-*")]) > 0.0, true);
 

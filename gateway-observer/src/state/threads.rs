@@ -1,6 +1,6 @@
-//! Names of target threads and processes, read from /proc and cached. Threads are often renamed
-//! just after they start (a JVM names its pool threads after creation), so names are re-read
-//! every `refresh_every` ticks.
+//! Names of target threads and processes, read from /proc and cached. Threads are usually
+//! renamed just after they start (Rust, a JVM and glibc pools name a thread from inside it), so a
+//! young thread's name is re-read at every tick, an older one's every `refresh_every` ticks.
 
 use std::collections::HashMap;
 
@@ -13,9 +13,13 @@ pub struct ThreadName {
     pub group: String,
 }
 
+/// A thread is young, and its name re-read at every tick, for this many ticks after first seen.
+const YOUNG_TICKS: u64 = 10;
+
 #[derive(Debug)]
 pub struct ThreadNames {
-    threads: HashMap<u32, (ThreadName, u64)>,
+    /// tid → (name, tick it was read, tick the thread was first seen).
+    threads: HashMap<u32, (ThreadName, u64, u64)>,
     processes: HashMap<u32, String>,
     tick: u64,
     refresh_every: u64,
@@ -34,16 +38,18 @@ impl ThreadNames {
     /// never seen is named after its tid.
     pub fn thread(&mut self, tid: u32, tgid: u32) -> &ThreadName {
         let tick = self.tick;
-        let stale = self
-            .threads
-            .get(&tid)
-            .is_none_or(|(known, seen)| known.tgid != tgid || tick >= seen + self.refresh_every);
+        let known = self.threads.get(&tid).filter(|(known, _, _)| known.tgid == tgid);
+        let stale = known.is_none_or(|(_, read, first)| {
+            let every = if tick < first + YOUNG_TICKS { 1 } else { self.refresh_every };
+            tick >= read + every
+        });
         if stale {
+            let first_seen = known.map_or(tick, |(_, _, first)| *first);
             let name = procfs::thread_comm(tgid, tid)
-                .or_else(|| self.threads.get(&tid).map(|(known, _)| known.name.clone()))
+                .or_else(|| known.map(|(k, _, _)| k.name.clone()))
                 .unwrap_or_else(|| format!("tid-{tid}"));
             let group = thread_group(&name);
-            self.threads.insert(tid, (ThreadName { tgid, name, group }, tick));
+            self.threads.insert(tid, (ThreadName { tgid, name, group }, tick, first_seen));
         }
         &self.threads[&tid].0
     }
