@@ -4,7 +4,7 @@
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use gateway_observer_common::{Event, TargetInfo, ThreadState, drop_index, event_kind};
 
-use crate::maps::{now_ns, 
+use crate::maps::{is_tracked, now_ns, set_tracked, 
     BPF_NOEXIST, TARGETS, THREADS, config, count_drop, current_ids, emit, read_field_u32,
 };
 
@@ -43,7 +43,9 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
     let state = ThreadState { tgid: child_tgid, syscall_nr: -1, ..ThreadState::default() };
     if THREADS.insert(child_tid, state, 0).is_err() {
         count_drop(drop_index::THREADS_MAP_FULL);
+        return 0;
     }
+    set_tracked(child_tid, true);
     0
 }
 
@@ -51,6 +53,10 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> u32 {
     let (tid, tgid) = current_ids();
+    if !is_tracked(tid) {
+        return 0;
+    }
+    set_tracked(tid, false);
     if THREADS.remove(tid).is_err() {
         return 0;
     }

@@ -33,7 +33,27 @@ pub fn config() -> ProbeConfig {
 #[map]
 pub static TARGETS: HashMap<u32, TargetInfo> = HashMap::with_max_entries(MAX_TARGETS, 0);
 
-/// Target threads by tid. Its presence is the one lookup that filters every hot path.
+/// One byte per possible tid (sized to the host's pid_max at load): 1 for a target thread. An
+/// array lookup is inlined by the verifier, far cheaper than hashing, and it is the only work
+/// the hot paths do for the rest of the host's threads.
+#[map]
+pub static TRACKED: Array<u8> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+pub fn is_tracked(tid: u32) -> bool {
+    TRACKED.get(tid).is_some_and(|flag| *flag != 0)
+}
+
+#[inline(always)]
+pub fn set_tracked(tid: u32, tracked: bool) {
+    if let Some(flag) = TRACKED.get_ptr_mut(tid) {
+        // SAFETY: a byte in an array map; a concurrent writer of the same tid cannot exist (a
+        // tid is created and exits once).
+        unsafe { *flag = tracked as u8 };
+    }
+}
+
+/// State of target threads by tid; only looked up once `TRACKED` says the thread is ours.
 #[map]
 pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(MAX_THREADS, 0);
 

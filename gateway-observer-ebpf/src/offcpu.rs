@@ -7,7 +7,7 @@ use gateway_observer_common::{
     syscall_class,
 };
 
-use crate::maps::{now_ns, 
+use crate::maps::{is_tracked, now_ns, 
     BPF_NOEXIST, OFFCPU, THREADS, config, count_drop, current_ids, emit, hist_add, read_field_u32,
 };
 
@@ -34,6 +34,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
 pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
     let Some(tid) = read_field_u32(task, config().task_pid_offset) else { return 0 };
+    if !is_tracked(tid) {
+        return 0;
+    }
     let Some(state) = THREADS.get_ptr_mut(tid) else { return 0 };
     // SAFETY: a map value pointer, valid for this program run.
     let state = unsafe { &mut *state };
@@ -46,7 +49,7 @@ pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
 
 #[inline(always)]
 fn switch_out(tid: u32, prev_state: u32, now: u64) {
-    if tid == 0 {
+    if tid == 0 || !is_tracked(tid) {
         return;
     }
     let Some(state) = THREADS.get_ptr_mut(tid) else { return };
@@ -83,7 +86,7 @@ fn offcpu_reason(state: &ThreadState, prev_state: u32) -> u32 {
 
 #[inline(always)]
 fn switch_in(tid: u32, now: u64) {
-    if tid == 0 {
+    if tid == 0 || !is_tracked(tid) {
         return;
     }
     let Some(state) = THREADS.get_ptr_mut(tid) else { return };

@@ -5,7 +5,7 @@
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use gateway_observer_common::{hist_kind, syscall_class};
 
-use crate::maps::{now_ns, SYSCALL_CLASS, THREADS, config, current_ids, hist_add, read_field_u64};
+use crate::maps::{is_tracked, now_ns, SYSCALL_CLASS, THREADS, config, current_ids, hist_add, read_field_u64};
 
 /// futex operations that wait (FUTEX_WAIT, LOCK_PI, WAIT_BITSET, WAIT_REQUEUE_PI, LOCK_PI2),
 /// after masking FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME.
@@ -18,6 +18,9 @@ const fn futex_op_waits(op: u64) -> bool {
 #[btf_tracepoint(function = "sys_enter")]
 pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
     let (tid, _) = current_ids();
+    if !is_tracked(tid) {
+        return 0;
+    }
     let Some(state) = THREADS.get_ptr_mut(tid) else { return 0 };
     // SAFETY: a map value pointer, valid for this program run.
     let state = unsafe { &mut *state };
@@ -63,6 +66,9 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "sys_exit")]
 pub fn sys_exit(_ctx: BtfTracePointContext) -> u32 {
     let (tid, _) = current_ids();
+    if !is_tracked(tid) {
+        return 0;
+    }
     let Some(state) = THREADS.get_ptr_mut(tid) else { return 0 };
     // SAFETY: a map value pointer, valid for this program run.
     let state = unsafe { &mut *state };

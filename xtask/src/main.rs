@@ -1,1 +1,47 @@
-fn main() {}
+//! `cargo xtask setup | build | test | bench probes`: the project's own commands. Each installs
+//! what it needs first, so a fresh machine goes from clone to green with `cargo xtask test`.
+
+mod bench_probes;
+mod setup;
+mod util;
+
+use anyhow::{Context as _, bail};
+
+const USAGE: &str = "usage: cargo xtask <setup | build | test | bench probes [--seconds N]>";
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest = args.get(1..).unwrap_or_default();
+    match args.first().map(String::as_str) {
+        Some("setup") => setup::run(),
+        Some("build") => {
+            setup::run()?;
+            build()
+        }
+        Some("test") => {
+            setup::run()?;
+            test(rest)
+        }
+        Some("bench") => {
+            setup::run()?;
+            match rest.first().map(String::as_str) {
+                Some("probes") => bench_probes::run(&rest[1..]),
+                _ => bail!("{USAGE}"),
+            }
+        }
+        _ => bail!("{USAGE}"),
+    }
+}
+
+fn build() -> anyhow::Result<()> {
+    util::cargo(&["build", "--workspace", "--all-targets"]).context("build failed")
+}
+
+/// Builds the binaries the end-to-end tests start, then runs every test of the workspace.
+/// Extra arguments go to `cargo test` (e.g. a test name filter).
+fn test(extra: &[String]) -> anyhow::Result<()> {
+    build()?;
+    let mut args = vec!["test", "--workspace"];
+    args.extend(extra.iter().map(String::as_str));
+    util::cargo(&args).context("tests failed")
+}

@@ -62,6 +62,14 @@ impl Default for ProbeSettings {
     }
 }
 
+/// Size of the per-tid `TRACKED` array: the host's pid_max (tids never reach it).
+fn pid_max() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(4_194_304) // PID_MAX_LIMIT on 64-bit: the largest it can be
+}
+
 pub struct Probes {
     ebpf: Ebpf,
     btf: Btf,
@@ -86,6 +94,7 @@ impl Probes {
         };
         let ebpf = EbpfLoader::new()
             .override_global("PROBE_CONFIG", &config, true)
+            .set_max_entries("TRACKED", pid_max())
             .load(crate::EBPF_OBJECT)?;
         let mut probes = Self { ebpf, btf: Btf::from_sys_fs()? };
         probes.write_syscall_classes()?;
@@ -146,11 +155,14 @@ impl Probes {
                 .insert(tgid, TargetInfo { parent_tgid, _pad: 0 }, 0)
                 .map_err(map_err("TARGETS"))?;
         }
-        let mut threads: HashMap<&mut MapData, u32, ThreadState> = self.map_mut("THREADS")?;
         for tid in procfs::threads(tgid) {
-            let state = ThreadState { tgid, syscall_nr: -1, ..ThreadState::default() };
-            // EEXIST means the fork hook got there first, with fresher state: keep it.
-            let _ = threads.insert(tid, state, BPF_NOEXIST);
+            {
+                let mut threads: HashMap<&mut MapData, u32, ThreadState> = self.map_mut("THREADS")?;
+                let state = ThreadState { tgid, syscall_nr: -1, ..ThreadState::default() };
+                // EEXIST means the fork hook got there first, with fresher state: keep it.
+                let _ = threads.insert(tid, state, BPF_NOEXIST);
+            }
+            self.set_tracked(tid, true)?;
         }
         Ok(())
     }
@@ -179,11 +191,17 @@ impl Probes {
     /// Drops THREADS entries of threads that are gone without an exit event (lost event, or a
     /// thread that exited between /proc listing and insertion).
     pub fn remove_thread(&mut self, tid: u32) -> Result<(), ProbeError> {
+        self.set_tracked(tid, false)?;
         let mut threads: HashMap<&mut MapData, u32, ThreadState> = self.map_mut("THREADS")?;
         match threads.remove(&tid) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(source) => Err(ProbeError::Map { map: "THREADS", source }),
         }
+    }
+
+    fn set_tracked(&mut self, tid: u32, tracked: bool) -> Result<(), ProbeError> {
+        let mut flags: Array<&mut MapData, u8> = self.map_mut("TRACKED")?;
+        flags.set(tid, u8::from(tracked), 0).map_err(map_err("TRACKED"))
     }
 
     pub fn offcpu_totals(&self) -> Result<Vec<(OffcpuKey, OffcpuTotals)>, ProbeError> {

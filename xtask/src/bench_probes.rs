@@ -1,0 +1,152 @@
+//! `cargo xtask bench probes`: the kernel's own cost per event of each program
+//! (kernel.bpf_stats_enabled=1, run_time_ns / run_cnt), under a context-switch-heavy load, in two
+//! phases side by side: the load targeted (full work per event) and not targeted (the one lookup
+//! every other process on the host pays).
+
+use std::{
+    collections::BTreeMap,
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::util::{cargo, target_dir};
+
+const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    let seconds: f64 = match args.iter().position(|a| a == "--seconds") {
+        Some(i) => args.get(i + 1).and_then(|s| s.parse().ok()).context("--seconds takes a number")?,
+        None => 5.0,
+    };
+    cargo(&["build", "--release", "-p", "gateway-observer", "-p", "tests", "--bins"])?;
+    let previous = std::fs::read_to_string(STATS_SYSCTL).context("cannot read bpf_stats_enabled (root?)")?;
+    std::fs::write(STATS_SYSCTL, "1").context("cannot enable kernel.bpf_stats_enabled (run as root)")?;
+    let result = phases(seconds);
+    let _ = std::fs::write(STATS_SYSCTL, previous.trim());
+    result
+}
+
+fn phases(seconds: f64) -> anyhow::Result<()> {
+    let release = target_dir().join("release");
+    let observer = release.join("gateway-observer");
+    let load = release.join("switch-load");
+    // An idle process to target in the untargeted phase, so the daemon has something to follow.
+    let mut idle = Command::new("sleep").arg("600").spawn().context("spawn sleep")?;
+    let mut rows = Vec::new();
+    for targeted in [true, false] {
+        let mut load_child = Command::new(&load)
+            .arg(format!("{seconds}"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("spawn switch-load")?;
+        let target = if targeted { load_child.id() } else { idle.id() };
+        let port = free_port()?;
+        let mut daemon = Command::new(&observer)
+            .args(["run", "--target", &format!("pid={target}"), "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--interval", "250ms"])
+            .stderr(Stdio::null())
+            .spawn()
+            .context("spawn gateway-observer")?;
+        let outcome = measure(port, seconds * 0.6);
+        stop(&mut daemon);
+        let _ = load_child.wait();
+        let (stats, wall) = outcome?;
+        rows.push((if targeted { "load targeted" } else { "load not targeted" }, stats, wall));
+    }
+    let _ = idle.kill();
+    let _ = idle.wait();
+    print_table(&rows);
+    Ok(())
+}
+
+type Stats = BTreeMap<String, (f64, f64)>; // program → (run seconds, runs)
+
+/// Waits for the daemon, then takes program stats twice, `window` seconds apart.
+fn measure(port: u16, window: f64) -> anyhow::Result<(Stats, f64)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scrape(port, "/ready").is_none_or(|(status, _)| status != 200) {
+        if Instant::now() > deadline {
+            bail!("gateway-observer not ready within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300)); // one collection, so the target is followed
+    let before = program_stats(port)?;
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(window));
+    std::thread::sleep(Duration::from_millis(300)); // stats are read at each 250 ms collection
+    let after = program_stats(port)?;
+    let wall = start.elapsed().as_secs_f64();
+    let delta = after
+        .into_iter()
+        .map(|(program, (time, runs))| {
+            let (t0, r0) = before.get(&program).copied().unwrap_or_default();
+            (program, (time - t0, runs - r0))
+        })
+        .collect();
+    Ok((delta, wall))
+}
+
+fn program_stats(port: u16) -> anyhow::Result<Stats> {
+    let (_, body) = scrape(port, "/metrics").context("scrape /metrics")?;
+    let mut stats = Stats::new();
+    for line in body.lines() {
+        for (metric, is_time) in
+            [("gateway_observer_bpf_program_run_seconds_total", true), ("gateway_observer_bpf_program_runs_total", false)]
+        {
+            let Some(rest) = line.strip_prefix(metric).and_then(|r| r.strip_prefix("{program=\"")) else { continue };
+            let Some((program, value)) = rest.split_once("\"} ") else { continue };
+            let value: f64 = value.trim().parse().unwrap_or(0.0);
+            let entry = stats.entry(program.to_owned()).or_default();
+            if is_time { entry.0 = value } else { entry.1 = value }
+        }
+    }
+    Ok(stats)
+}
+
+fn print_table(rows: &[(&str, Stats, f64)]) {
+    println!("\nkernel cost per program run (bpf_stats: run_time_ns / run_cnt), context-switch-heavy load");
+    println!("{:18} {:20} {:>12} {:>10}", "phase", "program", "events/s", "ns/event");
+    for (phase, stats, wall) in rows {
+        for (program, (time, runs)) in stats {
+            let ns = if *runs > 0.0 { time * 1e9 / runs } else { 0.0 };
+            println!("{phase:18} {program:20} {:>12.0} {ns:>10.1}", runs / wall);
+        }
+        let ns_of = |p: &str| stats.get(p).map_or(0.0, |(t, r)| if *r > 0.0 { t * 1e9 / r } else { 0.0 });
+        println!(
+            "{phase:18} {:20} {:>12} {:>10.1}   (goal: sched_switch <= 100 ns, futex pair <= 200 ns)",
+            "sys_enter+sys_exit",
+            "",
+            ns_of("sys_enter") + ns_of("sys_exit")
+        );
+    }
+}
+
+fn stop(child: &mut Child) {
+    // SAFETY: kill with a pid we own and a valid signal.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn scrape(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, response.split_once("\r\n\r\n")?.1.to_owned()))
+}

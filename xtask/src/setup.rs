@@ -1,0 +1,108 @@
+//! `cargo xtask setup`: installs what is missing, and only that, so a second run takes well under
+//! 5 s. Pieces: nightly's rust-src (to build core for bpfel-unknown-none), bpf-linker 0.13 built
+//! against nightly's own libLLVM (no system LLVM needed), and the Debian packages the tests use.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+
+use crate::util::{self, output};
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// bpf-linker's rpath points here, so it must outlive the build: not a temp dir.
+const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
+/// Debian packages the tests and benchmarks run: real Redis, nginx, wrk load, nftables and
+/// iproute2 for network faults in namespaces, tmux for the terminal view.
+const DEBIAN_PACKAGES: &[&str] = &["redis-server", "nginx", "wrk", "nftables", "iproute2", "tmux"];
+
+pub fn run() -> anyhow::Result<()> {
+    nightly()?;
+    rust_src()?;
+    bpf_linker()?;
+    debian_packages()
+}
+
+fn nightly() -> anyhow::Result<()> {
+    if output("rustc", &["+nightly", "--version"]).is_some() {
+        return Ok(());
+    }
+    eprintln!("setup: installing the nightly toolchain (kernel programs need -Z build-std)");
+    util::run("rustup", &["toolchain", "install", "nightly", "--profile", "minimal"])
+        .context("the nightly toolchain is missing; install it by hand: rustup toolchain install nightly")
+}
+
+fn nightly_sysroot() -> anyhow::Result<PathBuf> {
+    let sysroot = output("rustc", &["+nightly", "--print", "sysroot"]).context("rustc +nightly failed")?;
+    Ok(PathBuf::from(sysroot.trim()))
+}
+
+fn rust_src() -> anyhow::Result<()> {
+    if nightly_sysroot()?.join("lib/rustlib/src/rust/library/core").exists() {
+        return Ok(());
+    }
+    eprintln!("setup: adding rust-src to nightly");
+    util::run("rustup", &["component", "add", "rust-src", "--toolchain", "nightly"])
+        .context("rust-src is missing; install it by hand: rustup component add rust-src --toolchain nightly")
+}
+
+fn bpf_linker() -> anyhow::Result<()> {
+    let llvm_lib = link_nightly_llvm()?;
+    let installed = output("bpf-linker", &["--version"]).is_some_and(|v| v.contains(BPF_LINKER_VERSION));
+    if installed {
+        return Ok(());
+    }
+    eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against {} (about a minute)", llvm_lib.display());
+    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION])
+        .args(["--no-default-features", "--features", "llvm-22"])
+        .env("LLVM_PREFIX", LLVM_PREFIX)
+        .status()
+        .context("failed to run cargo install bpf-linker")?;
+    if !status.success() {
+        bail!(
+            "building bpf-linker failed ({status}); by hand: LLVM_PREFIX={LLVM_PREFIX} cargo install bpf-linker \
+             --version {BPF_LINKER_VERSION} --no-default-features --features llvm-22"
+        );
+    }
+    Ok(())
+}
+
+/// `LLVM_PREFIX/lib/libLLVM.so` → nightly's own libLLVM, re-pointed when nightly changes.
+fn link_nightly_llvm() -> anyhow::Result<PathBuf> {
+    let lib_dir = nightly_sysroot()?.join("lib");
+    let llvm = std::fs::read_dir(&lib_dir)
+        .with_context(|| format!("cannot list {}", lib_dir.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM.so.")))
+        .with_context(|| format!("no libLLVM.so.* in {}: is nightly complete?", lib_dir.display()))?;
+    let link = Path::new(LLVM_PREFIX).join("lib/libLLVM.so");
+    if std::fs::read_link(&link).ok().as_deref() == Some(llvm.as_path()) {
+        return Ok(llvm);
+    }
+    std::fs::create_dir_all(link.parent().unwrap_or(Path::new(LLVM_PREFIX)))
+        .with_context(|| format!("cannot create {LLVM_PREFIX}/lib (run setup as root)"))?;
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&llvm, &link)
+        .with_context(|| format!("cannot link {} to {}", link.display(), llvm.display()))?;
+    Ok(llvm)
+}
+
+fn debian_packages() -> anyhow::Result<()> {
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .iter()
+        .copied()
+        .filter(|pkg| {
+            !output("dpkg-query", &["-W", "-f=${Status}", pkg]).is_some_and(|s| s.contains("install ok installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("setup: installing Debian packages: {}", missing.join(" "));
+    let hint = format!("install them by hand: apt-get update && apt-get install -y {}", missing.join(" "));
+    util::run("apt-get", &["update", "-q"]).with_context(|| format!("apt-get update failed; {hint}"))?;
+    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+    args.extend(&missing);
+    util::run("apt-get", &args).with_context(|| format!("apt-get install failed; {hint}"))
+}

@@ -1,0 +1,49 @@
+//! Small process helpers shared by the xtask commands.
+
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, bail};
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// Runs cargo (the one running xtask) in the workspace root, inheriting stdio.
+pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(&cargo)
+        .args(args)
+        .current_dir(workspace_root())
+        .status()
+        .with_context(|| format!("failed to run {cargo} {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("`cargo {}` failed: {status}", args.join(" "));
+    }
+    Ok(())
+}
+
+/// Runs a command, inheriting stdio; an error names the command.
+pub fn run(program: &str, args: &[&str]) -> anyhow::Result<()> {
+    let status = Command::new(program)
+        .args(args)
+        .status()
+        .with_context(|| format!("failed to run {program} {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("`{program} {}` failed: {status}", args.join(" "));
+    }
+    Ok(())
+}
+
+/// A command's stdout, or None when it cannot run or fails.
+pub fn output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
