@@ -57,8 +57,8 @@ pub mod hist_kind {
 pub mod drop_index {
     /// A ring buffer reserve failed: an event was lost.
     pub const RINGBUF: u32 = 0;
-    /// `OFFCPU` was full: off-CPU time not counted.
-    pub const OFFCPU_MAP_FULL: u32 = 1;
+    /// Unused (off-CPU totals now live in `THREADS`); kept so the indexes stay stable.
+    pub const RESERVED: u32 = 1;
     /// `THREADS` was full: a target thread is not followed.
     pub const THREADS_MAP_FULL: u32 = 2;
     /// A histogram map was full: a sample not counted.
@@ -72,7 +72,7 @@ pub mod drop_index {
 pub mod event_kind {
     /// A thread came back on CPU after an off-CPU wait longer than the threshold.
     pub const BLOCK: u32 = 1;
-    /// A target thread exited; its `THREADS` entry is gone and userspace may drop its totals.
+    /// A target thread exited; userspace folds its last totals and deletes its entry.
     pub const THREAD_EXIT: u32 = 2;
     /// A target forked a new process, now in `TARGETS` too (pre-fork workers).
     pub const PROCESS_FORK: u32 = 3;
@@ -81,7 +81,6 @@ pub mod event_kind {
 /// Bounds on the kernel maps.
 pub const MAX_TARGETS: u32 = 1024;
 pub const MAX_THREADS: u32 = 32768;
-pub const MAX_OFFCPU_ENTRIES: u32 = 131072;
 pub const MAX_HIST_ENTRIES: u32 = 16384;
 /// Syscall numbers at or above this are not classified.
 pub const MAX_SYSCALL_NR: u32 = 512;
@@ -89,7 +88,10 @@ pub const MAX_SYSCALL_NR: u32 = 512;
 pub const HIST_BUCKETS: u16 = 64;
 pub const RINGBUF_BYTES: u32 = 256 * 1024;
 
-/// Per-thread state kept by the kernel in `THREADS`, keyed by tid.
+/// Per-thread state kept by the kernel in `THREADS`, keyed by tid. It also holds the thread's
+/// cumulative off-CPU time per reason, so a switch-in updates one map value, not several.
+/// An exited thread's entry stays (with `exited` set) until userspace has read its last totals
+/// and deletes it.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct ThreadState {
@@ -105,7 +107,8 @@ pub struct ThreadState {
     pub futex_timed: u8,
     /// 1 when the current futex call is a wait (not a wake or requeue).
     pub futex_is_wait: u8,
-    pub _pad0: u8,
+    /// 1 once the thread has exited.
+    pub exited: u8,
     /// `reason::*` chosen when the thread left the CPU.
     pub offcpu_reason: u32,
     /// When the thread left the CPU; 0 while it is on CPU.
@@ -114,26 +117,11 @@ pub struct ThreadState {
     pub wakeup_ns: u64,
     pub waker_tid: u32,
     pub _pad1: u32,
+    /// Cumulative off-CPU nanoseconds by `reason::*`. Only the thread's own switch-in writes
+    /// them, one CPU at a time, so no atomics are needed.
+    pub offcpu_ns: [u64; reason::COUNT as usize],
 }
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 56);
-
-/// Key of `OFFCPU`: time a thread spent off-CPU for one reason.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OffcpuKey {
-    pub tid: u32,
-    pub reason: u32,
-}
-const _: () = assert!(core::mem::size_of::<OffcpuKey>() == 8);
-
-/// Value of `OFFCPU`. Only the thread's own switch-in updates it, so no atomics are needed.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
-pub struct OffcpuTotals {
-    pub total_ns: u64,
-    pub count: u64,
-}
-const _: () = assert!(core::mem::size_of::<OffcpuTotals>() == 16);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 56 + 8 * reason::COUNT as usize);
 
 /// Key of the per-CPU `HIST` map: one log2 bucket of one histogram of one process.
 #[repr(C)]
@@ -210,8 +198,6 @@ mod pod {
     // SAFETY: each type is repr(C), made only of integers, with explicit padding, so every bit
     // pattern is valid and there are no uninitialised bytes.
     unsafe impl aya::Pod for super::ThreadState {}
-    unsafe impl aya::Pod for super::OffcpuKey {}
-    unsafe impl aya::Pod for super::OffcpuTotals {}
     unsafe impl aya::Pod for super::HistKey {}
     unsafe impl aya::Pod for super::HistValue {}
     unsafe impl aya::Pod for super::TargetInfo {}

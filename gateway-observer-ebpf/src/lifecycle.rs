@@ -4,8 +4,9 @@
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use gateway_observer_common::{Event, TargetInfo, ThreadState, drop_index, event_kind};
 
-use crate::maps::{is_tracked, now_ns, set_tracked, 
-    BPF_NOEXIST, TARGETS, THREADS, config, count_drop, current_ids, emit, read_field_u32,
+use crate::maps::{
+    BPF_NOEXIST, TARGETS, THREADS, btf_field, config, count_drop, current_ids, emit, is_tracked,
+    now_ns, set_tracked,
 };
 
 /// sched_process_fork(struct task_struct *parent, struct task_struct *child); runs in the parent,
@@ -19,12 +20,8 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
     }
     let child: *const u8 = ctx.arg(1);
     let cfg = config();
-    let (Some(child_tid), Some(child_tgid)) = (
-        read_field_u32(child, cfg.task_pid_offset),
-        read_field_u32(child, cfg.task_tgid_offset),
-    ) else {
-        return 0;
-    };
+    let child_tid: u32 = btf_field(child, cfg.task_pid_offset);
+    let child_tgid: u32 = btf_field(child, cfg.task_tgid_offset);
     if child_tgid != parent_tgid {
         let info = TargetInfo { parent_tgid, _pad: 0 };
         if TARGETS.insert(child_tgid, info, BPF_NOEXIST).is_err() {
@@ -50,6 +47,7 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
 }
 
 /// sched_process_exit(struct task_struct *p, bool group_dead); runs in the exiting thread.
+/// The THREADS entry stays, marked exited, until userspace has read its last totals.
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> u32 {
     let (tid, tgid) = current_ids();
@@ -57,8 +55,9 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> u32 {
         return 0;
     }
     set_tracked(tid, false);
-    if THREADS.remove(tid).is_err() {
-        return 0;
+    if let Some(state) = THREADS.get_ptr_mut(tid) {
+        // SAFETY: a map value pointer, valid for this program run.
+        unsafe { (*state).exited = 1 };
     }
     emit(Event {
         kind: event_kind::THREAD_EXIT,

@@ -1,13 +1,13 @@
 //! Maps and load-time globals shared by every program, and the small helpers they use.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use gateway_observer_common::{
-    Event, HistKey, HistValue, MAX_HIST_ENTRIES, MAX_OFFCPU_ENTRIES, MAX_SYSCALL_NR, MAX_TARGETS,
-    MAX_THREADS, OffcpuKey, OffcpuTotals, ProbeConfig, RINGBUF_BYTES, TargetInfo, ThreadState,
+    Event, HistKey, HistValue, MAX_HIST_ENTRIES, MAX_SYSCALL_NR, MAX_TARGETS, MAX_THREADS,
+    ProbeConfig, RINGBUF_BYTES, TargetInfo, ThreadState,
     drop_index,
 };
 
@@ -57,11 +57,6 @@ pub fn set_tracked(tid: u32, tracked: bool) {
 #[map]
 pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(MAX_THREADS, 0);
 
-/// Off-CPU totals by (tid, reason).
-#[map]
-pub static OFFCPU: HashMap<OffcpuKey, OffcpuTotals> =
-    HashMap::with_max_entries(MAX_OFFCPU_ENTRIES, 0);
-
 /// log2 histograms by (tgid, kind, bucket); per CPU because several CPUs update one process's.
 #[map]
 pub static HIST: PerCpuHashMap<HistKey, HistValue> =
@@ -100,23 +95,15 @@ pub fn current_ids() -> (u32, u32) {
     (pid_tgid as u32, (pid_tgid >> 32) as u32)
 }
 
-/// Reads a 32-bit field of a kernel struct at an offset learned from BTF.
+/// Reads a field of a kernel struct that a BTF tracepoint handed us, at an offset learned from
+/// BTF. The offset comes from frozen `.rodata`, so the verifier knows it as a constant and checks
+/// the access against the struct's BTF; the load itself is a plain (fault-guarded) memory read,
+/// much cheaper than a `bpf_probe_read_kernel` call.
 #[inline(always)]
-pub fn read_field_u32(base: *const u8, offset: u32) -> Option<u32> {
-    if base.is_null() {
-        return None;
-    }
-    // SAFETY: bpf_probe_read_kernel checks the address; a bad one is an error, not a fault.
-    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize) as *const u32).ok() }
-}
-
-#[inline(always)]
-pub fn read_field_u64(base: *const u8, offset: u32) -> Option<u64> {
-    if base.is_null() {
-        return None;
-    }
-    // SAFETY: as in read_field_u32.
-    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize) as *const u64).ok() }
+pub fn btf_field<T: Copy>(base: *const u8, offset: u32) -> T {
+    // SAFETY: base is a BTF-typed pointer argument of a tp_btf program; the verifier rejects the
+    // program at load if offset/size do not match a field, and guards the load against faults.
+    unsafe { core::ptr::read_volatile(base.wrapping_add(offset as usize).cast::<T>()) }
 }
 
 /// Sends one event, counting a full ring buffer instead of failing silently.

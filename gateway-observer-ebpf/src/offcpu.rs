@@ -2,14 +2,9 @@
 //! them into the wait itself and the run-queue delay that follows.
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use gateway_observer_common::{
-    Event, OffcpuKey, OffcpuTotals, ThreadState, drop_index, event_kind, hist_kind, reason,
-    syscall_class,
-};
+use gateway_observer_common::{Event, ThreadState, event_kind, hist_kind, reason, syscall_class};
 
-use crate::maps::{is_tracked, now_ns, 
-    BPF_NOEXIST, OFFCPU, THREADS, config, count_drop, current_ids, emit, hist_add, read_field_u32,
-};
+use crate::maps::{THREADS, btf_field, config, current_ids, emit, hist_add, is_tracked, now_ns};
 
 /// `TASK_UNINTERRUPTIBLE` in `prev_state`.
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -23,9 +18,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     // `current` is still prev here, so its ids come from a helper, not from the struct.
     let (prev_tid, _) = current_ids();
     switch_out(prev_tid, prev_state, now);
-    if let Some(next_tid) = read_field_u32(next, config().task_pid_offset) {
-        switch_in(next_tid, now);
-    }
+    switch_in(btf_field::<u32>(next, config().task_pid_offset), now);
     0
 }
 
@@ -33,7 +26,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
-    let Some(tid) = read_field_u32(task, config().task_pid_offset) else { return 0 };
+    let tid: u32 = btf_field(task, config().task_pid_offset);
     if !is_tracked(tid) {
         return 0;
     }
@@ -106,11 +99,11 @@ fn switch_in(tid: u32, now: u64) {
         // No wakeup seen (woken before we attached, or by a path without sched_wakeup).
         (now - start, 0)
     };
-    if wait_ns > 0 {
-        add_offcpu(tid, span_reason, wait_ns);
+    if let Some(total) = state.offcpu_ns.get_mut(span_reason as usize) {
+        *total += wait_ns;
     }
     if runqueue_ns > 0 {
-        add_offcpu(tid, reason::RUNQUEUE, runqueue_ns);
+        state.offcpu_ns[reason::RUNQUEUE as usize] += runqueue_ns;
         hist_add(state.tgid, hist_kind::RUNQUEUE, runqueue_ns);
     }
     if wait_ns >= config().block_threshold_ns {
@@ -130,22 +123,5 @@ fn switch_in(tid: u32, now: u64) {
             futex_uaddr,
             timestamp_ns: now,
         });
-    }
-}
-
-#[inline(always)]
-fn add_offcpu(tid: u32, span_reason: u32, ns: u64) {
-    let key = OffcpuKey { tid, reason: span_reason };
-    if let Some(totals) = OFFCPU.get_ptr_mut(key) {
-        // SAFETY: only this thread's own switch-in updates its keys, one CPU at a time.
-        unsafe {
-            (*totals).total_ns += ns;
-            (*totals).count += 1;
-        }
-        return;
-    }
-    let first = OffcpuTotals { total_ns: ns, count: 1 };
-    if OFFCPU.insert(key, first, BPF_NOEXIST).is_err() {
-        count_drop(drop_index::OFFCPU_MAP_FULL);
     }
 }

@@ -5,7 +5,7 @@
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use gateway_observer_common::{hist_kind, syscall_class};
 
-use crate::maps::{is_tracked, now_ns, SYSCALL_CLASS, THREADS, config, current_ids, hist_add, read_field_u64};
+use crate::maps::{SYSCALL_CLASS, THREADS, btf_field, config, current_ids, hist_add, is_tracked, now_ns};
 
 /// futex operations that wait (FUTEX_WAIT, LOCK_PI, WAIT_BITSET, WAIT_REQUEUE_PI, LOCK_PI2),
 /// after masking FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME.
@@ -40,20 +40,20 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
     state.futex_is_wait = 0;
     match class {
         syscall_class::FUTEX => {
-            state.syscall_arg0 = read_field_u64(regs, cfg.regs_arg0_offset).unwrap_or(0);
-            let op = read_field_u64(regs, cfg.regs_arg1_offset).unwrap_or(0);
-            let timeout = read_field_u64(regs, cfg.regs_arg3_offset).unwrap_or(0);
+            state.syscall_arg0 = btf_field::<u64>(regs, cfg.regs_arg0_offset);
+            let op = btf_field::<u64>(regs, cfg.regs_arg1_offset);
+            let timeout = btf_field::<u64>(regs, cfg.regs_arg3_offset);
             state.futex_is_wait = futex_op_waits(op) as u8;
             state.futex_timed = (timeout != 0) as u8;
         }
         syscall_class::FUTEX_WAIT2 => {
-            state.syscall_arg0 = read_field_u64(regs, cfg.regs_arg0_offset).unwrap_or(0);
-            let timeout = read_field_u64(regs, cfg.regs_arg4_offset).unwrap_or(0);
+            state.syscall_arg0 = btf_field::<u64>(regs, cfg.regs_arg0_offset);
+            let timeout = btf_field::<u64>(regs, cfg.regs_arg4_offset);
             state.futex_is_wait = 1;
             state.futex_timed = (timeout != 0) as u8;
         }
         syscall_class::FUTEX_WAITV => {
-            let timeout = read_field_u64(regs, cfg.regs_arg3_offset).unwrap_or(0);
+            let timeout = btf_field::<u64>(regs, cfg.regs_arg3_offset);
             state.futex_is_wait = 1;
             state.futex_timed = (timeout != 0) as u8;
         }

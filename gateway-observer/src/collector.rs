@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
-use gateway_observer_common::{HistKey, OffcpuKey, drop_index, hist_kind};
+use gateway_observer_common::{HistKey, ThreadState, drop_index, hist_kind, reason};
 
 use crate::{
     events::{Block, Record},
@@ -25,6 +25,8 @@ const RECENT_BLOCKS: usize = 1024;
 /// Re-read thread names every this many ticks.
 const NAME_REFRESH_TICKS: u64 = 5;
 
+/// (tid, reason): one cumulative kernel counter.
+type OffcpuKey = (u32, u32);
 type OffcpuLabel = (String, String, u32);
 type HistLabel = (String, u16, u16);
 
@@ -32,9 +34,6 @@ pub struct Collector {
     probes: Probes,
     specs: Vec<TargetSpec>,
     names: ThreadNames,
-    /// tid → tgid for every thread seen, kept after exit until its totals are folded.
-    tid_tgid: HashMap<u32, u32>,
-    exited_threads: HashSet<u32>,
     offcpu: DeltaCounters<OffcpuKey, OffcpuLabel>,
     hist_count: DeltaCounters<HistKey, HistLabel>,
     hist_sum: DeltaCounters<HistKey, (String, u16)>,
@@ -52,8 +51,6 @@ impl Collector {
             probes,
             specs,
             names: ThreadNames::new(NAME_REFRESH_TICKS),
-            tid_tgid: HashMap::new(),
-            exited_threads: HashSet::new(),
             offcpu: DeltaCounters::default(),
             hist_count: DeltaCounters::default(),
             hist_sum: DeltaCounters::default(),
@@ -78,11 +75,8 @@ impl Collector {
                 }
                 self.recent_blocks.push_back(block);
             }
-            Record::ThreadExit { tid, tgid } => {
-                self.tid_tgid.insert(tid, tgid);
-                self.exited_threads.insert(tid);
-            }
-            Record::ProcessFork { .. } => {} // already in TARGETS; picked up at the next tick
+            // Both are in the maps already: exits are folded and forks followed at the next tick.
+            Record::ThreadExit { .. } | Record::ProcessFork { .. } => {}
         }
     }
 
@@ -99,14 +93,12 @@ impl Collector {
         self.names.next_tick();
         let live_targets = self.sync_targets()?;
         let threads = self.probes.threads()?;
-        self.tid_tgid.extend(threads.iter().map(|(tid, tgid)| (*tid, *tgid)));
         self.fold_offcpu(&threads)?;
         self.fold_histograms(&live_targets)?;
         self.drops = self.probes.drops()?;
         self.map_entries = BTreeMap::from([
             ("targets", live_targets.len()),
             ("threads", threads.len()),
-            ("offcpu", self.offcpu.tracked_keys()),
             ("hist", self.hist_count.tracked_keys()),
         ]);
         self.collections += 1;
@@ -145,36 +137,25 @@ impl Collector {
         Ok(live)
     }
 
-    fn fold_offcpu(&mut self, threads: &HashMap<u32, u32>) -> Result<(), ProbeError> {
-        let mut gone = Vec::new();
-        for (key, totals) in self.probes.offcpu_totals()? {
-            let Some(&tgid) = self.tid_tgid.get(&key.tid) else {
-                gone.push(key); // a thread we never knew the process of: nothing to label it with
-                continue;
-            };
-            let process = self.names.process(tgid).to_owned();
-            let group = self.names.thread(key.tid, tgid).group.clone();
-            self.offcpu.observe(key, totals.total_ns, (process, group, key.reason));
-            let exited = self.exited_threads.contains(&key.tid)
-                || (!threads.contains_key(&key.tid) && !procfs::exists(key.tid));
-            if exited {
-                gone.push(key);
+    /// Folds each thread's cumulative off-CPU totals into its (process, group, reason) counters,
+    /// then deletes the entries of threads that exited (their last totals are in now).
+    fn fold_offcpu(&mut self, threads: &HashMap<u32, ThreadState>) -> Result<(), ProbeError> {
+        for (&tid, state) in threads {
+            let process = self.names.process(state.tgid).to_owned();
+            let group = self.names.thread(tid, state.tgid).group.clone();
+            for (code, &ns) in (0..reason::COUNT).zip(state.offcpu_ns.iter()) {
+                if ns > 0 {
+                    self.offcpu.observe((tid, code), ns, (process.clone(), group.clone(), code));
+                }
             }
-        }
-        // Totals of exited threads are folded above; now their kernel entries can go.
-        for key in &gone {
-            self.offcpu.forget(key);
-            self.tid_tgid.remove(&key.tid);
-        }
-        self.probes.remove_offcpu(&gone)?;
-        for tid in self.exited_threads.drain() {
-            self.names.forget_thread(tid);
-            self.tid_tgid.remove(&tid);
-        }
-        // THREADS entries whose thread is gone without an exit event (it exited between /proc
-        // listing and insertion, or the event was lost).
-        for (&tid, _) in threads.iter().filter(|(tid, _)| !procfs::exists(**tid)) {
-            self.probes.remove_thread(tid)?;
+            // An exit the hook saw, or a thread gone without it (exited before it was followed).
+            if state.exited != 0 || !procfs::exists(tid) {
+                for code in 0..reason::COUNT {
+                    self.offcpu.forget(&(tid, code));
+                }
+                self.names.forget_thread(tid);
+                self.probes.remove_thread(tid)?;
+            }
         }
         Ok(())
     }
@@ -220,7 +201,6 @@ impl Collector {
         let name = "gateway_observer_bpf_map_full_total";
         e.family(name, "counter", "Kernel updates refused because a map was full.");
         for (map, index) in [
-            ("offcpu", drop_index::OFFCPU_MAP_FULL),
             ("threads", drop_index::THREADS_MAP_FULL),
             ("hist", drop_index::HIST_MAP_FULL),
             ("targets", drop_index::TARGETS_MAP_FULL),

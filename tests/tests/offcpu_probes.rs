@@ -107,7 +107,7 @@ fn offcpu_time_per_reason_matches_ground_truth() {
     let after = wait_for(Duration::from_secs(10), || {
         let s = parse(&daemon.metrics());
         let entries = |map| sum(&s, "gateway_observer_bpf_map_entries", &[("map", map)]);
-        (entries("threads") == 0.0 && entries("offcpu") == 0.0 && entries("targets") == 0.0).then_some(s)
+        (entries("threads") == 0.0 && entries("hist") == 0.0 && entries("targets") == 0.0).then_some(s)
     });
     let after = after.unwrap_or_else(|| panic!("per-thread map entries left after exit:\n{}", daemon.metrics()));
     assert_eq!(offcpu(&after, "sleeper-*", "sleep"), before_exit, "counters stay after the process exits");

@@ -9,8 +9,7 @@ use aya::{
     programs::BtfTracePoint,
 };
 use gateway_observer_common::{
-    HistKey, HistValue, MAX_SYSCALL_NR, OffcpuKey, OffcpuTotals, ProbeConfig, TargetInfo,
-    ThreadState, drop_index,
+    HistKey, HistValue, MAX_SYSCALL_NR, ProbeConfig, TargetInfo, ThreadState, drop_index,
 };
 
 use super::kernel_offsets::{KernelOffsets, OffsetError};
@@ -94,7 +93,7 @@ impl Probes {
         };
         let ebpf = EbpfLoader::new()
             .override_global("PROBE_CONFIG", &config, true)
-            .set_max_entries("TRACKED", pid_max())
+            .map_max_entries("TRACKED", pid_max())
             .load(crate::EBPF_OBJECT)?;
         let mut probes = Self { ebpf, btf: Btf::from_sys_fs()? };
         probes.write_syscall_classes()?;
@@ -182,14 +181,14 @@ impl Probes {
         Ok(targets.iter().filter_map(Result::ok).map(|(tgid, info)| (tgid, info.parent_tgid)).collect())
     }
 
-    /// tid → tgid of every thread in THREADS.
-    pub fn threads(&self) -> Result<StdHashMap<u32, u32>, ProbeError> {
+    /// Every thread in THREADS with its state and cumulative off-CPU totals.
+    pub fn threads(&self) -> Result<StdHashMap<u32, ThreadState>, ProbeError> {
         let threads: HashMap<&MapData, u32, ThreadState> = self.map("THREADS")?;
-        Ok(threads.iter().filter_map(Result::ok).map(|(tid, s)| (tid, s.tgid)).collect())
+        Ok(threads.iter().filter_map(Result::ok).collect())
     }
 
-    /// Drops THREADS entries of threads that are gone without an exit event (lost event, or a
-    /// thread that exited between /proc listing and insertion).
+    /// Forgets a thread: after its exit (once its last totals are read), or when it is gone
+    /// without an exit hook run (it exited between /proc listing and insertion).
     pub fn remove_thread(&mut self, tid: u32) -> Result<(), ProbeError> {
         self.set_tracked(tid, false)?;
         let mut threads: HashMap<&mut MapData, u32, ThreadState> = self.map_mut("THREADS")?;
@@ -202,22 +201,6 @@ impl Probes {
     fn set_tracked(&mut self, tid: u32, tracked: bool) -> Result<(), ProbeError> {
         let mut flags: Array<&mut MapData, u8> = self.map_mut("TRACKED")?;
         flags.set(tid, u8::from(tracked), 0).map_err(map_err("TRACKED"))
-    }
-
-    pub fn offcpu_totals(&self) -> Result<Vec<(OffcpuKey, OffcpuTotals)>, ProbeError> {
-        let offcpu: HashMap<&MapData, OffcpuKey, OffcpuTotals> = self.map("OFFCPU")?;
-        Ok(offcpu.iter().filter_map(Result::ok).collect())
-    }
-
-    pub fn remove_offcpu(&mut self, keys: &[OffcpuKey]) -> Result<(), ProbeError> {
-        let mut offcpu: HashMap<&mut MapData, OffcpuKey, OffcpuTotals> = self.map_mut("OFFCPU")?;
-        for key in keys {
-            match offcpu.remove(key) {
-                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-                Err(source) => return Err(ProbeError::Map { map: "OFFCPU", source }),
-            }
-        }
-        Ok(())
     }
 
     /// Histogram buckets, summed over CPUs.
