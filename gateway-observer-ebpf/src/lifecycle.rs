@@ -1,13 +1,16 @@
-//! Thread and process lifecycle: follow new threads and forked children of targets, forget
-//! threads that exit (so the per-thread maps never leak).
+//! Thread and process lifecycle: follow new threads and forked children of targets, and mark
+//! threads that exit so userspace can read their last totals and free their slot.
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use gateway_observer_common::{Event, TargetInfo, ThreadState, drop_index, event_kind};
+use gateway_observer_common::{Event, TargetInfo, drop_index, event_kind};
 
 use crate::maps::{
-    BPF_NOEXIST, TARGETS, THREADS, btf_field, config, count_drop, current_ids, emit, is_tracked,
-    now_ns, set_tracked,
+    FREE_SLOTS, TARGETS, THREADS, btf_field, config, count_drop, current_ids, emit, now_ns,
+    set_tracked, thread_state,
 };
+
+/// `bpf_map_update_elem` flag: only create, never replace.
+const BPF_NOEXIST: u64 = 1;
 
 /// sched_process_fork(struct task_struct *parent, struct task_struct *child); runs in the parent,
 /// for new threads and new processes alike.
@@ -25,7 +28,7 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
     if child_tgid != parent_tgid {
         let info = TargetInfo { parent_tgid, _pad: 0 };
         if TARGETS.insert(child_tgid, info, BPF_NOEXIST).is_err() {
-            count_drop(drop_index::TARGETS_MAP_FULL);
+            count_drop(drop_index::TARGETS_FULL);
             return 0;
         }
         emit(Event {
@@ -37,34 +40,29 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
             ..Event::default()
         });
     }
-    let state = ThreadState { tgid: child_tgid, syscall_nr: -1, ..ThreadState::default() };
-    if THREADS.insert(child_tid, state, 0).is_err() {
-        count_drop(drop_index::THREADS_MAP_FULL);
+    let Ok(Some(slot)) = FREE_SLOTS.pop() else {
+        count_drop(drop_index::THREADS_FULL);
         return 0;
+    };
+    let Some(state) = THREADS.get_ptr_mut(slot) else { return 0 };
+    // SAFETY: a free slot, owned by nobody until TRACKED points at it below. Userspace cleared it
+    // before returning it to FREE_SLOTS, so only the identity needs writing.
+    unsafe {
+        (*state).tid = child_tid;
+        (*state).tgid = child_tgid;
+        (*state).syscall_nr = -1;
     }
-    set_tracked(child_tid, true);
+    set_tracked(child_tid, Some(slot));
     0
 }
 
 /// sched_process_exit(struct task_struct *p, bool group_dead); runs in the exiting thread.
-/// The THREADS entry stays, marked exited, until userspace has read its last totals.
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> u32 {
     let (tid, tgid) = current_ids();
-    if !is_tracked(tid) {
-        return 0;
-    }
-    set_tracked(tid, false);
-    if let Some(state) = THREADS.get_ptr_mut(tid) {
-        // SAFETY: a map value pointer, valid for this program run.
-        unsafe { (*state).exited = 1 };
-    }
-    emit(Event {
-        kind: event_kind::THREAD_EXIT,
-        tid,
-        tgid,
-        timestamp_ns: now_ns(),
-        ..Event::default()
-    });
+    let Some(state) = thread_state(tid) else { return 0 };
+    state.exited = 1;
+    set_tracked(tid, None);
+    emit(Event { kind: event_kind::THREAD_EXIT, tid, tgid, timestamp_ns: now_ns(), ..Event::default() });
     0
 }

@@ -1,14 +1,17 @@
 //! Maps and load-time globals shared by every program, and the small helpers they use.
+//!
+//! Hot paths (every context switch and syscall on the host) do array lookups only, which the
+//! verifier inlines: `TRACKED[tid]` says whether a thread is ours and where its state is, and
+//! `THREADS[slot]` holds that state. Hash maps are touched only at fork.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, Queue, RingBuf},
 };
 use gateway_observer_common::{
-    Event, HistKey, HistValue, MAX_HIST_ENTRIES, MAX_SYSCALL_NR, MAX_TARGETS, MAX_THREADS,
-    ProbeConfig, RINGBUF_BYTES, TargetInfo, ThreadState,
-    drop_index,
+    BPF_F_MMAPABLE, Event, MAX_SYSCALL_NR, MAX_TARGETS, MAX_THREADS, ProbeConfig, RINGBUF_BYTES,
+    TargetInfo, ThreadState, drop_index,
 };
 
 /// Set by userspace at load time (`EbpfLoader::override_global`).
@@ -33,34 +36,18 @@ pub fn config() -> ProbeConfig {
 #[map]
 pub static TARGETS: HashMap<u32, TargetInfo> = HashMap::with_max_entries(MAX_TARGETS, 0);
 
-/// One byte per possible tid (sized to the host's pid_max at load): 1 for a target thread. An
-/// array lookup is inlined by the verifier, far cheaper than hashing, and it is the only work
-/// the hot paths do for the rest of the host's threads.
+/// One entry per possible tid (sized to the host's pid_max at load): 0 for threads that are
+/// not ours, else 1 + the thread's slot in `THREADS`.
 #[map]
-pub static TRACKED: Array<u8> = Array::with_max_entries(1, 0);
+pub static TRACKED: Array<u32> = Array::with_max_entries(1, 0);
 
-#[inline(always)]
-pub fn is_tracked(tid: u32) -> bool {
-    TRACKED.get(tid).is_some_and(|flag| *flag != 0)
-}
-
-#[inline(always)]
-pub fn set_tracked(tid: u32, tracked: bool) {
-    if let Some(flag) = TRACKED.get_ptr_mut(tid) {
-        // SAFETY: a byte in an array map; a concurrent writer of the same tid cannot exist (a
-        // tid is created and exits once).
-        unsafe { *flag = tracked as u8 };
-    }
-}
-
-/// State of target threads by tid; only looked up once `TRACKED` says the thread is ours.
+/// Target thread state by slot. mmap-able, so userspace reads every slot without a syscall each.
 #[map]
-pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(MAX_THREADS, 0);
+pub static THREADS: Array<ThreadState> = Array::with_max_entries(MAX_THREADS, BPF_F_MMAPABLE);
 
-/// log2 histograms by (tgid, kind, bucket); per CPU because several CPUs update one process's.
+/// Free slots of `THREADS`: userspace fills it, fork takes from it, userspace gives back.
 #[map]
-pub static HIST: PerCpuHashMap<HistKey, HistValue> =
-    PerCpuHashMap::with_max_entries(MAX_HIST_ENTRIES, 0);
+pub static FREE_SLOTS: Queue<u32> = Queue::with_max_entries(MAX_THREADS, 0);
 
 /// `syscall_class::*` for each syscall number, written by userspace before attaching.
 #[map]
@@ -72,6 +59,28 @@ pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_index::C
 
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(RINGBUF_BYTES, 0);
+
+/// The state of a target thread, or None for every other thread (the common, cheap case).
+#[inline(always)]
+pub fn thread_state(tid: u32) -> Option<&'static mut ThreadState> {
+    let slot = *TRACKED.get(tid)?;
+    if slot == 0 {
+        return None;
+    }
+    let state = THREADS.get_ptr_mut(slot - 1)?;
+    // SAFETY: an array value pointer, valid for this program run; a thread's slot is written by
+    // that thread's own events, which never run concurrently for the same phase of its life.
+    Some(unsafe { &mut *state })
+}
+
+/// Marks `tid` as ours, in `slot`, or (None) as no longer ours.
+#[inline(always)]
+pub fn set_tracked(tid: u32, slot: Option<u32>) {
+    if let Some(entry) = TRACKED.get_ptr_mut(tid) {
+        // SAFETY: an array value pointer; a tid is created and exits once, so no two writers.
+        unsafe { *entry = slot.map_or(0, |s| s + 1) };
+    }
+}
 
 #[inline(always)]
 pub fn count_drop(index: u32) {
@@ -118,14 +127,14 @@ pub fn emit(event: Event) {
     }
 }
 
-/// Index of the log2 bucket for `value`: 0 for 0, else 1 + floor(log2(value)).
-/// Written as a fixed sequence of shifts: no loop for the verifier, no clz instruction in BPF.
+/// Index of the log2 bucket for `value`: 0 for 0, else 1 + floor(log2(value)), capped at the
+/// last bucket. Written as a fixed sequence of shifts: no loop for the verifier, no clz in BPF.
 #[inline(always)]
-pub fn log2_bucket(mut value: u64) -> u16 {
+pub fn log2_bucket(mut value: u64) -> usize {
     if value == 0 {
         return 0;
     }
-    let mut bucket: u16 = 1;
+    let mut bucket: usize = 1;
     if value >= 1 << 32 {
         value >>= 32;
         bucket += 32;
@@ -152,30 +161,11 @@ pub fn log2_bucket(mut value: u64) -> u16 {
     bucket
 }
 
+/// Counts `value_ns` in a per-thread log2 histogram.
 #[inline(always)]
-pub fn hist_add(tgid: u32, kind: u16, value_ns: u64) {
-    let key = HistKey { tgid, kind, bucket: log2_bucket(value_ns) };
-    if let Some(slot) = HIST.get_ptr_mut(key) {
-        // SAFETY: a per-CPU value; no other CPU writes it.
-        unsafe { add_sample(&mut *slot, value_ns) };
-        return;
-    }
-    // BPF_NOEXIST: another CPU may have inserted the key meanwhile; then add to it.
-    let first = HistValue { count: 1, sum_ns: value_ns };
-    if HIST.insert(key, first, BPF_NOEXIST).is_err() {
-        match HIST.get_ptr_mut(key) {
-            // SAFETY: as above.
-            Some(slot) => unsafe { add_sample(&mut *slot, value_ns) },
-            None => count_drop(drop_index::HIST_MAP_FULL),
-        }
+pub fn hist_add(hist: &mut [u32; gateway_observer_common::THREAD_HIST_BUCKETS], value_ns: u64) {
+    let bucket = log2_bucket(value_ns).min(hist.len() - 1);
+    if let Some(count) = hist.get_mut(bucket) {
+        *count = count.wrapping_add(1);
     }
 }
-
-#[inline(always)]
-fn add_sample(slot: &mut HistValue, value_ns: u64) {
-    slot.count += 1;
-    slot.sum_ns += value_ns;
-}
-
-/// `bpf_map_update_elem` flag: only create, never replace.
-pub const BPF_NOEXIST: u64 = 1;

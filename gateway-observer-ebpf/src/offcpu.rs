@@ -2,9 +2,9 @@
 //! them into the wait itself and the run-queue delay that follows.
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use gateway_observer_common::{Event, ThreadState, event_kind, hist_kind, reason, syscall_class};
+use gateway_observer_common::{Event, ThreadState, drop_index, event_kind, reason, syscall_class};
 
-use crate::maps::{THREADS, btf_field, config, current_ids, emit, hist_add, is_tracked, now_ns};
+use crate::maps::{btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state};
 
 /// `TASK_UNINTERRUPTIBLE` in `prev_state`.
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -12,13 +12,22 @@ const TASK_UNINTERRUPTIBLE: u32 = 0x2;
 /// sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
-    let now = now_ns();
-    let prev_state: u32 = ctx.arg(3);
-    let next: *const u8 = ctx.arg(2);
     // `current` is still prev here, so its ids come from a helper, not from the struct.
     let (prev_tid, _) = current_ids();
-    switch_out(prev_tid, prev_state, now);
-    switch_in(btf_field::<u32>(next, config().task_pid_offset), now);
+    let next: *const u8 = ctx.arg(2);
+    let next_tid: u32 = btf_field(next, config().task_pid_offset);
+    let prev = if prev_tid == 0 { None } else { thread_state(prev_tid) };
+    let next = if next_tid == 0 { None } else { thread_state(next_tid) };
+    if prev.is_none() && next.is_none() {
+        return 0; // the common case: neither thread is ours
+    }
+    let now = now_ns();
+    if let Some(state) = prev {
+        switch_out(state, ctx.arg(3), now);
+    }
+    if let Some(state) = next {
+        close_offcpu_span(state, next_tid, now);
+    }
     0
 }
 
@@ -27,12 +36,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
 pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
     let tid: u32 = btf_field(task, config().task_pid_offset);
-    if !is_tracked(tid) {
-        return 0;
-    }
-    let Some(state) = THREADS.get_ptr_mut(tid) else { return 0 };
-    // SAFETY: a map value pointer, valid for this program run.
-    let state = unsafe { &mut *state };
+    let Some(state) = thread_state(tid) else { return 0 };
     if state.offcpu_start_ns != 0 && state.wakeup_ns == 0 {
         state.wakeup_ns = now_ns();
         state.waker_tid = current_ids().0;
@@ -41,13 +45,10 @@ pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
 }
 
 #[inline(always)]
-fn switch_out(tid: u32, prev_state: u32, now: u64) {
-    if tid == 0 || !is_tracked(tid) {
-        return;
+fn switch_out(state: &mut ThreadState, prev_state: u32, now: u64) {
+    if state.offcpu_start_ns != 0 {
+        count_drop(drop_index::LOST_SPAN);
     }
-    let Some(state) = THREADS.get_ptr_mut(tid) else { return };
-    // SAFETY: a map value pointer, valid for this program run.
-    let state = unsafe { &mut *state };
     state.offcpu_start_ns = now;
     state.wakeup_ns = 0;
     state.waker_tid = 0;
@@ -77,14 +78,10 @@ fn offcpu_reason(state: &ThreadState, prev_state: u32) -> u32 {
     }
 }
 
+/// Ends the thread's off-CPU span: at its switch-in, or at its first syscall after a switch-in
+/// our program missed.
 #[inline(always)]
-fn switch_in(tid: u32, now: u64) {
-    if tid == 0 || !is_tracked(tid) {
-        return;
-    }
-    let Some(state) = THREADS.get_ptr_mut(tid) else { return };
-    // SAFETY: a map value pointer, valid for this program run.
-    let state = unsafe { &mut *state };
+pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
     let start = state.offcpu_start_ns;
     if start == 0 || now < start {
         return;
@@ -104,7 +101,7 @@ fn switch_in(tid: u32, now: u64) {
     }
     if runqueue_ns > 0 {
         state.offcpu_ns[reason::RUNQUEUE as usize] += runqueue_ns;
-        hist_add(state.tgid, hist_kind::RUNQUEUE, runqueue_ns);
+        hist_add(&mut state.runqueue_hist, runqueue_ns);
     }
     if wait_ns >= config().block_threshold_ns {
         let futex_uaddr = match state.syscall_class {

@@ -3,9 +3,12 @@
 //! would run the same kernel path and could not tell "other syscalls" apart.
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use gateway_observer_common::{hist_kind, syscall_class};
+use gateway_observer_common::{ThreadState, drop_index, syscall_class};
 
-use crate::maps::{SYSCALL_CLASS, THREADS, btf_field, config, current_ids, hist_add, is_tracked, now_ns};
+use crate::{
+    maps::{SYSCALL_CLASS, btf_field, config, count_drop, current_ids, hist_add, now_ns, thread_state},
+    offcpu::close_offcpu_span,
+};
 
 /// futex operations that wait (FUTEX_WAIT, LOCK_PI, WAIT_BITSET, WAIT_REQUEUE_PI, LOCK_PI2),
 /// after masking FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME.
@@ -18,12 +21,8 @@ const fn futex_op_waits(op: u64) -> bool {
 #[btf_tracepoint(function = "sys_enter")]
 pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
     let (tid, _) = current_ids();
-    if !is_tracked(tid) {
-        return 0;
-    }
-    let Some(state) = THREADS.get_ptr_mut(tid) else { return 0 };
-    // SAFETY: a map value pointer, valid for this program run.
-    let state = unsafe { &mut *state };
+    let Some(state) = thread_state(tid) else { return 0 };
+    close_missed_span(state, tid);
     let regs: *const u8 = ctx.arg(0);
     let nr: i64 = ctx.arg(1);
     let class = if (0..gateway_observer_common::MAX_SYSCALL_NR as i64).contains(&nr) {
@@ -66,19 +65,25 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "sys_exit")]
 pub fn sys_exit(_ctx: BtfTracePointContext) -> u32 {
     let (tid, _) = current_ids();
-    if !is_tracked(tid) {
-        return 0;
-    }
-    let Some(state) = THREADS.get_ptr_mut(tid) else { return 0 };
-    // SAFETY: a map value pointer, valid for this program run.
-    let state = unsafe { &mut *state };
+    let Some(state) = thread_state(tid) else { return 0 };
+    close_missed_span(state, tid);
     if state.futex_is_wait != 0 && state.syscall_enter_ns != 0 {
         let elapsed = now_ns().saturating_sub(state.syscall_enter_ns);
-        hist_add(state.tgid, hist_kind::FUTEX_WAIT, elapsed);
+        hist_add(&mut state.futex_hist, elapsed);
+        state.futex_wait_ns += elapsed;
     }
     state.syscall_nr = -1;
     state.syscall_class = syscall_class::NONE;
     state.futex_is_wait = 0;
     state.futex_timed = 0;
     0
+}
+
+/// A thread in a syscall is on CPU: an off-CPU span still open means its switch-in was missed.
+#[inline(always)]
+fn close_missed_span(state: &mut ThreadState, tid: u32) {
+    if state.offcpu_start_ns != 0 {
+        count_drop(drop_index::MISSED_SWITCH_IN);
+        close_offcpu_span(state, tid, now_ns());
+    }
 }

@@ -1,11 +1,11 @@
 //! The collector owns the loaded probes and the state built from them. At each tick it brings
-//! TARGETS in line with the target specs, folds the kernel's cumulative maps into monotonic
-//! per-label totals, forgets what exited (in the kernel maps too, so nothing leaks), and renders
-//! the metrics. It is the only module that holds a `Probes`.
+//! TARGETS in line with the target specs, folds every thread slot's cumulative totals into
+//! monotonic per-label counters, frees the slots of threads that exited (so nothing leaks), and
+//! renders the metrics. It is the only module that holds a `Probes`.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
-use gateway_observer_common::{HistKey, ThreadState, drop_index, hist_kind, reason};
+use gateway_observer_common::{THREAD_HIST_BUCKETS, ThreadState, drop_index, reason};
 
 use crate::{
     events::{Block, Record},
@@ -22,21 +22,26 @@ use crate::{
 
 /// Long blocks kept for the API and alerts; older ones are dropped first.
 const RECENT_BLOCKS: usize = 1024;
-/// Re-read thread names every this many ticks.
+/// Re-read thread names every this many ticks (young threads: every tick).
 const NAME_REFRESH_TICKS: u64 = 5;
 
-/// (tid, reason): one cumulative kernel counter.
-type OffcpuKey = (u32, u32);
-type OffcpuLabel = (String, String, u32);
-type HistLabel = (String, u16, u16);
+/// Which per-thread histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum HistKind {
+    Runqueue,
+    FutexWait,
+}
 
 pub struct Collector {
     probes: Probes,
     specs: Vec<TargetSpec>,
     names: ThreadNames,
-    offcpu: DeltaCounters<OffcpuKey, OffcpuLabel>,
-    hist_count: DeltaCounters<HistKey, HistLabel>,
-    hist_sum: DeltaCounters<HistKey, (String, u16)>,
+    /// (tid, reason) → (process, thread group, reason)
+    offcpu: DeltaCounters<(u32, u32), (String, String, u32)>,
+    /// (tid, kind, bucket) → (process, kind, bucket)
+    hist_count: DeltaCounters<(u32, HistKind, usize), (String, HistKind, usize)>,
+    /// (tid, kind) → (process, kind)
+    hist_sum: DeltaCounters<(u32, HistKind), (String, HistKind)>,
     recent_blocks: VecDeque<Block>,
     decode_errors: u64,
     drops: [u64; drop_index::COUNT as usize],
@@ -61,10 +66,6 @@ impl Collector {
             specs_waiting: 0,
             collections: 0,
         }
-    }
-
-    pub fn probes_mut(&mut self) -> &mut Probes {
-        &mut self.probes
     }
 
     pub fn handle_record(&mut self, record: Record) {
@@ -92,15 +93,16 @@ impl Collector {
     pub fn tick(&mut self) -> Result<(), ProbeError> {
         self.names.next_tick();
         let live_targets = self.sync_targets()?;
-        let threads = self.probes.threads()?;
-        self.fold_offcpu(&threads)?;
-        self.fold_histograms(&live_targets)?;
+        let threads = self.probes.threads();
+        let followed = threads.len();
+        let mut owners = live_targets.clone();
+        for (slot, state) in threads {
+            owners.insert(state.tgid);
+            self.fold_thread(slot, &state)?;
+        }
+        self.names.retain_processes(&owners);
         self.drops = self.probes.drops()?;
-        self.map_entries = BTreeMap::from([
-            ("targets", live_targets.len()),
-            ("threads", threads.len()),
-            ("hist", self.hist_count.tracked_keys()),
-        ]);
+        self.map_entries = BTreeMap::from([("targets", live_targets.len()), ("threads", followed)]);
         self.collections += 1;
         Ok(())
     }
@@ -122,7 +124,7 @@ impl Collector {
             }
         }
         let mut live: HashSet<u32> = wanted.keys().copied().collect();
-        for (&tgid, _) in &current {
+        for &tgid in current.keys() {
             if wanted.contains_key(&tgid) {
                 continue;
             }
@@ -130,51 +132,59 @@ impl Collector {
             if procfs::exists(tgid) {
                 live.insert(tgid);
             } else {
+                // Its name stays until its threads' last totals are folded (end of tick).
                 self.probes.remove_target(tgid)?;
-                self.names.forget_process(tgid);
             }
         }
         Ok(live)
     }
 
-    /// Folds each thread's cumulative off-CPU totals into its (process, group, reason) counters,
-    /// then deletes the entries of threads that exited (their last totals are in now).
-    fn fold_offcpu(&mut self, threads: &HashMap<u32, ThreadState>) -> Result<(), ProbeError> {
-        for (&tid, state) in threads {
-            let process = self.names.process(state.tgid).to_owned();
-            let group = self.names.thread(tid, state.tgid).group.clone();
-            for (code, &ns) in (0..reason::COUNT).zip(state.offcpu_ns.iter()) {
-                if ns > 0 {
-                    self.offcpu.observe((tid, code), ns, (process.clone(), group.clone(), code));
-                }
-            }
-            // An exit the hook saw, or a thread gone without it (exited before it was followed).
-            if state.exited != 0 || !procfs::exists(tid) {
-                for code in 0..reason::COUNT {
-                    self.offcpu.forget(&(tid, code));
-                }
-                self.names.forget_thread(tid);
-                self.probes.remove_thread(tid)?;
-            }
+    /// Folds one thread's cumulative totals into its (process, group, ...) counters, then frees
+    /// the slot of a thread that is gone.
+    fn fold_thread(&mut self, slot: u32, state: &ThreadState) -> Result<(), ProbeError> {
+        let tid = state.tid;
+        let process = self.names.process(state.tgid).to_owned();
+        let group = self.names.thread(tid, state.tgid).group.clone();
+        self.observe_thread(state, &process, &group);
+        // An exit the hook saw, or a thread gone without it (exited before it had a slot).
+        if state.exited == 0 && procfs::exists(tid) {
+            return Ok(());
         }
-        Ok(())
+        // `state` is a copy from the start of the tick: the thread may have finished a wait and
+        // exited since. It can no longer run, so what the slot holds now is final: fold that.
+        if let Some(last) = self.probes.thread_slot(slot).filter(|last| last.tid == tid) {
+            self.observe_thread(&last, &process, &group);
+        }
+        for code in 0..reason::COUNT {
+            self.offcpu.forget(&(tid, code));
+        }
+        for kind in [HistKind::Runqueue, HistKind::FutexWait] {
+            for bucket in 0..THREAD_HIST_BUCKETS {
+                self.hist_count.forget(&(tid, kind, bucket));
+            }
+            self.hist_sum.forget(&(tid, kind));
+        }
+        self.names.forget_thread(tid);
+        self.probes.release_thread(slot, tid)
     }
 
-    fn fold_histograms(&mut self, live_targets: &HashSet<u32>) -> Result<(), ProbeError> {
-        let mut gone = Vec::new();
-        for (key, value) in self.probes.histograms()? {
-            let process = self.names.process(key.tgid).to_owned();
-            self.hist_count.observe(key, value.count, (process.clone(), key.kind, key.bucket));
-            self.hist_sum.observe(key, value.sum_ns, (process, key.kind));
-            if !live_targets.contains(&key.tgid) {
-                gone.push(key);
+    fn observe_thread(&mut self, state: &ThreadState, process: &str, group: &str) {
+        let tid = state.tid;
+        for (code, &ns) in (0..reason::COUNT).zip(state.offcpu_ns.iter()) {
+            if ns > 0 {
+                self.offcpu.observe((tid, code), ns, (process.to_owned(), group.to_owned(), code));
             }
         }
-        for key in &gone {
-            self.hist_count.forget(key);
-            self.hist_sum.forget(key);
+        let runqueue_sum = state.offcpu_ns[reason::RUNQUEUE as usize];
+        for (kind, hist, sum) in [
+            (HistKind::Runqueue, &state.runqueue_hist, runqueue_sum),
+            (HistKind::FutexWait, &state.futex_hist, state.futex_wait_ns),
+        ] {
+            for (bucket, &count) in hist.iter().enumerate().filter(|(_, c)| **c > 0) {
+                self.hist_count.observe_u32((tid, kind, bucket), count, (process.to_owned(), kind, bucket));
+            }
+            self.hist_sum.observe((tid, kind), sum, (process.to_owned(), kind));
         }
-        self.probes.remove_histograms(&gone)
     }
 
     /// The Prometheus text for everything collected so far.
@@ -187,8 +197,8 @@ impl Collector {
             e.sample(name, &labels, *ns as f64 / 1e9);
         }
         for (kind, name, help) in [
-            (hist_kind::FUTEX_WAIT, "gateway_observer_futex_wait_seconds", "Duration of futex wait syscalls."),
-            (hist_kind::RUNQUEUE, "gateway_observer_runqueue_latency_seconds", "Time runnable threads waited for a CPU."),
+            (HistKind::FutexWait, "gateway_observer_futex_wait_seconds", "Duration of futex wait syscalls."),
+            (HistKind::Runqueue, "gateway_observer_runqueue_latency_seconds", "Time runnable threads waited for a CPU."),
         ] {
             e.family(name, "histogram", help);
             for (process, hist) in self.histograms_of(kind) {
@@ -199,16 +209,15 @@ impl Collector {
         e.family(name, "counter", "Ring-buffer events the kernel could not reserve room for.");
         e.sample(name, &[], self.drops[drop_index::RINGBUF as usize] as f64);
         let name = "gateway_observer_bpf_map_full_total";
-        e.family(name, "counter", "Kernel updates refused because a map was full.");
-        for (map, index) in [
-            ("threads", drop_index::THREADS_MAP_FULL),
-            ("hist", drop_index::HIST_MAP_FULL),
-            ("targets", drop_index::TARGETS_MAP_FULL),
-        ] {
-            e.sample(name, &[("map", map)], self.drops[index as usize] as f64);
-        }
+        e.family(name, "counter", "Threads or processes not followed because a kernel map was full.");
+        e.sample(name, &[("map", "threads")], self.drops[drop_index::THREADS_FULL as usize] as f64);
+        e.sample(name, &[("map", "targets")], self.drops[drop_index::TARGETS_FULL as usize] as f64);
+        let name = "gateway_observer_bpf_missed_switches_total";
+        e.family(name, "counter", "Switch-ins of target threads the sched_switch program did not see: closed late at the next syscall (closed_late) or lost (lost).");
+        e.sample(name, &[("outcome", "closed_late")], self.drops[drop_index::MISSED_SWITCH_IN as usize] as f64);
+        e.sample(name, &[("outcome", "lost")], self.drops[drop_index::LOST_SPAN as usize] as f64);
         let name = "gateway_observer_bpf_map_entries";
-        e.family(name, "gauge", "Entries in the kernel maps (bounded; see bpf_map_full_total).");
+        e.family(name, "gauge", "Entries in use in the kernel maps (bounded; see bpf_map_full_total).");
         for (map, entries) in &self.map_entries {
             e.sample(name, &[("map", map)], *entries as f64);
         }
@@ -223,9 +232,9 @@ impl Collector {
         let name = "gateway_observer_event_decode_errors_total";
         e.family(name, "counter", "Ring-buffer records that could not be decoded.");
         e.sample(name, &[], self.decode_errors as f64);
+        let stats = self.probes.program_stats();
         let name = "gateway_observer_bpf_program_run_seconds_total";
         e.family(name, "counter", "Kernel time spent in each program (needs kernel.bpf_stats_enabled=1).");
-        let stats = self.probes.program_stats();
         for (program, run_time, _) in &stats {
             e.sample(name, &[("program", program)], run_time.as_secs_f64());
         }
@@ -237,11 +246,11 @@ impl Collector {
         e.finish()
     }
 
-    fn histograms_of(&self, kind: u16) -> BTreeMap<String, Log2Histogram> {
+    fn histograms_of(&self, kind: HistKind) -> BTreeMap<String, Log2Histogram> {
         let mut out: BTreeMap<String, Log2Histogram> = BTreeMap::new();
         for ((process, k, bucket), count) in self.hist_count.totals() {
             if *k == kind {
-                out.entry(process.clone()).or_default().add(usize::from(*bucket), *count);
+                out.entry(process.clone()).or_default().add(*bucket, *count);
             }
         }
         for ((process, k), sum) in self.hist_sum.totals() {

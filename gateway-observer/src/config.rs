@@ -20,6 +20,9 @@ pub struct Config {
     /// Off-CPU waits at least this long are sent from the kernel as events.
     #[serde(with = "humantime_serde")]
     pub block_threshold: Duration,
+    /// How many target threads the kernel can follow at once (each slot is 464 bytes of
+    /// locked kernel memory). Threads beyond it are counted in bpf_map_full_total.
+    pub max_threads: u32,
 }
 
 impl Default for Config {
@@ -29,6 +32,7 @@ impl Default for Config {
             targets: Vec::new(),
             interval: Duration::from_secs(1),
             block_threshold: Duration::from_millis(10),
+            max_threads: gateway_observer_common::MAX_THREADS,
         }
     }
 }
@@ -70,6 +74,9 @@ impl Config {
                 self.block_threshold
             )));
         }
+        if !(16..=1 << 20).contains(&self.max_threads) {
+            return Err(ConfigError::Invalid(format!("max_threads {} is outside 16..=1048576", self.max_threads)));
+        }
         Ok(())
     }
 }
@@ -91,6 +98,7 @@ mod tests {
             targets = ["pid=12", "comm=nginx"]
             interval = "500ms"
             block_threshold = "50ms"
+            max_threads = 4096
             "#,
         )
         .expect("parses");
@@ -98,6 +106,7 @@ mod tests {
         assert_eq!(config.targets, vec![TargetSpec::Pid(12), TargetSpec::Comm("nginx".into())]);
         assert_eq!(config.interval, Duration::from_millis(500));
         assert_eq!(config.block_threshold, Duration::from_millis(50));
+        assert_eq!(config.max_threads, 4096);
     }
 
     #[test]

@@ -39,10 +39,21 @@ fn assert_reason(samples: &[Sample], group: &str, reason: &str, truth_ns: u64) {
     let measured = offcpu(samples, group, reason);
     let expected = secs(truth_ns);
     eprintln!("{group} {reason}: observer {measured:.4} s, fixture {expected:.4} s ({:+.2}%)", (measured / expected - 1.0) * 100.0);
+    if std::env::var_os("DEBUG_OFFCPU").is_some() && !within(measured, expected, 0.04) {
+        for s in samples.iter().filter(|s| s.name == OFFCPU) {
+            eprintln!("  {} {} {:.4}", s.labels["thread_group"], s.labels["reason"], s.value);
+        }
+    }
+    let all: Vec<String> = samples
+        .iter()
+        .filter(|s| s.name == OFFCPU)
+        .map(|s| format!("{} {} {:.4}", s.labels["thread_group"], s.labels["reason"], s.value))
+        .collect();
     assert!(
         within(measured, expected, TOLERANCE),
-        "{group} {reason}: observer measured {measured:.3} s, the fixture measured {expected:.3} s (±{}%)",
-        TOLERANCE * 100.0
+        "{group} {reason}: observer measured {measured:.3} s, the fixture measured {expected:.3} s (±{}%)\nall off-CPU series:\n{}",
+        TOLERANCE * 100.0,
+        all.join("\n")
     );
 }
 

@@ -61,7 +61,7 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
 }
 
 pub async fn run(config: Config) -> Result<(), RunError> {
-    let mut probes = Probes::load(ProbeSettings { block_threshold: config.block_threshold })
+    let mut probes = Probes::load(ProbeSettings { block_threshold: config.block_threshold, max_threads: config.max_threads })
         .context("failed to load the eBPF programs (run `gateway-observer check`)")?;
     probes.attach_all().context("failed to attach the probes (run `gateway-observer check`)")?;
     let ring = probes.take_events().context("failed to open the event ring buffer")?;

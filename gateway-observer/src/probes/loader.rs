@@ -1,18 +1,19 @@
 //! Loads the embedded object, sets its load-time globals, attaches the programs, and gives typed
 //! access to the maps.
 
-use std::{collections::HashMap as StdHashMap, time::Duration};
+use std::time::Duration;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, Queue, RingBuf},
     programs::BtfTracePoint,
 };
-use gateway_observer_common::{
-    HistKey, HistValue, MAX_SYSCALL_NR, ProbeConfig, TargetInfo, ThreadState, drop_index,
-};
+use gateway_observer_common::{MAX_SYSCALL_NR, MAX_THREADS, ProbeConfig, TargetInfo, ThreadState, drop_index};
 
-use super::kernel_offsets::{KernelOffsets, OffsetError};
+use super::{
+    kernel_offsets::{KernelOffsets, OffsetError},
+    thread_slots::ThreadSlots,
+};
 use crate::{procfs, syscalls};
 
 /// The kernel programs: (program name in the object, BTF tracepoint it attaches to).
@@ -24,9 +25,6 @@ pub const PROGRAMS: &[(&str, &str)] = &[
     ("sched_process_fork", "sched_process_fork"),
     ("sched_process_exit", "sched_process_exit"),
 ];
-
-/// `bpf_map_update_elem` flag: create only, never overwrite what the kernel already wrote.
-const BPF_NOEXIST: u64 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -46,6 +44,8 @@ pub enum ProbeError {
     Attach { program: &'static str, tracepoint: &'static str, source: aya::programs::ProgramError },
     #[error("map {map}: {source}")]
     Map { map: &'static str, source: aya::maps::MapError },
+    #[error("cannot mmap the THREADS map: {0}")]
+    Mmap(std::io::Error),
 }
 
 /// What the daemon may tune in the kernel programs.
@@ -53,11 +53,13 @@ pub enum ProbeError {
 pub struct ProbeSettings {
     /// Off-CPU waits at least this long are sent to userspace as events.
     pub block_threshold: Duration,
+    /// Thread slots: how many target threads can be followed at once.
+    pub max_threads: u32,
 }
 
 impl Default for ProbeSettings {
     fn default() -> Self {
-        Self { block_threshold: Duration::from_millis(10) }
+        Self { block_threshold: Duration::from_millis(10), max_threads: MAX_THREADS }
     }
 }
 
@@ -72,6 +74,7 @@ fn pid_max() -> u32 {
 pub struct Probes {
     ebpf: Ebpf,
     btf: Btf,
+    slots: ThreadSlots,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> ProbeError {
@@ -91,12 +94,24 @@ impl Probes {
             regs_arg3_offset: offsets.regs_arg3,
             regs_arg4_offset: offsets.regs_arg4,
         };
+        let max_threads = settings.max_threads.max(1);
         let ebpf = EbpfLoader::new()
             .override_global("PROBE_CONFIG", &config, true)
             .map_max_entries("TRACKED", pid_max())
+            .map_max_entries("THREADS", max_threads)
+            .map_max_entries("FREE_SLOTS", max_threads)
             .load(crate::EBPF_OBJECT)?;
-        let mut probes = Self { ebpf, btf: Btf::from_sys_fs()? };
+        let threads_map = match ebpf.map("THREADS") {
+            Some(aya::maps::Map::Array(data)) => data,
+            _ => return Err(ProbeError::MissingMap("THREADS")),
+        };
+        let slots = ThreadSlots::map(threads_map, max_threads).map_err(ProbeError::Mmap)?;
+        let mut probes = Self { ebpf, btf: Btf::from_sys_fs()?, slots };
         probes.write_syscall_classes()?;
+        let mut free: Queue<&mut MapData, u32> = probes.map_mut("FREE_SLOTS")?;
+        for slot in 0..max_threads {
+            free.push(slot, 0).map_err(map_err("FREE_SLOTS"))?;
+        }
         Ok(probes)
     }
 
@@ -146,7 +161,7 @@ impl Probes {
     }
 
     /// Starts following a process: it goes into TARGETS first (so threads it creates from now on
-    /// are followed by the fork hook), then each of its current threads into THREADS.
+    /// are followed by the fork hook), then each of its current threads gets a slot.
     pub fn add_target(&mut self, tgid: u32, parent_tgid: u32) -> Result<(), ProbeError> {
         {
             let mut targets: HashMap<&mut MapData, u32, TargetInfo> = self.map_mut("TARGETS")?;
@@ -155,15 +170,34 @@ impl Probes {
                 .map_err(map_err("TARGETS"))?;
         }
         for tid in procfs::threads(tgid) {
-            {
-                let mut threads: HashMap<&mut MapData, u32, ThreadState> = self.map_mut("THREADS")?;
-                let state = ThreadState { tgid, syscall_nr: -1, ..ThreadState::default() };
-                // EEXIST means the fork hook got there first, with fresher state: keep it.
-                let _ = threads.insert(tid, state, BPF_NOEXIST);
+            if self.tracked_slot(tid)?.is_some() {
+                continue; // the fork hook got there first
             }
-            self.set_tracked(tid, true)?;
+            let slot = {
+                let mut free: Queue<&mut MapData, u32> = self.map_mut("FREE_SLOTS")?;
+                match free.pop(0) {
+                    Ok(slot) => slot,
+                    Err(_) => return Ok(()), // full: counted by the kernel for new threads; nothing to add
+                }
+            };
+            self.slots.write(slot, ThreadState { tid, tgid, ..ThreadState::default() });
+            self.set_tracked(tid, Some(slot))?;
         }
         Ok(())
+    }
+
+    fn tracked_slot(&self, tid: u32) -> Result<Option<u32>, ProbeError> {
+        let tracked: Array<&MapData, u32> = self.map("TRACKED")?;
+        match tracked.get(&tid, 0) {
+            Ok(0) | Err(aya::maps::MapError::OutOfBounds { .. }) => Ok(None),
+            Ok(entry) => Ok(Some(entry - 1)),
+            Err(source) => Err(ProbeError::Map { map: "TRACKED", source }),
+        }
+    }
+
+    fn set_tracked(&mut self, tid: u32, slot: Option<u32>) -> Result<(), ProbeError> {
+        let mut tracked: Array<&mut MapData, u32> = self.map_mut("TRACKED")?;
+        tracked.set(tid, slot.map_or(0, |s| s + 1), 0).map_err(map_err("TRACKED"))
     }
 
     /// Stops following a process (it exited, or no longer matches).
@@ -181,53 +215,28 @@ impl Probes {
         Ok(targets.iter().filter_map(Result::ok).map(|(tgid, info)| (tgid, info.parent_tgid)).collect())
     }
 
-    /// Every thread in THREADS with its state and cumulative off-CPU totals.
-    pub fn threads(&self) -> Result<StdHashMap<u32, ThreadState>, ProbeError> {
-        let threads: HashMap<&MapData, u32, ThreadState> = self.map("THREADS")?;
-        Ok(threads.iter().filter_map(Result::ok).collect())
+    /// Every occupied slot: (slot, a copy of its state).
+    pub fn threads(&self) -> Vec<(u32, ThreadState)> {
+        (0..self.slots.slots())
+            .filter_map(|slot| self.slots.read(slot).map(|state| (slot, state)))
+            .filter(|(_, state)| state.tid != 0)
+            .collect()
     }
 
-    /// Forgets a thread: after its exit (once its last totals are read), or when it is gone
-    /// without an exit hook run (it exited between /proc listing and insertion).
-    pub fn remove_thread(&mut self, tid: u32) -> Result<(), ProbeError> {
-        self.set_tracked(tid, false)?;
-        let mut threads: HashMap<&mut MapData, u32, ThreadState> = self.map_mut("THREADS")?;
-        match threads.remove(&tid) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(source) => Err(ProbeError::Map { map: "THREADS", source }),
+    /// A fresh copy of one slot.
+    pub fn thread_slot(&self, slot: u32) -> Option<ThreadState> {
+        self.slots.read(slot)
+    }
+
+    /// Frees a thread's slot once its last totals are read: after its exit, or when it is gone
+    /// without the exit hook having run (it exited between /proc listing and slot assignment).
+    pub fn release_thread(&mut self, slot: u32, tid: u32) -> Result<(), ProbeError> {
+        if self.tracked_slot(tid)? == Some(slot) {
+            self.set_tracked(tid, None)?;
         }
-    }
-
-    fn set_tracked(&mut self, tid: u32, tracked: bool) -> Result<(), ProbeError> {
-        let mut flags: Array<&mut MapData, u8> = self.map_mut("TRACKED")?;
-        flags.set(tid, u8::from(tracked), 0).map_err(map_err("TRACKED"))
-    }
-
-    /// Histogram buckets, summed over CPUs.
-    pub fn histograms(&self) -> Result<Vec<(HistKey, HistValue)>, ProbeError> {
-        let hist: PerCpuHashMap<&MapData, HistKey, HistValue> = self.map("HIST")?;
-        Ok(hist
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(key, per_cpu)| {
-                let total = per_cpu.iter().fold(HistValue::default(), |acc, v| HistValue {
-                    count: acc.count + v.count,
-                    sum_ns: acc.sum_ns + v.sum_ns,
-                });
-                (key, total)
-            })
-            .collect())
-    }
-
-    pub fn remove_histograms(&mut self, keys: &[HistKey]) -> Result<(), ProbeError> {
-        let mut hist: PerCpuHashMap<&mut MapData, HistKey, HistValue> = self.map_mut("HIST")?;
-        for key in keys {
-            match hist.remove(key) {
-                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-                Err(source) => return Err(ProbeError::Map { map: "HIST", source }),
-            }
-        }
-        Ok(())
+        self.slots.write(slot, ThreadState::default());
+        let mut free: Queue<&mut MapData, u32> = self.map_mut("FREE_SLOTS")?;
+        free.push(slot, 0).map_err(map_err("FREE_SLOTS"))
     }
 
     /// What the kernel could not record, by `drop_index::*`, summed over CPUs.

@@ -3,5 +3,6 @@
 
 pub mod kernel_offsets;
 mod loader;
+mod thread_slots;
 
 pub use loader::{PROGRAMS, ProbeError, ProbeSettings, Probes};

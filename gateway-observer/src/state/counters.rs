@@ -29,6 +29,13 @@ impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
         *self.totals.entry(label).or_insert(0) += delta;
     }
 
+    /// Like `observe`, for a kernel u32 counter that wraps: its growth is the wrapping difference
+    /// (read every second, it cannot wrap twice in between).
+    pub fn observe_u32(&mut self, key: K, value: u32, label: L) {
+        let last = self.last.insert(key, u64::from(value)).unwrap_or(0) as u32;
+        *self.totals.entry(label).or_insert(0) += u64::from(value.wrapping_sub(last));
+    }
+
     /// Forgets a key that the kernel no longer has; its label keeps what it counted.
     pub fn forget(&mut self, key: &K) {
         self.last.remove(key);
@@ -66,6 +73,14 @@ mod tests {
         c.observe(1u32, 20, "a");
         assert_eq!(c.totals()["a"], 120);
         assert_eq!(c.tracked_keys(), 1);
+    }
+
+    #[test]
+    fn a_wrapping_u32_counter_keeps_counting() {
+        let mut c = DeltaCounters::default();
+        c.observe_u32(1u32, u32::MAX - 5, "a");
+        c.observe_u32(1u32, 4, "a");
+        assert_eq!(c.totals()["a"], u64::from(u32::MAX - 5) + 10);
     }
 
     #[test]

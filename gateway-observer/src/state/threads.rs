@@ -65,8 +65,9 @@ impl ThreadNames {
         self.threads.remove(&tid);
     }
 
-    pub fn forget_process(&mut self, tgid: u32) {
-        self.processes.remove(&tgid);
+    /// Forgets the names of processes no longer followed (and with no thread left to fold).
+    pub fn retain_processes(&mut self, followed: &std::collections::HashSet<u32>) {
+        self.processes.retain(|tgid, _| followed.contains(tgid));
     }
 }
 

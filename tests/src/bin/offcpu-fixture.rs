@@ -1,6 +1,10 @@
 //! A process with known off-CPU behaviour, for the probe tests. Each workload runs in threads
 //! with its own name (so its thread group is known) and measures its own ground truth.
 //!
+//! What a thread measures includes the delay between its wakeup and running again; the observer
+//! counts that delay as `runqueue`, not as the wait. The machine is kept quiet during the
+//! blocking workloads so that delay stays small.
+//!
 //! Protocol: prints `ready`, waits for a line on stdin, runs the workload, prints one JSON line of
 //! ground truth (nanoseconds per thread group and reason), then waits for stdin to close and exits.
 //!
@@ -64,13 +68,13 @@ fn main() {
         let lock = lock.clone();
         spawn(&prefix, "waiter-1", move || waiter(&lock))
     };
-    let spinner = spawn(&prefix, "spinner-1", spinner);
-
     let sleep_ns = sleeper.join().expect("sleeper");
     let timed_ns = timed.join().expect("timed");
     let _ = holder.join().expect("holder");
     let futex_ns = waiter.join().expect("waiter");
-    let spin_ns = spinner.join().expect("spinner");
+    // The spinner runs alone, after the blocking workloads: on a 2-core machine, spinning beside
+    // them would stretch their wakeup-to-run delays and blur what the fixture itself measures.
+    let spin_ns = spawn(&prefix, "spinner-1", spinner).join().expect("spinner");
     let child_sleep_ns = child.map_or(0, |(mut c, stdin, mut out)| {
         let mut truth = String::new();
         out.read_line(&mut truth).expect("child truth");
