@@ -102,7 +102,6 @@ pub struct ThreadState {
     pub syscall_nr: i32,
     /// `reason::*` chosen when the thread left the CPU.
     pub offcpu_reason: u32,
-    pub syscall_enter_ns: u64,
     /// First argument of the current syscall (futex uaddr, fd).
     pub syscall_arg0: u64,
     /// When the thread left the CPU; 0 while it is on CPU.
@@ -114,8 +113,7 @@ pub struct ThreadState {
     pub syscall_class: u8,
     /// 1 when the current futex wait has a timeout.
     pub futex_timed: u8,
-    /// 1 when the current futex call is a wait (not a wake or requeue).
-    pub futex_is_wait: u8,
+    pub _pad0: u8,
     /// 1 once the thread has exited.
     pub exited: u8,
     /// Cumulative off-CPU nanoseconds by `reason::*`. Only the thread's own switch-in writes
@@ -124,11 +122,11 @@ pub struct ThreadState {
     /// log2 histogram of run-queue delays (sum: `offcpu_ns[RUNQUEUE]`). u32 counts wrap;
     /// userspace reads every second and takes wrapping differences.
     pub runqueue_hist: [u32; THREAD_HIST_BUCKETS],
-    /// log2 histogram of futex wait syscall durations.
+    /// log2 histogram of futex waits that blocked: from leaving the CPU to running again.
     pub futex_hist: [u32; THREAD_HIST_BUCKETS],
     pub futex_wait_ns: u64,
 }
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 464);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 456);
 
 impl Default for ThreadState {
     fn default() -> Self {
@@ -137,14 +135,13 @@ impl Default for ThreadState {
             tgid: 0,
             syscall_nr: -1,
             offcpu_reason: 0,
-            syscall_enter_ns: 0,
             syscall_arg0: 0,
             offcpu_start_ns: 0,
             wakeup_ns: 0,
             waker_tid: 0,
             syscall_class: 0,
             futex_timed: 0,
-            futex_is_wait: 0,
+            _pad0: 0,
             exited: 0,
             offcpu_ns: [0; reason::COUNT as usize],
             runqueue_hist: [0; THREAD_HIST_BUCKETS],

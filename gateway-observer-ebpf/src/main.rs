@@ -20,3 +20,20 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
 static LICENSE: [u8; 4] = *b"GPL\0";
+
+/// Empty programs on the two hottest hooks, never attached by the daemon: `gateway-observer
+/// calibrate` attaches them so `cargo xtask bench probes` can show the per-event floor (the
+/// cost of running any program there, stats accounting included) beside our programs' cost.
+mod baseline {
+    use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+
+    #[btf_tracepoint(function = "sched_switch")]
+    pub fn baseline_sched_switch(_ctx: BtfTracePointContext) -> u32 {
+        0
+    }
+
+    #[btf_tracepoint(function = "sys_enter")]
+    pub fn baseline_sys_enter(_ctx: BtfTracePointContext) -> u32 {
+        0
+    }
+}

@@ -103,6 +103,11 @@ pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
         state.offcpu_ns[reason::RUNQUEUE as usize] += runqueue_ns;
         hist_add(&mut state.runqueue_hist, runqueue_ns);
     }
+    if span_reason == reason::FUTEX || span_reason == reason::FUTEX_TIMED {
+        // The futex wait as the thread lived it: blocked until it could run again.
+        hist_add(&mut state.futex_hist, wait_ns + runqueue_ns);
+        state.futex_wait_ns += wait_ns + runqueue_ns;
+    }
     if wait_ns >= config().block_threshold_ns {
         let futex_uaddr = match state.syscall_class {
             syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 => state.syscall_arg0,

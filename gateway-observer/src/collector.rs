@@ -197,7 +197,7 @@ impl Collector {
             e.sample(name, &labels, *ns as f64 / 1e9);
         }
         for (kind, name, help) in [
-            (HistKind::FutexWait, "gateway_observer_futex_wait_seconds", "Duration of futex wait syscalls."),
+            (HistKind::FutexWait, "gateway_observer_futex_wait_seconds", "Futex waits that blocked: from leaving the CPU to running again."),
             (HistKind::Runqueue, "gateway_observer_runqueue_latency_seconds", "Time runnable threads waited for a CPU."),
         ] {
             e.family(name, "histogram", help);

@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use gateway_observer::cli::{Cli, Command, check, run};
+use gateway_observer::cli::{Cli, Command, calibrate::calibrate as check_calibrate, check, run};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -19,6 +19,13 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Calibrate { duration } => match check_calibrate(duration) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("gateway-observer: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Check => {
             if check::check() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
         }

@@ -73,6 +73,11 @@ fn offcpu_time_per_reason_matches_ground_truth() {
     let _ = unrelated.truth();
 
     let samples = scrape_after_workload(&daemon);
+    eprintln!(
+        "missed switch-ins: closed late {}, lost {}",
+        sum(&samples, "gateway_observer_bpf_missed_switches_total", &[("outcome", "closed_late")]),
+        sum(&samples, "gateway_observer_bpf_missed_switches_total", &[("outcome", "lost")])
+    );
     assert_reason(&samples, "sleeper-*", "sleep", truth.sleep_ns);
     assert_reason(&samples, "waiter-*", "futex", truth.futex_ns);
     assert_reason(&samples, "timed-*", "futex_timed", truth.futex_timed_ns);

@@ -59,8 +59,33 @@ fn phases(seconds: f64) -> anyhow::Result<()> {
     }
     let _ = idle.kill();
     let _ = idle.wait();
+    rows.push(("empty program", floor(&observer, &load, seconds)?, seconds * 0.6));
     print_table(&rows);
     Ok(())
+}
+
+/// The same load with only empty programs attached (`gateway-observer calibrate`): the cost of
+/// running any program on these hooks here, stats accounting included.
+fn floor(observer: &std::path::Path, load: &std::path::Path, seconds: f64) -> anyhow::Result<Stats> {
+    let mut load_child = Command::new(load).arg(format!("{seconds}")).stdout(Stdio::piped()).spawn().context("spawn switch-load")?;
+    let out = Command::new(observer)
+        .args(["calibrate", "--duration", &format!("{}ms", (seconds * 600.0) as u64)])
+        .output()
+        .context("run gateway-observer calibrate")?;
+    let _ = load_child.wait();
+    if !out.status.success() {
+        bail!("calibrate failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut stats = Stats::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let [name, runs, ns] = fields[..] {
+            let runs: f64 = runs.parse().unwrap_or(0.0);
+            let ns: f64 = ns.parse().unwrap_or(0.0);
+            stats.insert(name.trim_start_matches("baseline_").to_owned(), (ns / 1e9, runs));
+        }
+    }
+    Ok(stats)
 }
 
 type Stats = BTreeMap<String, (f64, f64)>; // program → (run seconds, runs)
@@ -115,6 +140,9 @@ fn print_table(rows: &[(&str, Stats, f64)]) {
         for (program, (time, runs)) in stats {
             let ns = if *runs > 0.0 { time * 1e9 / runs } else { 0.0 };
             println!("{phase:18} {program:20} {:>12.0} {ns:>10.1}", runs / wall);
+        }
+        if !stats.contains_key("sys_exit") {
+            continue; // the floor has no sys_exit program
         }
         let ns_of = |p: &str| stats.get(p).map_or(0.0, |(t, r)| if *r > 0.0 { t * 1e9 / r } else { 0.0 });
         println!(

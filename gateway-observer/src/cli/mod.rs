@@ -1,5 +1,6 @@
 //! Command-line surface: one file per subcommand.
 
+pub mod calibrate;
 pub mod check;
 pub mod run;
 
@@ -22,6 +23,13 @@ pub enum Command {
     Run(RunArgs),
     /// Check kernel features and privileges, one line per requirement, with a verdict.
     Check,
+    /// Attach empty programs to the hottest hooks and print their kernel cost per event (the
+    /// floor under our programs' cost); used by `cargo xtask bench probes`.
+    #[command(hide = true)]
+    Calibrate {
+        #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
 }
 
 #[derive(Debug, clap::Args)]

@@ -26,6 +26,10 @@ pub const PROGRAMS: &[(&str, &str)] = &[
     ("sched_process_exit", "sched_process_exit"),
 ];
 
+/// Empty programs for `calibrate`: (program, tracepoint).
+pub const BASELINE_PROGRAMS: &[(&str, &str)] =
+    &[("baseline_sched_switch", "sched_switch"), ("baseline_sys_enter", "sys_enter")];
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     #[error(transparent)]
@@ -259,7 +263,12 @@ impl Probes {
     /// (program, cumulative run time, run count) from the kernel's BPF stats; both stay 0 unless
     /// stats are enabled (`kernel.bpf_stats_enabled` or `aya::sys::enable_stats`).
     pub fn program_stats(&self) -> Vec<(&'static str, Duration, u64)> {
-        PROGRAMS
+        self.stats_of(PROGRAMS)
+    }
+
+    /// Run time and count of the given programs (those loaded).
+    pub fn stats_of(&self, programs: &[(&'static str, &'static str)]) -> Vec<(&'static str, Duration, u64)> {
+        programs
             .iter()
             .filter_map(|(name, _)| {
                 let prog = self.ebpf.program(name)?;

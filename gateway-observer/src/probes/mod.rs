@@ -5,4 +5,4 @@ pub mod kernel_offsets;
 mod loader;
 mod thread_slots;
 
-pub use loader::{PROGRAMS, ProbeError, ProbeSettings, Probes};
+pub use loader::{BASELINE_PROGRAMS, PROGRAMS, ProbeError, ProbeSettings, Probes};
