@@ -34,14 +34,15 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn build() -> anyhow::Result<()> {
-    util::cargo(&["build", "--workspace", "--all-targets"]).context("build failed")
+    util::cargo(&["build", "--all-targets"]).context("build failed")
 }
 
-/// Builds the binaries the end-to-end tests start, then runs every test of the workspace.
+/// Builds the binaries the end-to-end tests start, then runs every test of the default members
+/// (all but the kernel crate, which only builds for the BPF target).
 /// Extra arguments go to `cargo test` (e.g. a test name filter).
 fn test(extra: &[String]) -> anyhow::Result<()> {
     build()?;
-    let mut args = vec!["test", "--workspace"];
+    let mut args = vec!["test"];
     args.extend(extra.iter().map(String::as_str));
     util::cargo(&args).context("tests failed")
 }
