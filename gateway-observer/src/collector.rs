@@ -43,6 +43,8 @@ pub struct Collector {
     /// (tid, kind) → (process, kind)
     hist_sum: DeltaCounters<(u32, HistKind), (String, HistKind)>,
     recent_blocks: VecDeque<Block>,
+    /// Off-CPU waits past the block threshold, by (process, thread group, reason).
+    long_blocks: BTreeMap<(String, String, u32), u64>,
     decode_errors: u64,
     drops: [u64; drop_index::COUNT as usize],
     map_entries: BTreeMap<&'static str, usize>,
@@ -60,6 +62,7 @@ impl Collector {
             hist_count: DeltaCounters::default(),
             hist_sum: DeltaCounters::default(),
             recent_blocks: VecDeque::new(),
+            long_blocks: BTreeMap::new(),
             decode_errors: 0,
             drops: [0; drop_index::COUNT as usize],
             map_entries: BTreeMap::new(),
@@ -71,6 +74,9 @@ impl Collector {
     pub fn handle_record(&mut self, record: Record) {
         match record {
             Record::Block(block) => {
+                let process = self.names.process(block.tgid).to_owned();
+                let group = self.names.thread(block.tid, block.tgid).group.clone();
+                *self.long_blocks.entry((process, group, block.reason)).or_insert(0) += 1;
                 if self.recent_blocks.len() == RECENT_BLOCKS {
                     self.recent_blocks.pop_front();
                 }
@@ -195,6 +201,12 @@ impl Collector {
         for ((process, group, reason), ns) in self.offcpu.totals() {
             let labels = [("process", process.as_str()), ("thread_group", group.as_str()), ("reason", reason_label(*reason))];
             e.sample(name, &labels, *ns as f64 / 1e9);
+        }
+        let name = "gateway_observer_long_blocks_total";
+        e.family(name, "counter", "Off-CPU waits longer than the block threshold, by thread group and reason.");
+        for ((process, group, reason), count) in &self.long_blocks {
+            let labels = [("process", process.as_str()), ("thread_group", group.as_str()), ("reason", reason_label(*reason))];
+            e.sample(name, &labels, *count as f64);
         }
         for (kind, name, help) in [
             (HistKind::FutexWait, "gateway_observer_futex_wait_seconds", "Futex waits that blocked: from leaving the CPU to running again."),

@@ -84,6 +84,11 @@ fn offcpu_time_per_reason_matches_ground_truth() {
     // The pre-fork case: a child process the target spawned is followed from its first instant.
     assert_reason(&samples, "child-sleeper-*", "sleep", truth.child_sleep_ns);
 
+    // Each 50 ms sleep passed the 10 ms block threshold and came through the ring buffer (one may
+    // be missing when its switch-in was missed: see bpf_missed_switches_total).
+    let blocks = sum(&samples, "gateway_observer_long_blocks_total", &[("thread_group", "sleeper-*"), ("reason", "sleep")]);
+    assert!((19.0..=20.0).contains(&blocks), "long sleep blocks seen: {blocks}, the fixture slept 20 times");
+
     // Timed and untimed futex waits are told apart, not mixed.
     assert!(offcpu(&samples, "waiter-*", "futex_timed") < secs(truth.futex_ns) * 0.05);
     assert!(offcpu(&samples, "timed-*", "futex") < secs(truth.futex_timed_ns) * 0.05);
