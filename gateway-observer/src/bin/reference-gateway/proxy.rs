@@ -212,7 +212,7 @@ async fn forward(
         parts.headers.insert(header::HOST, v);
     }
     headers::forward_request_headers(&mut parts.headers, peer.ip(), request_id);
-    let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str()).to_owned();
+    let path_and_query = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     let timeout = faults.upstream_response_timeout.unwrap_or(app.config.timeouts.upstream_response);
 
     // Without a body the request can be replayed, so a refused connection moves on to the next
@@ -230,12 +230,13 @@ async fn forward(
                 .boxed_unsync(),
             _ => Empty::new().map_err(|never| match never {}).boxed_unsync(),
         };
-        let mut builder = Request::builder().method(parts.method.clone()).version(Version::HTTP_11);
-        builder = builder.uri(format!("http://{addr}{path_and_query}"));
+        // Origin-form target: the connection already goes to `addr`, Host says who it is for.
+        let builder = Request::builder().method(parts.method.clone()).version(Version::HTTP_11).uri(path_and_query.clone());
         let Ok(mut up_req) = builder.body(upstream_body) else {
             return text(StatusCode::BAD_REQUEST, "400 Bad Request: unusable request target", false);
         };
-        *up_req.headers_mut() = parts.headers.clone();
+        // Only a retry needs the headers again; the last attempt takes them.
+        *up_req.headers_mut() = if attempt == attempts { std::mem::take(&mut parts.headers) } else { parts.headers.clone() };
 
         let sent = Instant::now();
         let result = pool.send(i, up_req, timeout).await;

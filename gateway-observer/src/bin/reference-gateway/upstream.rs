@@ -2,20 +2,22 @@
 //! readmit after `fail_timeout`), pooled keep-alive connections, and the classification of
 //! upstream failures into the kinds that become 502 or 504.
 //!
-//! Owns the outbound HTTP/1.1 clients. Knows nothing of routes, access checks or the client side.
+//! Owns the outbound HTTP/1.1 connections. Knows nothing of routes, access checks or the client side.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
-use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
 use crate::config::{TimeoutConfig, UpstreamConfig};
 use crate::metrics::UpstreamErrorKind;
@@ -38,14 +40,21 @@ struct Server {
     fails: AtomicU32,
     /// Milliseconds since `Upstreams::epoch`; 0 when not ejected.
     ejected_until_ms: AtomicU64,
+    /// Idle keep-alive connections, most recently used last.
+    idle: Mutex<Vec<(Instant, SendRequest<ProxyBody>)>>,
 }
 
+/// One upstream pool. Connections are hyper's HTTP/1 client connections, each driven by its own
+/// task; the pool hands out their senders. A sender goes back to the pool when the response body
+/// has been read to its end (see `PooledBody`), so no task is spawned per request.
 pub struct Pool {
     servers: Vec<Server>,
     next: AtomicUsize,
     max_fails: u32,
     fail_timeout: Duration,
-    client: Client<HttpConnector, ProxyBody>,
+    keepalive: usize,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
 }
 
 pub struct Upstreams {
@@ -58,21 +67,25 @@ impl Upstreams {
         let pools = config
             .iter()
             .map(|(name, up)| {
-                let mut connector = HttpConnector::new();
-                connector.set_connect_timeout(Some(timeouts.connect));
-                connector.set_nodelay(true);
-                let client = Client::builder(TokioExecutor::new())
-                    .pool_timer(TokioTimer::new())
-                    .pool_idle_timeout(timeouts.upstream_idle)
-                    .pool_max_idle_per_host(up.keepalive)
-                    .build(connector);
                 let servers = up
                     .servers
                     .iter()
-                    .map(|addr| Server { addr: *addr, fails: AtomicU32::new(0), ejected_until_ms: AtomicU64::new(0) })
+                    .map(|addr| Server {
+                        addr: *addr,
+                        fails: AtomicU32::new(0),
+                        ejected_until_ms: AtomicU64::new(0),
+                        idle: Mutex::new(Vec::new()),
+                    })
                     .collect();
-                let pool =
-                    Pool { servers, next: AtomicUsize::new(0), max_fails: up.max_fails, fail_timeout: up.fail_timeout, client };
+                let pool = Pool {
+                    servers,
+                    next: AtomicUsize::new(0),
+                    max_fails: up.max_fails,
+                    fail_timeout: up.fail_timeout,
+                    keepalive: up.keepalive,
+                    connect_timeout: timeouts.connect,
+                    idle_timeout: timeouts.upstream_idle,
+                };
                 (name.clone(), Arc::new(pool))
             })
             .collect();
@@ -128,45 +141,146 @@ impl Pool {
         self.servers.len()
     }
 
+    fn lock_idle(&self, i: usize) -> std::sync::MutexGuard<'_, Vec<(Instant, SendRequest<ProxyBody>)>> {
+        match self.servers[i].idle.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// A pooled connection that is still open and fresh, if any.
+    fn take_idle(&self, i: usize) -> Option<SendRequest<ProxyBody>> {
+        let mut idle = self.lock_idle(i);
+        while let Some((since, sender)) = idle.pop() {
+            if !sender.is_closed() && since.elapsed() < self.idle_timeout {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    fn put_idle(&self, i: usize, sender: SendRequest<ProxyBody>) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.lock_idle(i);
+        if idle.len() < self.keepalive {
+            idle.push((Instant::now(), sender));
+        }
+    }
+
+    async fn connect(&self, i: usize) -> Result<SendRequest<ProxyBody>, UpstreamErrorKind> {
+        let addr = self.servers[i].addr;
+        let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
+            Err(_) => return Err(UpstreamErrorKind::ConnectTimeout),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(UpstreamErrorKind::ConnectRefused),
+            Ok(Err(_)) => return Err(UpstreamErrorKind::Connect),
+            Ok(Ok(s)) => s,
+        };
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(|_| UpstreamErrorKind::Connect)?;
+        // The connection task ends when the upstream closes or the last sender is dropped.
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+
     /// Sends `req` (its URI already absolute for server `i`) and waits for response headers
     /// at most `response_timeout`.
     pub async fn send(
-        &self,
+        self: &Arc<Self>,
         i: usize,
         req: http::Request<ProxyBody>,
         response_timeout: Duration,
-    ) -> Result<http::Response<Incoming>, ForwardError> {
+    ) -> Result<http::Response<PooledBody>, ForwardError> {
         let addr = self.servers[i].addr;
-        match tokio::time::timeout(response_timeout, self.client.request(req)).await {
-            Err(_) => Err(ForwardError::Upstream { addr, kind: UpstreamErrorKind::ResponseTimeout }),
-            Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) => Err(classify(addr, &e)),
+        let upstream = |kind| ForwardError::Upstream { addr, kind };
+        let exchange = async {
+            let mut req = req;
+            // A pooled connection may have been closed by the upstream since it was parked; hyper
+            // then hands the unsent request back and it goes out on a fresh connection.
+            while let Some(mut sender) = self.take_idle(i) {
+                if sender.ready().await.is_err() {
+                    continue;
+                }
+                match sender.try_send_request(req).await {
+                    Ok(resp) => return Ok((resp, sender)),
+                    Err(mut e) => match e.take_message() {
+                        Some(unsent) => req = unsent,
+                        None => return Err(classify(addr, e.error())),
+                    },
+                }
+            }
+            let mut sender = self.connect(i).await.map_err(upstream)?;
+            match sender.send_request(req).await {
+                Ok(resp) => Ok((resp, sender)),
+                Err(e) => Err(classify(addr, &e)),
+            }
+        };
+        match tokio::time::timeout(response_timeout, exchange).await {
+            Err(_) => Err(upstream(UpstreamErrorKind::ResponseTimeout)),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok((resp, sender))) => {
+                let (parts, body) = resp.into_parts();
+                let mut pooled = PooledBody { inner: body, home: Some((Arc::clone(self), i, sender)) };
+                pooled.release_if_done();
+                Ok(http::Response::from_parts(parts, pooled))
+            }
         }
     }
 }
 
-fn classify(addr: SocketAddr, e: &hyper_util::client::legacy::Error) -> ForwardError {
+/// An upstream response body that returns its connection to the pool once read to the end.
+/// Dropped early (client gone), the sender is dropped too and hyper closes that connection.
+pub struct PooledBody {
+    inner: Incoming,
+    home: Option<(Arc<Pool>, usize, SendRequest<ProxyBody>)>,
+}
+
+impl PooledBody {
+    fn release_if_done(&mut self) {
+        if self.inner.is_end_stream()
+            && let Some((pool, i, sender)) = self.home.take()
+        {
+            pool.put_idle(i, sender);
+        }
+    }
+}
+
+impl Body for PooledBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let res = Pin::new(&mut self.inner).poll_frame(cx);
+        match &res {
+            Poll::Ready(None) => self.release_if_done(),
+            Poll::Ready(Some(Ok(_))) => self.release_if_done(),
+            Poll::Ready(Some(Err(_))) => self.home = None,
+            Poll::Pending => {}
+        }
+        res
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+fn classify(addr: SocketAddr, e: &hyper::Error) -> ForwardError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    let mut io_kind = None;
     while let Some(err) = source {
         if err.is::<http_body_util::LengthLimitError>() {
             return ForwardError::BodyTooLarge;
         }
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            io_kind.get_or_insert(io.kind());
-        }
         source = err.source();
     }
-    let kind = if e.is_connect() {
-        match io_kind {
-            Some(std::io::ErrorKind::ConnectionRefused) => UpstreamErrorKind::ConnectRefused,
-            Some(std::io::ErrorKind::TimedOut) => UpstreamErrorKind::ConnectTimeout,
-            _ => UpstreamErrorKind::Connect,
-        }
-    } else {
-        UpstreamErrorKind::Protocol
-    };
-    ForwardError::Upstream { addr, kind }
+    ForwardError::Upstream { addr, kind: UpstreamErrorKind::Protocol }
 }
 
 #[cfg(test)]
