@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::{self, SendRequest};
+use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
@@ -41,12 +42,40 @@ struct Server {
     /// Milliseconds since `Upstreams::epoch`; 0 when not ejected.
     ejected_until_ms: AtomicU64,
     /// Idle keep-alive connections, most recently used last.
-    idle: Mutex<Vec<(Instant, SendRequest<ProxyBody>)>>,
+    idle: Mutex<Vec<(Instant, UpConn)>>,
 }
 
-/// One upstream pool. Connections are hyper's HTTP/1 client connections, each driven by its own
-/// task; the pool hands out their senders. A sender goes back to the pool when the response body
-/// has been read to its end (see `PooledBody`), so no task is spawned per request.
+/// One upstream HTTP/1 connection: hyper's sender plus the connection state machine, which is
+/// polled by whoever uses the sender (the request's own task) rather than by a task of its own.
+/// That keeps a proxied exchange inside one task: no cross-task wake-ups per request.
+struct UpConn {
+    sender: SendRequest<ProxyBody>,
+    conn: Pin<Box<Connection<TokioIo<TcpStream>, ProxyBody>>>,
+    /// The connection future has completed (closed or failed); never poll it again.
+    done: bool,
+}
+
+impl UpConn {
+    /// Drives the connection; true once it has ended.
+    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.done && self.conn.as_mut().poll(cx).is_ready() {
+            self.done = true;
+        }
+        self.done
+    }
+
+    /// Ready for a new request (the previous exchange fully processed), or `Err` if closed.
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        if self.drive(cx) {
+            return Poll::Ready(Err(()));
+        }
+        self.sender.poll_ready(cx).map_err(|_| ())
+    }
+}
+
+/// One upstream pool of keep-alive HTTP/1 connections. A connection goes back to the pool when
+/// its response body has been read to the end (see `PooledBody`); no task is spawned per request
+/// or per connection.
 pub struct Pool {
     servers: Vec<Server>,
     next: AtomicUsize,
@@ -141,35 +170,35 @@ impl Pool {
         self.servers.len()
     }
 
-    fn lock_idle(&self, i: usize) -> std::sync::MutexGuard<'_, Vec<(Instant, SendRequest<ProxyBody>)>> {
+    fn lock_idle(&self, i: usize) -> std::sync::MutexGuard<'_, Vec<(Instant, UpConn)>> {
         match self.servers[i].idle.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         }
     }
 
-    /// A pooled connection that is still open and fresh, if any.
-    fn take_idle(&self, i: usize) -> Option<SendRequest<ProxyBody>> {
+    /// A pooled connection that is not known closed and not too old, if any.
+    fn take_idle(&self, i: usize) -> Option<UpConn> {
         let mut idle = self.lock_idle(i);
-        while let Some((since, sender)) = idle.pop() {
-            if !sender.is_closed() && since.elapsed() < self.idle_timeout {
-                return Some(sender);
+        while let Some((since, up)) = idle.pop() {
+            if !up.done && !up.sender.is_closed() && since.elapsed() < self.idle_timeout {
+                return Some(up);
             }
         }
         None
     }
 
-    fn put_idle(&self, i: usize, sender: SendRequest<ProxyBody>) {
-        if sender.is_closed() {
+    fn put_idle(&self, i: usize, up: UpConn) {
+        if up.done || up.sender.is_closed() {
             return;
         }
         let mut idle = self.lock_idle(i);
         if idle.len() < self.keepalive {
-            idle.push((Instant::now(), sender));
+            idle.push((Instant::now(), up));
         }
     }
 
-    async fn connect(&self, i: usize) -> Result<SendRequest<ProxyBody>, UpstreamErrorKind> {
+    async fn connect(&self, i: usize) -> Result<UpConn, UpstreamErrorKind> {
         let addr = self.servers[i].addr;
         let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
             Err(_) => return Err(UpstreamErrorKind::ConnectTimeout),
@@ -179,15 +208,11 @@ impl Pool {
         };
         let _ = stream.set_nodelay(true);
         let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(|_| UpstreamErrorKind::Connect)?;
-        // The connection task ends when the upstream closes or the last sender is dropped.
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(sender)
+        Ok(UpConn { sender, conn: Box::pin(conn), done: false })
     }
 
-    /// Sends `req` (its URI already absolute for server `i`) and waits for response headers
-    /// at most `response_timeout`.
+    /// Sends `req` (origin-form target) to server `i` and waits for response headers at most
+    /// `response_timeout`, driving the connection from this task meanwhile.
     pub async fn send(
         self: &Arc<Self>,
         i: usize,
@@ -200,30 +225,32 @@ impl Pool {
             let mut req = req;
             // A pooled connection may have been closed by the upstream since it was parked; hyper
             // then hands the unsent request back and it goes out on a fresh connection.
-            while let Some(mut sender) = self.take_idle(i) {
-                if sender.ready().await.is_err() {
+            while let Some(mut up) = self.take_idle(i) {
+                if std::future::poll_fn(|cx| up.poll_ready(cx)).await.is_err() {
                     continue;
                 }
-                match sender.try_send_request(req).await {
-                    Ok(resp) => return Ok((resp, sender)),
-                    Err(mut e) => match e.take_message() {
-                        Some(unsent) => req = unsent,
-                        None => return Err(classify(addr, e.error())),
-                    },
+                match exchange(&mut up, req, true).await {
+                    Ok(resp) => return Ok((resp, up)),
+                    Err(Retry::Unsent(unsent)) => req = unsent,
+                    Err(Retry::Failed(e)) => return Err(classify(addr, &e)),
                 }
             }
-            let mut sender = self.connect(i).await.map_err(upstream)?;
-            match sender.send_request(req).await {
-                Ok(resp) => Ok((resp, sender)),
-                Err(e) => Err(classify(addr, &e)),
+            let mut up = self.connect(i).await.map_err(upstream)?;
+            if std::future::poll_fn(|cx| up.poll_ready(cx)).await.is_err() {
+                return Err(upstream(UpstreamErrorKind::Protocol));
+            }
+            match exchange(&mut up, req, false).await {
+                Ok(resp) => Ok((resp, up)),
+                Err(Retry::Failed(e)) => Err(classify(addr, &e)),
+                Err(Retry::Unsent(_)) => Err(upstream(UpstreamErrorKind::Protocol)),
             }
         };
         match tokio::time::timeout(response_timeout, exchange).await {
             Err(_) => Err(upstream(UpstreamErrorKind::ResponseTimeout)),
             Ok(Err(e)) => Err(e),
-            Ok(Ok((resp, sender))) => {
+            Ok(Ok((resp, up))) => {
                 let (parts, body) = resp.into_parts();
-                let mut pooled = PooledBody { inner: body, home: Some((Arc::clone(self), i, sender)) };
+                let mut pooled = PooledBody { inner: body, up: Some(up), home: (Arc::clone(self), i) };
                 pooled.release_if_done();
                 Ok(http::Response::from_parts(parts, pooled))
             }
@@ -231,19 +258,58 @@ impl Pool {
     }
 }
 
-/// An upstream response body that returns its connection to the pool once read to the end.
-/// Dropped early (client gone), the sender is dropped too and hyper closes that connection.
+enum Retry {
+    /// Not sent (the pooled connection was gone): safe to send elsewhere.
+    Unsent(http::Request<ProxyBody>),
+    Failed(hyper::Error),
+}
+
+/// One request/response on `up`, polling the connection alongside the response future.
+async fn exchange(up: &mut UpConn, req: http::Request<ProxyBody>, can_retry: bool) -> Result<http::Response<Incoming>, Retry> {
+    let UpConn { sender, conn, done } = up;
+    if can_retry {
+        let fut = sender.try_send_request(req);
+        let mut fut = std::pin::pin!(fut);
+        let res = std::future::poll_fn(|cx| {
+            if !*done && conn.as_mut().poll(cx).is_ready() {
+                *done = true;
+            }
+            fut.as_mut().poll(cx)
+        })
+        .await;
+        res.map_err(|mut e| match e.take_message() {
+            Some(unsent) => Retry::Unsent(unsent),
+            None => Retry::Failed(e.into_error()),
+        })
+    } else {
+        let fut = sender.send_request(req);
+        let mut fut = std::pin::pin!(fut);
+        std::future::poll_fn(|cx| {
+            if !*done && conn.as_mut().poll(cx).is_ready() {
+                *done = true;
+            }
+            fut.as_mut().poll(cx)
+        })
+        .await
+        .map_err(Retry::Failed)
+    }
+}
+
+/// An upstream response body that keeps driving its connection while it streams and returns the
+/// connection to the pool once read to the end. Dropped early (client gone), the connection is
+/// dropped with it and closed.
 pub struct PooledBody {
     inner: Incoming,
-    home: Option<(Arc<Pool>, usize, SendRequest<ProxyBody>)>,
+    up: Option<UpConn>,
+    home: (Arc<Pool>, usize),
 }
 
 impl PooledBody {
     fn release_if_done(&mut self) {
         if self.inner.is_end_stream()
-            && let Some((pool, i, sender)) = self.home.take()
+            && let Some(up) = self.up.take()
         {
-            pool.put_idle(i, sender);
+            self.home.0.put_idle(self.home.1, up);
         }
     }
 }
@@ -253,11 +319,13 @@ impl Body for PooledBody {
     type Error = hyper::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(up) = &mut self.up {
+            up.drive(cx);
+        }
         let res = Pin::new(&mut self.inner).poll_frame(cx);
         match &res {
-            Poll::Ready(None) => self.release_if_done(),
-            Poll::Ready(Some(Ok(_))) => self.release_if_done(),
-            Poll::Ready(Some(Err(_))) => self.home = None,
+            Poll::Ready(None) | Poll::Ready(Some(Ok(_))) => self.release_if_done(),
+            Poll::Ready(Some(Err(_))) => self.up = None,
             Poll::Pending => {}
         }
         res
