@@ -79,8 +79,20 @@ impl Procs {
 
 impl Drop for Procs {
     fn drop(&mut self) {
+        // SIGTERM first: nginx's master then stops its workers (SIGKILL would orphan them, still
+        // holding the ports), and the gateway drains. SIGKILL only for what ignores it.
         for (_, child) in &mut self.0 {
-            let _ = child.kill();
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for (name, child) in &mut self.0 {
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                eprintln!("{name} ignored SIGTERM, killing it");
+                let _ = child.kill();
+            }
             let _ = child.wait();
         }
     }
