@@ -77,6 +77,18 @@ fn round_robin_ejects_a_failing_server_and_readmits_it_later() {
     assert_eq!(names.iter().filter(|a| **a).count(), 2, "round robin over both again: {names:?}");
 }
 
+#[test]
+fn a_pooled_connection_closed_by_the_upstream_is_replaced_transparently() {
+    let up = Upstream::start("closer", Behavior::EchoThenClose);
+    let gw = Gateway::start(&format!("[upstreams.u]\nservers = [\"{}\"]\n[[routes]]\nupstream = \"u\"\n", up.addr()));
+    for i in 0..5 {
+        let r = gw.get(&format!("/again/{i}"));
+        assert_eq!(r.status, 200, "request {i} after the upstream closed its keep-alive connection: {r:?}");
+    }
+    assert_eq!(up.connections.load(Ordering::Relaxed), 5, "each request needed a fresh upstream connection");
+    assert_eq!(gw.metric("reference_gateway_upstream_errors_total{kind=\"protocol\"}"), 0.0);
+}
+
 fn read_response(reader: &mut BufReader<TcpStream>) -> (String, String) {
     let mut head = String::new();
     loop {

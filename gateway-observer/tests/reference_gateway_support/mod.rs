@@ -248,6 +248,8 @@ pub enum Behavior {
     Delay(Duration),
     /// Accepts and reads the request, never answers (incident 3's broken return path).
     BlackHole,
+    /// Echoes, then closes the connection without announcing it (a keep-alive race).
+    EchoThenClose,
 }
 
 /// A tiny HTTP/1.1 keep-alive server on loopback, one thread per connection.
@@ -357,12 +359,16 @@ fn serve_upstream(conn: TcpStream, name: &str, behavior: Behavior, requests: &At
                 return;
             }
             Behavior::Delay(d) => std::thread::sleep(d),
-            Behavior::Echo => {}
+            Behavior::Echo | Behavior::EchoThenClose => {}
         }
         let mut out = format!("{name}\n{head}").into_bytes();
         out.extend_from_slice(&body);
         let resp = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n", out.len());
         if writer.write_all(resp.as_bytes()).is_err() || writer.write_all(&out).is_err() {
+            return;
+        }
+        if let Behavior::EchoThenClose = behavior {
+            let _ = writer.shutdown(Shutdown::Both);
             return;
         }
     }
