@@ -231,7 +231,7 @@ impl Pool {
                 }
                 match exchange(&mut up, req, true).await {
                     Ok(resp) => return Ok((resp, up)),
-                    Err(Retry::Unsent(unsent)) => req = unsent,
+                    Err(Retry::Unsent(unsent)) => req = *unsent,
                     Err(Retry::Failed(e)) => return Err(classify(addr, &e)),
                 }
             }
@@ -260,7 +260,7 @@ impl Pool {
 
 enum Retry {
     /// Not sent (the pooled connection was gone): safe to send elsewhere.
-    Unsent(http::Request<ProxyBody>),
+    Unsent(Box<http::Request<ProxyBody>>),
     Failed(hyper::Error),
 }
 
@@ -278,7 +278,7 @@ async fn exchange(up: &mut UpConn, req: http::Request<ProxyBody>, can_retry: boo
         })
         .await;
         res.map_err(|mut e| match e.take_message() {
-            Some(unsent) => Retry::Unsent(unsent),
+            Some(unsent) => Retry::Unsent(Box::new(unsent)),
             None => Retry::Failed(e.into_error()),
         })
     } else {
