@@ -366,6 +366,13 @@ mod tests {
     }
 
     #[test]
+    fn example_config_is_valid() {
+        let c = parse(include_str!("../../../../examples/gateway.toml")).unwrap();
+        assert_eq!(c.routes.len(), 3);
+        assert_eq!(c.upstreams["backend"].servers.len(), 2);
+    }
+
+    #[test]
     fn unknown_key_is_named() {
         let e = parse("[timeouts]\nconect = \"1s\"").unwrap_err();
         assert!(e.contains("conect"), "{e}");
