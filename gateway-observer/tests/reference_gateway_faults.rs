@@ -224,3 +224,21 @@ fn upstream_response_timeout_fault_is_switched_at_run_time() {
     assert_about("switched upstream response timeout", start.elapsed(), Duration::from_secs(1));
     assert_eq!(r.status, 504);
 }
+
+#[test]
+fn redis_down_is_503_on_protected_routes_and_ignored_on_optional_ones() {
+    let up = Upstream::start("up", Behavior::Echo);
+    for mode in ["async", "blocking"] {
+        let gw = Gateway::start(&format!(
+            "[redis]\nurl = \"redis://127.0.0.1:{}/\"\ntimeout = \"300ms\"\n[faults]\nredis_client = \"{mode}\"\n[upstreams.u]\nservers = [\"{}\"]\n[[routes]]\npath_prefix = \"/api/\"\nupstream = \"u\"\naccess_check = \"protected\"\n[[routes]]\nupstream = \"u\"\naccess_check = \"optional\"\n",
+            free_port(),
+            up.addr()
+        ));
+        let r = request(gw.port, "GET", "/api/x", &[("Authorization", "Bearer t")], b"");
+        assert_eq!(r.status, 503, "{mode}: {r:?}");
+        assert!(r.body.contains("access check unavailable"), "{}", r.body);
+        let r = request(gw.port, "GET", "/open", &[("Authorization", "Bearer t")], b"");
+        assert_eq!(r.status, 200, "{mode}: {r:?}");
+        assert_eq!(gw.metric("reference_gateway_access_checks_total{result=\"error\"}"), 2.0);
+    }
+}
