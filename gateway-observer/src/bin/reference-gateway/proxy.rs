@@ -114,9 +114,8 @@ async fn dispatch(
         .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().authority().map(|a| a.as_str()))
-        .map(str::to_owned);
-    let Some(route) = app.routes.find(host.as_deref(), req.uri().path()).cloned() else {
+        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    let Some(route) = app.routes.find(host, req.uri().path()) else {
         return text(StatusCode::NOT_FOUND, "404 Not Found: no route for this host and path", false);
     };
     outcome.route = Some(route.index);
@@ -126,14 +125,14 @@ async fn dispatch(
     req.headers_mut().remove(USER_ID_HEADER);
     req.headers_mut().remove(USER_NAME_HEADER);
     if route.access_check != AccessCheckMode::Off
-        && let Some(denied) = access_check(app, &route, &faults, &mut req).await
+        && let Some(denied) = access_check(app, route, &faults, &mut req).await
     {
         return denied;
     }
 
     match route.handler {
         HandlerKind::Pool => rpc_handler(app, &faults).await,
-        HandlerKind::Proxy => forward(app, &route, &faults, peer, request_id, req, outcome).await,
+        HandlerKind::Proxy => forward(app, route, &faults, peer, request_id, req, outcome).await,
     }
 }
 
