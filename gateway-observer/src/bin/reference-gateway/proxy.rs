@@ -125,13 +125,15 @@ async fn dispatch(
     req.headers_mut().remove(USER_ID_HEADER);
     req.headers_mut().remove(USER_NAME_HEADER);
     if route.access_check != AccessCheckMode::Off
-        && let Some(denied) = access_check(app, route, &faults, &mut req).await
+        // Boxed: the Redis futures are large and would otherwise be inlined (and memmoved) into
+        // every request's state machine, also on routes without the check.
+        && let Some(denied) = Box::pin(access_check(app, route, &faults, &mut req)).await
     {
         return denied;
     }
 
     match route.handler {
-        HandlerKind::Pool => rpc_handler(app, &faults).await,
+        HandlerKind::Pool => Box::pin(rpc_handler(app, &faults)).await,
         HandlerKind::Proxy => forward(app, route, &faults, peer, request_id, req, outcome).await,
     }
 }
@@ -238,7 +240,9 @@ async fn forward(
         *up_req.headers_mut() = if attempt == attempts { std::mem::take(&mut parts.headers) } else { parts.headers.clone() };
 
         let sent = Instant::now();
-        let result = pool.send(i, up_req, timeout).await;
+        // Boxed: hyper moves each request's future into its slot, and the upstream exchange is
+        // most of its size (kilobytes of memmove per request otherwise).
+        let result = Box::pin(pool.send(i, up_req, timeout)).await;
         outcome.upstream_time = Some(sent.elapsed());
         match result {
             Ok(resp) => {
@@ -283,3 +287,4 @@ fn upstream_failure(kind: UpstreamErrorKind, addr: SocketAddr, response_timeout:
     let reason = status.canonical_reason().unwrap_or("");
     text(status, &format!("{} {reason}: {why}", status.as_u16()), false)
 }
+

@@ -235,7 +235,9 @@ impl Pool {
                     Err(Retry::Failed(e)) => return Err(classify(addr, &e)),
                 }
             }
-            let mut up = self.connect(i).await.map_err(upstream)?;
+            // Boxed: connecting is rare with keep-alive, and its futures (handshake included)
+            // would otherwise make every request's state machine much larger.
+            let mut up = Box::pin(self.connect(i)).await.map_err(upstream)?;
             if std::future::poll_fn(|cx| up.poll_ready(cx)).await.is_err() {
                 return Err(upstream(UpstreamErrorKind::Protocol));
             }
