@@ -109,13 +109,9 @@ async fn serve(app: Arc<App>, stream: TcpStream, peer: SocketAddr, _permit: Owne
     let mut next_check = Instant::now() + idle.min(head_timeout);
     loop {
         tokio::select! {
-            res = conn.as_mut() => {
-                if let Err(e) = res {
-                    // Client resets and parse errors are routine for a proxy; hyper has answered them.
-                    let _ = e;
-                }
-                break;
-            }
+            // Client resets and parse errors are routine for a proxy and hyper has already
+            // answered what it could (400, 431), so the result is not logged.
+            _ = conn.as_mut() => break,
             _ = shutdown.changed(), if !closing => {
                 closing = true;
                 conn.as_mut().graceful_shutdown();
