@@ -1,13 +1,14 @@
 //! `cargo xtask setup | build | test | bench probes`: the project's own commands. Each installs
 //! what it needs first, so a fresh machine goes from clone to green with `cargo xtask test`.
 
+mod bench_gateway;
 mod bench_probes;
 mod setup;
 mod util;
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build | test | bench probes [--seconds N]>";
+const USAGE: &str = "usage: cargo xtask <setup | build | test | bench probes [--seconds N] | bench gateway [--rounds N]>";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,6 +27,7 @@ fn main() -> anyhow::Result<()> {
             setup::run()?;
             match rest.first().map(String::as_str) {
                 Some("probes") => bench_probes::run(&rest[1..]),
+                Some("gateway") => bench_gateway::run(&rest[1..]),
                 _ => bail!("{USAGE}"),
             }
         }

@@ -1,0 +1,323 @@
+//! `cargo xtask bench gateway`: wrk on loopback against reference-gateway and against Debian's
+//! nginx configured as the equivalent reverse proxy (same upstream, same worker count, upstream
+//! keep-alive on, access logs off on both), alternated round by round so drift (thermal, other
+//! load) hits both alike. Prints per-round and median requests/s and p99, and the two ratios.
+//!
+//! The upstream is a second nginx answering a static 200. Everything binds to 127.0.0.1, lives
+//! in a temp dir, and is killed on exit (also on error, through `Procs`' Drop).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+struct Options {
+    rounds: usize,
+    duration_s: u64,
+    connections: usize,
+    wrk_threads: usize,
+    workers: usize,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Self> {
+        let mut o = Options { rounds: 5, duration_s: 10, connections: 64, wrk_threads: 2, workers: 2 };
+        // Accept the arguments with or without the leading `gateway` word.
+        let mut it = args.iter().skip_while(|a| *a == "gateway");
+        while let Some(flag) = it.next() {
+            let mut value = |name: &str| -> Result<usize> {
+                it.next()
+                    .with_context(|| format!("{name} needs a value"))?
+                    .parse()
+                    .with_context(|| format!("{name} needs a number"))
+            };
+            match flag.as_str() {
+                "--rounds" => o.rounds = value("--rounds")?,
+                "--duration" => o.duration_s = value("--duration")? as u64,
+                "--connections" => o.connections = value("--connections")?,
+                "--wrk-threads" => o.wrk_threads = value("--wrk-threads")?,
+                "--workers" => o.workers = value("--workers")?,
+                "-h" | "--help" => {
+                    println!(
+                        "cargo xtask bench gateway [--rounds 5] [--duration 10] [--connections 64] [--wrk-threads 2] [--workers 2]"
+                    );
+                    std::process::exit(0);
+                }
+                other => bail!("unknown option {other} (try --help)"),
+            }
+        }
+        if o.rounds == 0 || o.duration_s == 0 || o.connections == 0 || o.workers == 0 {
+            bail!("--rounds, --duration, --connections and --workers must be positive");
+        }
+        Ok(o)
+    }
+}
+
+/// Children killed on drop, so an error half-way leaves nothing running.
+#[derive(Default)]
+struct Procs(Vec<(String, Child)>);
+
+impl Procs {
+    fn spawn(&mut self, name: &str, cmd: &mut Command) -> Result<()> {
+        let child = cmd.spawn().with_context(|| format!("failed to start {name}"))?;
+        self.0.push((name.to_owned(), child));
+        Ok(())
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        for (name, child) in &mut self.0 {
+            if let Some(status) = child.try_wait()? {
+                bail!("{name} exited unexpectedly ({status})");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        // SIGTERM first: nginx's master then stops its workers (SIGKILL would orphan them, still
+        // holding the ports), and the gateway drains. SIGKILL only for what ignores it.
+        for (_, child) in &mut self.0 {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for (name, child) in &mut self.0 {
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                eprintln!("{name} ignored SIGTERM, killing it");
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+        }
+    }
+}
+
+struct Sample {
+    rps: f64,
+    p99_ms: f64,
+    errors: String,
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let opts = Options::parse(args)?;
+    for tool in ["nginx", "wrk"] {
+        which(tool).with_context(|| format!("{tool} not found on PATH (apt-get install -y nginx wrk)"))?;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("xtask has no parent directory")?.to_owned();
+    println!("building reference-gateway (release)...");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .args(["build", "--release", "-p", "gateway-observer", "--bin", "reference-gateway"])
+        .status()
+        .context("failed to run cargo build")?;
+    if !status.success() {
+        bail!("cargo build --release --bin reference-gateway failed ({status})");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let gateway_bin = target.join("release/reference-gateway");
+
+    let dir = std::env::temp_dir().join(format!("refgw-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
+    let result = bench(&opts, &gateway_bin, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn bench(opts: &Options, gateway_bin: &Path, dir: &Path) -> Result<()> {
+    let (up_port, nginx_port, gw_port, admin_port) = (free_port()?, free_port()?, free_port()?, free_port()?);
+    let mut procs = Procs::default();
+
+    let up_conf = dir.join("upstream.conf");
+    std::fs::write(&up_conf, nginx_conf(dir, "upstream", 1, &format!(
+        "server {{ listen 127.0.0.1:{up_port}; keepalive_requests 10000000; location / {{ return 200 \"ok\\n\"; }} }}"
+    )))?;
+    let proxy_conf = dir.join("proxy.conf");
+    std::fs::write(&proxy_conf, nginx_conf(dir, "proxy", opts.workers, &format!(
+        r#"upstream backend {{ server 127.0.0.1:{up_port}; keepalive 64; keepalive_requests 10000000; }}
+    server {{
+        listen 127.0.0.1:{nginx_port} backlog=1024;
+        keepalive_requests 10000000;
+        location / {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Request-Id $request_id;
+            proxy_connect_timeout 2s;
+            proxy_read_timeout 30s;
+        }}
+    }}"#
+    )))?;
+    let gw_conf = dir.join("gateway.toml");
+    std::fs::write(&gw_conf, format!(
+        "[server]\nlisten = [\"127.0.0.1:{gw_port}\"]\nworkers = {}\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n[access_log]\noutput = \"off\"\n[upstreams.backend]\nservers = [\"127.0.0.1:{up_port}\"]\nkeepalive = 64\n[[routes]]\nupstream = \"backend\"\n",
+        opts.workers
+    ))?;
+
+    for (name, conf) in [("upstream nginx", &up_conf), ("proxy nginx", &proxy_conf)] {
+        procs.spawn(name, Command::new("nginx").arg("-p").arg(dir).arg("-c").arg(conf).args(["-g", "daemon off;"])
+            .stdout(Stdio::null()).stderr(Stdio::inherit()))?;
+    }
+    procs.spawn("reference-gateway", Command::new(gateway_bin).arg("--config").arg(&gw_conf)
+        .stdout(Stdio::null()).stderr(Stdio::null()))?;
+    for (name, port) in [("upstream nginx", up_port), ("proxy nginx", nginx_port), ("reference-gateway", gw_port)] {
+        wait_ready(name, port, &mut procs)?;
+    }
+
+    println!(
+        "wrk -t{} -c{} -d{}s --latency, {} rounds, {} workers each, loopback upstream nginx (static 200)",
+        opts.wrk_threads, opts.connections, opts.duration_s, opts.rounds, opts.workers
+    );
+    let targets = [("reference-gateway", gw_port), ("nginx", nginx_port)];
+    let mut results: [Vec<Sample>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..opts.rounds {
+        // Alternate who goes first so neither always runs on a warmer (or hotter) machine.
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let (name, port) = targets[i];
+            procs.check_alive()?;
+            let s = wrk(opts, port).with_context(|| format!("wrk against {name} failed"))?;
+            println!("round {} {:<18} {:>10.0} req/s  p99 {:>7.2} ms{}", round + 1, name, s.rps, s.p99_ms, s.errors);
+            results[i].push(s);
+        }
+    }
+    let med = |v: &[Sample], f: fn(&Sample) -> f64| median(v.iter().map(f).collect());
+    let (g_rps, n_rps) = (med(&results[0], |s| s.rps), med(&results[1], |s| s.rps));
+    let (g_p99, n_p99) = (med(&results[0], |s| s.p99_ms), med(&results[1], |s| s.p99_ms));
+    println!("median reference-gateway {g_rps:>10.0} req/s  p99 {g_p99:>7.2} ms");
+    println!("median nginx             {n_rps:>10.0} req/s  p99 {n_p99:>7.2} ms");
+    println!("throughput ratio (gateway/nginx, >= 1.0 is the goal): {:.3}", g_rps / n_rps);
+    println!("p99 ratio        (gateway/nginx, <= 1.0 is the goal): {:.3}", g_p99 / n_p99);
+    Ok(())
+}
+
+fn nginx_conf(dir: &Path, name: &str, workers: usize, http_body: &str) -> String {
+    let d = dir.display();
+    format!(
+        r#"worker_processes {workers};
+pid {d}/{name}.pid;
+error_log {d}/{name}-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/{name}-body;
+    proxy_temp_path {d}/{name}-proxy;
+    fastcgi_temp_path {d}/{name}-fastcgi;
+    uwsgi_temp_path {d}/{name}-uwsgi;
+    scgi_temp_path {d}/{name}-scgi;
+    {http_body}
+}}
+"#
+    )
+}
+
+fn wrk(opts: &Options, port: u16) -> Result<Sample> {
+    let out = Command::new("wrk")
+        .args([
+            format!("-t{}", opts.wrk_threads),
+            format!("-c{}", opts.connections),
+            format!("-d{}s", opts.duration_s),
+            "--latency".to_owned(),
+            format!("http://127.0.0.1:{port}/"),
+        ])
+        .output()
+        .context("failed to run wrk")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!("wrk exited with {}: {text}{}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    parse_wrk(&text).with_context(|| format!("unexpected wrk output:\n{text}"))
+}
+
+fn parse_wrk(text: &str) -> Option<Sample> {
+    let rps = text.lines().find_map(|l| l.trim().strip_prefix("Requests/sec:"))?.trim().parse().ok()?;
+    let p99 = text.lines().find_map(|l| l.trim().strip_prefix("99%"))?.trim();
+    let p99_ms = duration_ms(p99)?;
+    let errors: String = text
+        .lines()
+        .filter(|l| l.contains("Non-2xx") || l.contains("Socket errors"))
+        .map(|l| format!("  [{}]", l.trim()))
+        .collect();
+    Some(Sample { rps, p99_ms, errors })
+}
+
+fn duration_ms(s: &str) -> Option<f64> {
+    let split = s.find(|c: char| c.is_ascii_alphabetic())?;
+    let (n, unit) = s.split_at(split);
+    let n: f64 = n.parse().ok()?;
+    Some(match unit {
+        "us" => n / 1000.0,
+        "ms" => n,
+        "s" => n * 1000.0,
+        "m" => n * 60_000.0,
+        _ => return None,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// Polls `GET /` (or /health for the gateway, which answers both) until 200, at most 10 s.
+fn wait_ready(name: &str, port: u16, procs: &mut Procs) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        procs.check_alive()?;
+        if http_status(port).is_some_and(|s| s == 200) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{name} on 127.0.0.1:{port} not answering 200 within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn http_status(port: u16) -> Option<u16> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_wrk_latency_and_rate() {
+        let text = "  Latency Distribution\n     50%  612.00us\n     99%    2.31ms\n  Requests/sec:  98765.43\n";
+        let s = parse_wrk(text).unwrap();
+        assert_eq!(s.rps, 98765.43);
+        assert!((s.p99_ms - 2.31).abs() < 1e-9);
+        assert_eq!(duration_ms("1.50s"), Some(1500.0));
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+    }
+}
