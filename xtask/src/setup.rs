@@ -53,7 +53,8 @@ fn bpf_linker() -> anyhow::Result<()> {
     }
     eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against {} (about a minute)", llvm_lib.display());
     let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION])
+        // --force: a bpf-linker that exists but cannot run (its libLLVM moved) must be replaced.
+        .args(["install", "--force", "bpf-linker", "--version", BPF_LINKER_VERSION])
         .args(["--no-default-features", "--features", "llvm-22"])
         .env("LLVM_PREFIX", LLVM_PREFIX)
         .status()
@@ -67,7 +68,9 @@ fn bpf_linker() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `LLVM_PREFIX/lib/libLLVM.so` → nightly's own libLLVM, re-pointed when nightly changes.
+/// `LLVM_PREFIX/lib/libLLVM.so` and `LLVM_PREFIX/lib/<soname>` → nightly's own libLLVM,
+/// re-pointed when nightly changes. The first is what the build links against; the second is the
+/// name the linked binary asks the loader for (its NEEDED soname), found through its RUNPATH.
 fn link_nightly_llvm() -> anyhow::Result<PathBuf> {
     let lib_dir = nightly_sysroot()?.join("lib");
     let llvm = std::fs::read_dir(&lib_dir)
@@ -76,15 +79,19 @@ fn link_nightly_llvm() -> anyhow::Result<PathBuf> {
         .map(|e| e.path())
         .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM.so.")))
         .with_context(|| format!("no libLLVM.so.* in {}: is nightly complete?", lib_dir.display()))?;
-    let link = Path::new(LLVM_PREFIX).join("lib/libLLVM.so");
-    if std::fs::read_link(&link).ok().as_deref() == Some(llvm.as_path()) {
-        return Ok(llvm);
+    let prefix_lib = Path::new(LLVM_PREFIX).join("lib");
+    std::fs::create_dir_all(&prefix_lib)
+        .with_context(|| format!("cannot create {} (run setup as root)", prefix_lib.display()))?;
+    let soname = llvm.file_name().map(PathBuf::from).unwrap_or_default();
+    for name in [PathBuf::from("libLLVM.so"), soname] {
+        let link = prefix_lib.join(name);
+        if std::fs::read_link(&link).ok().as_deref() == Some(llvm.as_path()) {
+            continue;
+        }
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&llvm, &link)
+            .with_context(|| format!("cannot link {} to {}", link.display(), llvm.display()))?;
     }
-    std::fs::create_dir_all(link.parent().unwrap_or(Path::new(LLVM_PREFIX)))
-        .with_context(|| format!("cannot create {LLVM_PREFIX}/lib (run setup as root)"))?;
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&llvm, &link)
-        .with_context(|| format!("cannot link {} to {}", link.display(), llvm.display()))?;
     Ok(llvm)
 }
 
