@@ -3,11 +3,19 @@
 //! monotonic per-label counters, frees the slots of threads that exited (so nothing leaks), and
 //! renders the metrics. It is the only module that holds a `Probes`.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
+    time::Instant,
+};
 
 use gateway_observer_common::{THREAD_HIST_BUCKETS, ThreadState, drop_index, reason};
 
 use crate::{
+    detect::{
+        Detectors, LoopStatus,
+        event_loop::{BLOCKING_REASONS, BlockedLoop, EventLoopConfig},
+        history::ThreadInfo,
+    },
     events::{Block, Record},
     probes::{ProbeError, Probes},
     procfs,
@@ -50,10 +58,17 @@ pub struct Collector {
     map_entries: BTreeMap<&'static str, usize>,
     specs_waiting: usize,
     collections: u64,
+    detectors: Detectors,
+    /// Event loops and their utilization, as of the last tick.
+    loops: Vec<LoopStatus>,
+    /// Event loops found blocked at the last tick.
+    blocked_loops: Vec<BlockedLoop>,
+    /// (tid, reason) → (process, thread, reason): blocked time of event loops.
+    loop_blocked: DeltaCounters<(u32, u32), (String, String, u32)>,
 }
 
 impl Collector {
-    pub fn new(probes: Probes, specs: Vec<TargetSpec>) -> Self {
+    pub fn new(probes: Probes, specs: Vec<TargetSpec>, event_loop: EventLoopConfig) -> Self {
         Self {
             probes,
             specs,
@@ -68,6 +83,10 @@ impl Collector {
             map_entries: BTreeMap::new(),
             specs_waiting: 0,
             collections: 0,
+            detectors: Detectors::new(event_loop),
+            loops: Vec::new(),
+            blocked_loops: Vec::new(),
+            loop_blocked: DeltaCounters::default(),
         }
     }
 
@@ -101,12 +120,16 @@ impl Collector {
         let live_targets = self.sync_targets()?;
         let threads = self.probes.threads();
         let followed = threads.len();
+        let now = Instant::now();
         let mut owners = live_targets.clone();
+        let mut latest = HashMap::new();
         for (slot, state) in threads {
             owners.insert(state.tgid);
-            self.fold_thread(slot, &state)?;
+            latest.insert(state.tid, state.offcpu_ns);
+            self.fold_thread(slot, &state, now)?;
         }
         self.names.retain_processes(&owners);
+        self.run_detectors(now, &latest);
         self.drops = self.probes.drops()?;
         self.map_entries = BTreeMap::from([("targets", live_targets.len()), ("threads", followed)]);
         self.collections += 1;
@@ -147,11 +170,14 @@ impl Collector {
 
     /// Folds one thread's cumulative totals into its (process, group, ...) counters, then frees
     /// the slot of a thread that is gone.
-    fn fold_thread(&mut self, slot: u32, state: &ThreadState) -> Result<(), ProbeError> {
+    fn fold_thread(&mut self, slot: u32, state: &ThreadState, now: Instant) -> Result<(), ProbeError> {
         let tid = state.tid;
         let process = self.names.process(state.tgid).to_owned();
-        let group = self.names.thread(tid, state.tgid).group.clone();
+        let name = self.names.thread(tid, state.tgid);
+        let (group, thread_name) = (name.group.clone(), name.name.clone());
         self.observe_thread(state, &process, &group);
+        let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name };
+        self.detectors.record(now, info, state.offcpu_ns);
         // An exit the hook saw, or a thread gone without it (exited before it had a slot).
         if state.exited == 0 && procfs::exists(tid) {
             return Ok(());
@@ -170,8 +196,60 @@ impl Collector {
             }
             self.hist_sum.forget(&(tid, kind));
         }
+        for code in BLOCKING_REASONS {
+            self.loop_blocked.forget(&(tid, code));
+        }
         self.names.forget_thread(tid);
+        self.detectors.forget(tid);
         self.probes.release_thread(slot, tid)
+    }
+
+    /// Event loops, their utilization and blocked time, and which are blocked now.
+    fn run_detectors(&mut self, now: Instant, latest: &HashMap<u32, [u64; reason::COUNT as usize]>) {
+        self.loops = self.detectors.loops(now);
+        for status in &self.loops {
+            let Some(totals) = latest.get(&status.thread.tid) else { continue };
+            for code in BLOCKING_REASONS {
+                let label = (status.thread.comm.clone(), status.thread.name.clone(), code);
+                self.loop_blocked.observe((status.thread.tid, code), totals[code as usize], label);
+            }
+        }
+        let blocks: Vec<Block> = self.recent_blocks.iter().cloned().collect();
+        self.blocked_loops = self.detectors.blocked_loops(&blocks, now, monotonic_ns());
+    }
+
+    pub fn blocked_loops(&self) -> &[BlockedLoop] {
+        &self.blocked_loops
+    }
+
+    pub fn event_loop_config(&self) -> &EventLoopConfig {
+        &self.detectors.event_loop
+    }
+
+    /// What holds now, for the alert book.
+    pub fn findings(&self) -> Vec<crate::alerts::Finding> {
+        let config = &self.detectors.event_loop;
+        self.blocked_loops.iter().map(|found| crate::detect::findings::event_loop_blocked(found, config)).collect()
+    }
+
+    /// The current per-process state that `/api/v1/snapshot` serves (version 1).
+    pub fn snapshot(&self) -> serde_json::Value {
+        let loops: Vec<serde_json::Value> = self
+            .loops
+            .iter()
+            .map(|l| {
+                serde_json::json!({
+                    "pid": l.thread.tgid, "comm": l.thread.comm, "thread": l.thread.name,
+                    "tid": l.thread.tid, "utilization": l.utilization,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "version": 1,
+            "targets": self.map_entries.get("targets").copied().unwrap_or(0),
+            "threads": self.map_entries.get("threads").copied().unwrap_or(0),
+            "event_loops": loops,
+        })
     }
 
     fn observe_thread(&mut self, state: &ThreadState, process: &str, group: &str) {
@@ -200,6 +278,18 @@ impl Collector {
         e.family(name, "counter", "Time threads spent off-CPU, by thread group and reason.");
         for ((process, group, reason), ns) in self.offcpu.totals() {
             let labels = [("process", process.as_str()), ("thread_group", group.as_str()), ("reason", reason_label(*reason))];
+            e.sample(name, &labels, *ns as f64 / 1e9);
+        }
+        let name = "gateway_observer_event_loop_utilization";
+        e.family(name, "gauge", "Busy and blocked share of an event loop's time over the detection window (0..1).");
+        for status in &self.loops {
+            let labels = [("process", status.thread.comm.as_str()), ("thread", status.thread.name.as_str())];
+            e.sample(name, &labels, status.utilization);
+        }
+        let name = "gateway_observer_event_loop_blocked_seconds_total";
+        e.family(name, "counter", "Time event loops spent off-CPU in work (not idling in poll), by reason.");
+        for ((process, thread, reason), ns) in self.loop_blocked.totals() {
+            let labels = [("process", process.as_str()), ("thread", thread.as_str()), ("reason", reason_label(*reason))];
             e.sample(name, &labels, *ns as f64 / 1e9);
         }
         let name = "gateway_observer_long_blocks_total";
@@ -272,6 +362,14 @@ impl Collector {
         }
         out
     }
+}
+
+/// CLOCK_MONOTONIC, the clock of kernel event timestamps (bpf_ktime_get_ns).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
 fn spec_matches(spec: &TargetSpec, pid: u32) -> bool {

@@ -4,9 +4,11 @@
 //! [`probes::Probes`]) → [`sinks`]. Decoding, naming and accounting live in modules that touch no
 //! kernel handle and are unit-tested on their own.
 
+pub mod alerts;
 pub mod cli;
 pub mod collector;
 pub mod config;
+pub mod detect;
 pub mod events;
 pub mod probes;
 pub mod procfs;

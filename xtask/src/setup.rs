@@ -12,8 +12,10 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// bpf-linker's rpath points here, so it must outlive the build: not a temp dir.
 const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// Debian packages the tests and benchmarks run: real Redis, nginx, wrk load, nftables and
-/// iproute2 for network faults in namespaces, tmux for the terminal view.
-const DEBIAN_PACKAGES: &[&str] = &["redis-server", "nginx", "wrk", "nftables", "iproute2", "tmux"];
+/// iproute2 for network faults in namespaces, tmux for the terminal view, Alertmanager for the
+/// alert push.
+const DEBIAN_PACKAGES: &[&str] =
+    &["redis-server", "nginx", "wrk", "nftables", "iproute2", "tmux", "prometheus-alertmanager"];
 
 pub fn run() -> anyhow::Result<()> {
     nightly()?;

@@ -1,7 +1,10 @@
 //! `gateway-observer run`: load and attach the probes, follow the targets, serve /metrics until
 //! SIGINT or SIGTERM, then detach everything (dropping the aya objects detaches the programs).
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use anyhow::Context as _;
 use tokio::{
@@ -12,12 +15,20 @@ use tokio::{
 
 use super::RunArgs;
 use crate::{
+    alerts::{
+        self, AlertState,
+        lifecycle::{AlertBook, LifecycleConfig},
+    },
     collector::Collector,
+    detect::event_loop::EventLoopConfig,
     config::Config,
     events,
     probes::{ProbeSettings, Probes},
     procfs,
-    sinks::http::{self, Published},
+    sinks::{
+        http::{self, Published},
+        prometheus::Exposition,
+    },
     state::targets::TargetSpec,
 };
 
@@ -60,6 +71,31 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
     Ok(config)
 }
 
+/// Everything the HTTP sink serves, rendered once per tick.
+fn publication(collector: &Collector, book: &AlertBook) -> Published {
+    let mut metrics = collector.render_metrics();
+    metrics.push_str(&alert_metrics(book));
+    let alerts = serde_json::json!({ "alerts": book.alerts() });
+    Published {
+        metrics: Arc::new(metrics),
+        alerts_json: Arc::new(alerts.to_string()),
+        snapshot_json: Arc::new(collector.snapshot().to_string()),
+        ready: true,
+    }
+}
+
+/// `gateway_observer_alerts{kind,process,subject}`: 1 while firing, 0 while pending or resolved.
+fn alert_metrics(book: &AlertBook) -> String {
+    let mut e = Exposition::default();
+    let name = "gateway_observer_alerts";
+    e.family(name, "gauge", "Alerts known to the daemon: 1 while firing, 0 while pending or recently resolved.");
+    for alert in book.alerts() {
+        let labels = [("kind", alert.kind().as_str()), ("process", alert.comm()), ("subject", alert.subject())];
+        e.sample(name, &labels, f64::from(u8::from(alert.state() == AlertState::Firing)));
+    }
+    e.finish()
+}
+
 pub async fn run(config: Config) -> Result<(), RunError> {
     let mut probes = Probes::load(ProbeSettings { block_threshold: config.block_threshold, max_threads: config.max_threads })
         .context("failed to load the eBPF programs (run `gateway-observer check`)")?;
@@ -69,16 +105,14 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     // before dropping it; the fd is never closed while registered.
     let mut ring = unsafe { AsyncFd::register(ring) }
         .map_err(|e| anyhow::anyhow!("failed to poll the event ring buffer: {e}"))?;
-    let mut collector = Collector::new(probes, config.targets.clone());
+    let mut collector = Collector::new(probes, config.targets.clone(), EventLoopConfig::default());
     collector.tick().context("first collection failed")?;
 
     let listener = http::bind(config.listen)
         .await
         .with_context(|| format!("failed to listen on {}", config.listen))?;
-    let (publish, published) = watch::channel(Published {
-        metrics: Arc::new(collector.render_metrics()),
-        ready: true,
-    });
+    let mut book = AlertBook::new(LifecycleConfig::default());
+    let (publish, published) = watch::channel(publication(&collector, &book));
     let (stop_server, mut server_stopped) = watch::channel(false);
     let server = tokio::spawn(http::serve(listener, published, async move {
         let _ = server_stopped.wait_for(|stop| *stop).await;
@@ -95,7 +129,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
                 if let Err(err) = collector.tick() {
                     eprintln!("gateway-observer: collection failed, retrying next tick: {err}");
                 }
-                publish.send_replace(Published { metrics: Arc::new(collector.render_metrics()), ready: true });
+                let now = SystemTime::now();
+                for transition in book.evaluate(now, collector.findings()) {
+                    println!("{}", alerts::log::transition_line(now, &transition));
+                }
+                publish.send_replace(publication(&collector, &book));
             }
             guard = ring.readable_mut() => {
                 let mut guard = guard.context("event ring buffer failed")?;

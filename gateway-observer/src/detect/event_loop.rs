@@ -1,0 +1,225 @@
+//! `EventLoopBlocked`: a thread that idles in epoll/poll/select (an event loop, found without
+//! configuration) spends time off the CPU for another reason — a timed futex wait, a sleep, a
+//! blocking socket read, disk — longer than a threshold in one block, or for more than a share of
+//! a window. While it is blocked, nothing else it serves is served.
+//!
+//! Untimed futex waits do not count: tokio, Go and libuv workers idle that way, so they cannot be
+//! told from lock contention without learning each runtime's idle address (not done yet).
+
+use std::time::{Duration, Instant};
+
+use gateway_observer_common::reason;
+
+use super::history::{History, ThreadInfo};
+use crate::{events::Block, reason::reason_label, syscalls};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EventLoopConfig {
+    pub window: Duration,
+    /// Blocked share of the window that is an incident on its own.
+    pub blocked_share: f64,
+    /// One block at least this long is an incident on its own.
+    pub single_block: Duration,
+    /// A thread seen idling in poll within this long is an event loop.
+    pub loop_memory: Duration,
+}
+
+impl Default for EventLoopConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(5),
+            blocked_share: 0.20,
+            single_block: Duration::from_millis(50),
+            loop_memory: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Reasons that mean "blocked in work" for an event loop.
+pub const BLOCKING_REASONS: [u32; 6] =
+    [reason::FUTEX_TIMED, reason::SLEEP, reason::SOCKET, reason::IO, reason::OTHER_SYSCALL, reason::DISK];
+
+/// One blocked event loop, with its evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockedLoop {
+    pub thread: ThreadInfo,
+    /// The reason with the most blocked time in the window.
+    pub reason: u32,
+    pub blocked_ns: u64,
+    pub window: Duration,
+    pub share: f64,
+    pub blocks: BlockStats,
+    /// Blocked nanoseconds per reason, for the evidence.
+    pub by_reason: Vec<(&'static str, u64)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockStats {
+    /// Blocks past the kernel's event threshold in the window, in blocking reasons.
+    pub count: u32,
+    pub over_single_threshold: u32,
+    pub longest_ns: u64,
+    /// The futex word most blocks waited on, if any.
+    pub futex_uaddr: Option<u64>,
+    /// The syscall the longest block was in.
+    pub syscall: Option<&'static str>,
+}
+
+/// Blocked event loops now. `now_mono_ns` is CLOCK_MONOTONIC, the clock of `blocks`.
+pub fn blocked_loops(
+    history: &History,
+    blocks: &[Block],
+    now: Instant,
+    now_mono_ns: u64,
+    config: &EventLoopConfig,
+) -> Vec<BlockedLoop> {
+    let window_start_ns = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
+    let mut found = Vec::new();
+    for thread in history.event_loops(now, config.loop_memory) {
+        let Some(delta) = history.delta(thread.tid, config.window) else { continue };
+        let by_reason: Vec<(u32, u64)> =
+            BLOCKING_REASONS.iter().map(|&r| (r, delta.ns(r))).filter(|(_, ns)| *ns > 0).collect();
+        let blocked_ns: u64 = by_reason.iter().map(|(_, ns)| ns).sum();
+        let share = blocked_ns as f64 / delta.elapsed.as_nanos().max(1) as f64;
+        let stats = block_stats(
+            blocks.iter().filter(|b| b.tid == thread.tid && b.timestamp_ns >= window_start_ns),
+            config.single_block,
+        );
+        if share < config.blocked_share && stats.over_single_threshold == 0 {
+            continue;
+        }
+        let reason = by_reason.iter().max_by_key(|(_, ns)| *ns).map_or(reason::OTHER, |(r, _)| *r);
+        found.push(BlockedLoop {
+            thread: thread.clone(),
+            reason,
+            blocked_ns,
+            window: delta.elapsed,
+            share,
+            blocks: stats,
+            by_reason: by_reason.iter().map(|(r, ns)| (reason_label(*r), *ns)).collect(),
+        });
+    }
+    found.sort_by(|a, b| (a.thread.tgid, a.thread.tid).cmp(&(b.thread.tgid, b.thread.tid)));
+    found
+}
+
+fn block_stats<'a>(blocks: impl Iterator<Item = &'a Block>, single: Duration) -> BlockStats {
+    let single_ns = u64::try_from(single.as_nanos()).unwrap_or(u64::MAX);
+    let mut stats = BlockStats::default();
+    let mut futexes: Vec<(u64, u32)> = Vec::new();
+    for block in blocks.filter(|b| BLOCKING_REASONS.contains(&b.reason)) {
+        stats.count += 1;
+        if block.wait_ns >= single_ns {
+            stats.over_single_threshold += 1;
+        }
+        if block.wait_ns > stats.longest_ns {
+            stats.longest_ns = block.wait_ns;
+            stats.syscall = block.syscall_nr.and_then(|nr| syscalls::name_of(nr as i32));
+        }
+        if block.futex_uaddr != 0 {
+            match futexes.iter_mut().find(|(addr, _)| *addr == block.futex_uaddr) {
+                Some((_, n)) => *n += 1,
+                None => futexes.push((block.futex_uaddr, 1)),
+            }
+        }
+    }
+    stats.futex_uaddr = futexes.iter().max_by_key(|(_, n)| *n).map(|(addr, _)| *addr);
+    stats
+}
+
+impl BlockedLoop {
+    /// One line for people: "blocked 71% of the last 5.0s in futex_timed (3 blocks > 50ms, longest 180ms)".
+    pub fn summary(&self, config: &EventLoopConfig) -> String {
+        format!(
+            "event loop blocked {:.0}% of the last {:.1}s in {} ({} blocks > {} ms, longest {} ms)",
+            self.share * 100.0,
+            self.window.as_secs_f64(),
+            reason_label(self.reason),
+            self.blocks.over_single_threshold,
+            config.single_block.as_millis(),
+            self.blocks.longest_ns / 1_000_000
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(tid: u32) -> ThreadInfo {
+        ThreadInfo { tid, tgid: 100, comm: "java".into(), name: format!("reactor-http-nio-{tid}") }
+    }
+
+    /// Ten one-second samples of a loop that polls `poll_ms` and blocks `timed_ms` each second.
+    fn history_of(tid: u32, poll_ms: u64, timed_ms: u64, futex_ms: u64) -> (History, Instant) {
+        let start = Instant::now();
+        let mut h = History::new(Duration::from_secs(60));
+        for s in 0..=10u64 {
+            let mut t = [0u64; reason::COUNT as usize];
+            t[reason::POLL as usize] = s * poll_ms * 1_000_000;
+            t[reason::FUTEX_TIMED as usize] = s * timed_ms * 1_000_000;
+            t[reason::FUTEX as usize] = s * futex_ms * 1_000_000;
+            h.record(start + Duration::from_secs(s), thread(tid), t);
+        }
+        (h, start + Duration::from_secs(10))
+    }
+
+    fn block(tid: u32, wait_ms: u64, at_ns: u64, uaddr: u64) -> Block {
+        Block {
+            tid,
+            tgid: 100,
+            reason: reason::FUTEX_TIMED,
+            syscall_nr: Some(202),
+            waker_tid: 0,
+            wait_ns: wait_ms * 1_000_000,
+            runqueue_ns: 0,
+            futex_uaddr: uaddr,
+            timestamp_ns: at_ns,
+        }
+    }
+
+    #[test]
+    fn incident_one_a_loop_parked_in_timed_futex_waits() {
+        // ~170 µs waits adding up to 0.7 s per second across the loop: 70 % blocked.
+        let (h, now) = history_of(2, 200, 700, 0);
+        let found = blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default());
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        assert_eq!(f.reason, reason::FUTEX_TIMED);
+        assert!((f.share - 0.7).abs() < 0.01, "{}", f.share);
+        assert!(f.summary(&EventLoopConfig::default()).starts_with("event loop blocked 70% of the last 5.0s in futex_timed"));
+    }
+
+    #[test]
+    fn one_long_block_is_enough() {
+        let (h, now) = history_of(3, 900, 8, 0);
+        let now_ns = 10_000_000_000;
+        let blocks = [block(3, 80, now_ns - 1_000_000_000, 0xdead), block(3, 12, now_ns - 500_000_000, 0xdead)];
+        let found = blocked_loops(&h, &blocks, now, now_ns, &EventLoopConfig::default());
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].blocks.over_single_threshold, 1);
+        assert_eq!(found[0].blocks.count, 2);
+        assert_eq!(found[0].blocks.longest_ns, 80_000_000);
+        assert_eq!(found[0].blocks.futex_uaddr, Some(0xdead));
+        assert_eq!(found[0].blocks.syscall, Some("futex"));
+        // The same block, but older than the window: nothing.
+        let old = [block(3, 80, now_ns - 6_000_000_000, 0xdead)];
+        assert!(blocked_loops(&h, &old, now, now_ns, &EventLoopConfig::default()).is_empty());
+    }
+
+    #[test]
+    fn a_busy_healthy_loop_and_an_idle_parked_worker_are_quiet() {
+        // Polls a lot, blocks 1 %: healthy.
+        let (h, now) = history_of(4, 600, 10, 0);
+        assert!(blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default()).is_empty());
+        // A tokio-style worker: idles in epoll sometimes, parks in untimed futex the rest.
+        let (h, now) = history_of(5, 300, 0, 700);
+        assert!(blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default()).is_empty());
+    }
+
+    #[test]
+    fn a_thread_that_never_polls_is_not_judged_as_a_loop() {
+        let (h, now) = history_of(6, 0, 900, 0);
+        assert!(blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default()).is_empty());
+    }
+}

@@ -1,0 +1,70 @@
+//! Detector results as alert findings: the subject, a one-line summary, and the evidence object
+//! that `/api/v1/alerts` and Alertmanager show.
+
+use serde_json::json;
+
+use super::event_loop::{BlockedLoop, EventLoopConfig};
+use crate::alerts::{AlertKind, Finding};
+
+pub fn event_loop_blocked(found: &BlockedLoop, config: &EventLoopConfig) -> Finding {
+    let evidence = json!({
+        "reason": crate::reason::reason_label(found.reason),
+        "thread": found.thread.name,
+        "tid": found.thread.tid,
+        "window_seconds": found.window.as_secs_f64(),
+        "blocked_seconds": found.blocked_ns as f64 / 1e9,
+        "blocked_share": found.share,
+        "blocked_seconds_by_reason": found.by_reason.iter()
+            .map(|(reason, ns)| (reason.to_string(), json!(*ns as f64 / 1e9)))
+            .collect::<serde_json::Map<_, _>>(),
+        "blocks_over_event_threshold": found.blocks.count,
+        "blocks_over_single_threshold": found.blocks.over_single_threshold,
+        "single_block_threshold_seconds": config.single_block.as_secs_f64(),
+        "longest_block_seconds": found.blocks.longest_ns as f64 / 1e9,
+        "syscall": found.blocks.syscall,
+        "futex_uaddr": found.blocks.futex_uaddr.map(|a| format!("{a:#x}")),
+    });
+    Finding {
+        kind: AlertKind::EventLoopBlocked,
+        pid: found.thread.tgid,
+        comm: found.thread.comm.clone(),
+        subject: found.thread.name.clone(),
+        summary: found.summary(config),
+        evidence,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use gateway_observer_common::reason;
+
+    use super::*;
+    use crate::detect::{event_loop::BlockStats, history::ThreadInfo};
+
+    #[test]
+    fn evidence_names_the_thread_reason_and_futex() {
+        let found = BlockedLoop {
+            thread: ThreadInfo { tid: 12, tgid: 10, comm: "java".into(), name: "reactor-http-nio-2".into() },
+            reason: reason::FUTEX_TIMED,
+            blocked_ns: 3_550_000_000,
+            window: Duration::from_secs(5),
+            share: 0.71,
+            blocks: BlockStats {
+                count: 40,
+                over_single_threshold: 1,
+                longest_ns: 120_000_000,
+                futex_uaddr: Some(0x7f00_1234),
+                syscall: Some("futex"),
+            },
+            by_reason: vec![("futex_timed", 3_550_000_000)],
+        };
+        let f = event_loop_blocked(&found, &EventLoopConfig::default());
+        assert_eq!(f.id(), "EventLoopBlocked/10/reactor-http-nio-2");
+        assert_eq!(f.evidence["reason"], "futex_timed");
+        assert_eq!(f.evidence["futex_uaddr"], "0x7f001234");
+        assert_eq!(f.evidence["blocked_share"], 0.71);
+        assert!(f.summary.contains("71%"), "{}", f.summary);
+    }
+}

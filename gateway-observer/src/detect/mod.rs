@@ -1,0 +1,71 @@
+//! Detectors: pure functions of recorded per-thread state over time windows. They take no kernel
+//! handle; the collector feeds them samples and long-block events, and hands what they find to
+//! the alert book.
+
+pub mod event_loop;
+pub mod findings;
+pub mod history;
+
+use std::time::{Duration, Instant};
+
+use event_loop::{BlockedLoop, EventLoopConfig, blocked_loops};
+use gateway_observer_common::reason;
+use history::{History, ReasonTotals, ThreadInfo};
+
+use crate::events::Block;
+
+/// Idle reasons of an event loop: waiting for work in epoll/poll, or parked (untimed futex).
+const IDLE_REASONS: [u32; 2] = [reason::POLL, reason::FUTEX];
+
+/// What the detectors keep between ticks.
+#[derive(Debug)]
+pub struct Detectors {
+    pub event_loop: EventLoopConfig,
+    history: History,
+}
+
+/// One event loop's state over the last window, for metrics and the snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopStatus {
+    pub thread: ThreadInfo,
+    /// Busy + blocked share of the window (1 - idle share): a better load signal than CPU.
+    pub utilization: f64,
+}
+
+impl Detectors {
+    pub fn new(event_loop: EventLoopConfig) -> Self {
+        Self { history: History::new(event_loop.loop_memory.max(event_loop.window) * 2), event_loop }
+    }
+
+    pub fn record(&mut self, now: Instant, info: ThreadInfo, totals: ReasonTotals) {
+        self.history.record(now, info, totals);
+    }
+
+    pub fn forget(&mut self, tid: u32) {
+        self.history.forget(tid);
+    }
+
+    pub fn blocked_loops(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<BlockedLoop> {
+        blocked_loops(&self.history, blocks, now, now_mono_ns, &self.event_loop)
+    }
+
+    /// Every event loop with its utilization over the window.
+    pub fn loops(&self, now: Instant) -> Vec<LoopStatus> {
+        let mut loops: Vec<LoopStatus> = self
+            .history
+            .event_loops(now, self.event_loop.loop_memory)
+            .filter_map(|thread| {
+                let delta = self.history.delta(thread.tid, self.event_loop.window)?;
+                let idle: u64 = IDLE_REASONS.iter().map(|r| delta.ns(*r)).sum();
+                let utilization = 1.0 - (idle as f64 / delta.elapsed.as_nanos().max(1) as f64).min(1.0);
+                Some(LoopStatus { thread: thread.clone(), utilization })
+            })
+            .collect();
+        loops.sort_by(|a, b| (a.thread.tgid, a.thread.tid).cmp(&(b.thread.tgid, b.thread.tid)));
+        loops
+    }
+
+    pub fn window(&self) -> Duration {
+        self.event_loop.window
+    }
+}
