@@ -23,6 +23,8 @@ pub struct Config {
     /// How many target threads the kernel can follow at once (each slot is 464 bytes of
     /// locked kernel memory). Threads beyond it are counted in bpf_map_full_total.
     pub max_threads: u32,
+    /// Alertmanager to push alerts to (`http://host:port`), or none.
+    pub alertmanager: Option<String>,
 }
 
 impl Default for Config {
@@ -33,6 +35,7 @@ impl Default for Config {
             interval: Duration::from_secs(1),
             block_threshold: Duration::from_millis(10),
             max_threads: gateway_observer_common::MAX_THREADS,
+            alertmanager: None,
         }
     }
 }
@@ -73,6 +76,11 @@ impl Config {
                 "block_threshold {:?} is below 100µs: the ring buffer would flood",
                 self.block_threshold
             )));
+        }
+        if let Some(url) = &self.alertmanager
+            && !url.starts_with("http://")
+        {
+            return Err(ConfigError::Invalid(format!("alertmanager {url:?} must be an http:// URL")));
         }
         if !(16..=1 << 20).contains(&self.max_threads) {
             return Err(ConfigError::Invalid(format!("max_threads {} is outside 16..=1048576", self.max_threads)));
@@ -123,5 +131,7 @@ mod tests {
         assert!(err.contains("pid"), "{err}");
         let err = Config::from_toml("interval = \"1ms\"").expect_err("rejected").to_string();
         assert!(err.contains("below 100ms"), "{err}");
+        let err = Config::from_toml("alertmanager = \"am:9093\"").expect_err("rejected").to_string();
+        assert!(err.contains("http://"), "{err}");
     }
 }

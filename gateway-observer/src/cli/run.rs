@@ -57,6 +57,9 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
     if let Some(threshold) = args.block_threshold {
         config.block_threshold = threshold;
     }
+    if let Some(url) = &args.alertmanager {
+        config.alertmanager = Some(url.clone());
+    }
     config.validate().map_err(|e| RunError::Usage(e.to_string()))?;
     if config.targets.is_empty() {
         return Err(RunError::Usage("no target: pass --target pid=N or --target comm=NAME".into()));
@@ -69,6 +72,25 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
         }
     }
     Ok(config)
+}
+
+/// Firing alerts are posted again this often: Alertmanager forgets one after its resolve_timeout
+/// (5 min by default) without a post.
+const ALERTMANAGER_REPOST: Duration = Duration::from_secs(60);
+
+/// Posts the current alerts in the background; a failed push is logged and retried at the next
+/// change or repost, never allowed to stall collection.
+fn push_alerts(url: String, book: &AlertBook) {
+    let alerts: Vec<alerts::Alert> = book.alerts().into_iter().cloned().collect();
+    if alerts.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        let refs: Vec<&alerts::Alert> = alerts.iter().collect();
+        if let Err(err) = alerts::alertmanager::push(&url, &refs, Duration::from_secs(5)).await {
+            eprintln!("gateway-observer: Alertmanager push failed: {err}");
+        }
+    });
 }
 
 /// Everything the HTTP sink serves, rendered once per tick.
@@ -121,6 +143,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut last_push = std::time::Instant::now();
     let mut ticker = tokio::time::interval(config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -130,8 +153,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
                     eprintln!("gateway-observer: collection failed, retrying next tick: {err}");
                 }
                 let now = SystemTime::now();
-                for transition in book.evaluate(now, collector.findings()) {
-                    println!("{}", alerts::log::transition_line(now, &transition));
+                let transitions = book.evaluate(now, collector.findings());
+                for transition in &transitions {
+                    println!("{}", alerts::log::transition_line(now, transition));
+                }
+                if let Some(url) = &config.alertmanager
+                    && (!transitions.is_empty() || last_push.elapsed() >= ALERTMANAGER_REPOST)
+                {
+                    last_push = std::time::Instant::now();
+                    push_alerts(url.clone(), &book);
                 }
                 publish.send_replace(publication(&collector, &book));
             }
