@@ -15,6 +15,7 @@ use crate::{
         Detectors, LoopStatus,
         event_loop::{BLOCKING_REASONS, BlockedLoop, EventLoopConfig},
         history::ThreadInfo,
+        pool::SaturatedPool,
     },
     events::{Block, Record},
     probes::{ProbeError, Probes},
@@ -63,6 +64,8 @@ pub struct Collector {
     loops: Vec<LoopStatus>,
     /// Event loops found blocked at the last tick.
     blocked_loops: Vec<BlockedLoop>,
+    /// Thread pools found saturated at the last tick.
+    saturated_pools: Vec<SaturatedPool>,
     /// (tid, reason) → (process, thread, reason): blocked time of event loops.
     loop_blocked: DeltaCounters<(u32, u32), (String, String, u32)>,
 }
@@ -86,6 +89,7 @@ impl Collector {
             detectors: Detectors::new(event_loop),
             loops: Vec::new(),
             blocked_loops: Vec::new(),
+            saturated_pools: Vec::new(),
             loop_blocked: DeltaCounters::default(),
         }
     }
@@ -121,12 +125,13 @@ impl Collector {
         let threads = self.probes.threads();
         let followed = threads.len();
         let now = Instant::now();
+        let now_mono = monotonic_ns();
         let mut owners = live_targets.clone();
         let mut latest = HashMap::new();
         for (slot, state) in threads {
             owners.insert(state.tgid);
             latest.insert(state.tid, state.offcpu_ns);
-            self.fold_thread(slot, &state, now)?;
+            self.fold_thread(slot, &state, now, now_mono)?;
         }
         self.names.retain_processes(&owners);
         self.run_detectors(now, &latest);
@@ -170,14 +175,14 @@ impl Collector {
 
     /// Folds one thread's cumulative totals into its (process, group, ...) counters, then frees
     /// the slot of a thread that is gone.
-    fn fold_thread(&mut self, slot: u32, state: &ThreadState, now: Instant) -> Result<(), ProbeError> {
+    fn fold_thread(&mut self, slot: u32, state: &ThreadState, now: Instant, now_mono: u64) -> Result<(), ProbeError> {
         let tid = state.tid;
         let process = self.names.process(state.tgid).to_owned();
         let name = self.names.thread(tid, state.tgid);
         let (group, thread_name) = (name.group.clone(), name.name.clone());
         self.observe_thread(state, &process, &group);
         let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name };
-        self.detectors.record(now, info, state.offcpu_ns);
+        self.detectors.record(now, info, with_open_span(state, now_mono));
         // An exit the hook saw, or a thread gone without it (exited before it had a slot).
         if state.exited == 0 && procfs::exists(tid) {
             return Ok(());
@@ -215,7 +220,9 @@ impl Collector {
             }
         }
         let blocks: Vec<Block> = self.recent_blocks.iter().cloned().collect();
-        self.blocked_loops = self.detectors.blocked_loops(&blocks, now, monotonic_ns());
+        let now_mono = monotonic_ns();
+        self.blocked_loops = self.detectors.blocked_loops(&blocks, now, now_mono);
+        self.saturated_pools = self.detectors.saturated_pools(&blocks, now, now_mono);
     }
 
     pub fn blocked_loops(&self) -> &[BlockedLoop] {
@@ -229,7 +236,9 @@ impl Collector {
     /// What holds now, for the alert book.
     pub fn findings(&self) -> Vec<crate::alerts::Finding> {
         let config = &self.detectors.event_loop;
-        self.blocked_loops.iter().map(|found| crate::detect::findings::event_loop_blocked(found, config)).collect()
+        let loops = self.blocked_loops.iter().map(|found| crate::detect::findings::event_loop_blocked(found, config));
+        let pools = self.saturated_pools.iter().map(crate::detect::findings::pool_saturated);
+        loops.chain(pools).collect()
     }
 
     /// The current per-process state that `/api/v1/snapshot` serves (version 1).
@@ -364,8 +373,34 @@ impl Collector {
     }
 }
 
+/// The thread's off-CPU totals including the span it is in right now, which the kernel only adds
+/// at switch-in: a thread stuck for minutes must count as stuck while it is stuck. Used by the
+/// detectors only; the exported counters stay on the kernel's closed totals (reading a slot while
+/// the kernel closes a span can see the span in neither place, which a detector's next window
+/// absorbs but a counter must not).
+fn with_open_span(state: &ThreadState, now_mono: u64) -> [u64; reason::COUNT as usize] {
+    let mut totals = state.offcpu_ns;
+    let start = state.offcpu_start_ns;
+    if start == 0 || now_mono <= start {
+        return totals;
+    }
+    let woken = state.wakeup_ns;
+    let (wait, runqueue) = if state.offcpu_reason == reason::RUNQUEUE {
+        (0, now_mono - start)
+    } else if woken >= start && woken <= now_mono {
+        (woken - start, now_mono - woken)
+    } else {
+        (now_mono - start, 0)
+    };
+    if let Some(slot) = totals.get_mut(state.offcpu_reason as usize) {
+        *slot += wait;
+    }
+    totals[reason::RUNQUEUE as usize] += runqueue;
+    totals
+}
+
 /// CLOCK_MONOTONIC, the clock of kernel event timestamps (bpf_ktime_get_ns).
-fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -376,5 +411,28 @@ fn spec_matches(spec: &TargetSpec, pid: u32) -> bool {
     match spec {
         TargetSpec::Pid(p) => *p == pid,
         TargetSpec::Comm(comm) => procfs::comm(pid).as_deref() == Some(comm.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gateway_observer_common::{ThreadState, reason};
+
+    use super::with_open_span;
+
+    #[test]
+    fn an_open_span_counts_up_to_now_and_splits_at_the_wakeup() {
+        let mut state = ThreadState { tid: 1, tgid: 1, ..ThreadState::default() };
+        state.offcpu_ns[reason::SLEEP as usize] = 100;
+        assert_eq!(with_open_span(&state, 5_000), state.offcpu_ns, "on CPU: nothing open");
+        state.offcpu_start_ns = 1_000;
+        state.offcpu_reason = reason::FUTEX_TIMED;
+        let open = with_open_span(&state, 5_000);
+        assert_eq!(open[reason::FUTEX_TIMED as usize], 4_000);
+        assert_eq!(open[reason::SLEEP as usize], 100);
+        state.wakeup_ns = 4_000;
+        let split = with_open_span(&state, 5_000);
+        assert_eq!(split[reason::FUTEX_TIMED as usize], 3_000);
+        assert_eq!(split[reason::RUNQUEUE as usize], 1_000);
     }
 }

@@ -39,6 +39,28 @@ fn numeric_entries(dir: &str) -> Vec<u32> {
         .collect()
 }
 
+/// A thread's scheduler state letter from /proc/TGID/task/TID/stat (R, S, D, ...).
+pub fn thread_state(tgid: u32, tid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{tgid}/task/{tid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+}
+
+/// The syscall a blocked thread is in, with its six arguments, from /proc/TGID/task/TID/syscall
+/// ("running" or "-1 ..." when it is in none).
+pub fn thread_syscall(tgid: u32, tid: u32) -> Option<(u32, [u64; 6])> {
+    parse_syscall(&fs::read_to_string(format!("/proc/{tgid}/task/{tid}/syscall")).ok()?)
+}
+
+fn parse_syscall(text: &str) -> Option<(u32, [u64; 6])> {
+    let mut fields = text.split_whitespace();
+    let nr: u32 = fields.next()?.parse().ok()?;
+    let mut args = [0u64; 6];
+    for arg in &mut args {
+        *arg = u64::from_str_radix(fields.next()?.trim_start_matches("0x"), 16).ok()?;
+    }
+    Some((nr, args))
+}
+
 /// Parent pid from /proc/PID/stat.
 pub fn parent(pid: u32) -> Option<u32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -82,6 +104,15 @@ mod tests {
         assert_eq!(parse_stat_ppid("123 (nginx) S 1 123 123 0"), Some(1));
         assert_eq!(parse_stat_ppid("77 (a) b) c) R 42 77 77 0"), Some(42));
         assert_eq!(parse_stat_ppid("garbage"), None);
+    }
+
+    #[test]
+    fn syscall_lines() {
+        let (nr, args) = parse_syscall("202 0x7f00 0x189 0x0 0x7ffc 0x0 0xffffffff 0x7ffc 0x7f01").expect("parses");
+        assert_eq!(nr, 202);
+        assert_eq!(args[3], 0x7ffc);
+        assert_eq!(parse_syscall("running"), None);
+        assert_eq!(parse_syscall("-1 0x7ffc 0x7f01"), None);
     }
 
     #[test]

@@ -54,6 +54,32 @@ pub fn name_of(nr: i32) -> Option<&'static str> {
     X86_64.iter().find(|(n, _, _)| *n == nr).map(|(_, name, _)| *name)
 }
 
+/// The off-CPU reason of a thread found blocked (state letter from /proc, syscall and arguments
+/// from /proc/.../syscall) when it is first followed: the same choice the kernel makes at
+/// switch-out, for a thread that switched out before we were watching.
+pub fn blocked_reason(state: char, syscall: Option<(u32, [u64; 6])>) -> u32 {
+    use gateway_observer_common::reason;
+    if state == 'D' {
+        return reason::DISK;
+    }
+    let Some((nr, args)) = syscall else { return reason::OTHER };
+    let timeout = match class_of(nr) {
+        syscall_class::FUTEX | syscall_class::FUTEX_WAITV => args[3],
+        syscall_class::FUTEX_WAIT2 => args[4],
+        _ => 0,
+    };
+    match class_of(nr) {
+        syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 | syscall_class::FUTEX_WAITV => {
+            if timeout != 0 { reason::FUTEX_TIMED } else { reason::FUTEX }
+        }
+        syscall_class::SLEEP => reason::SLEEP,
+        syscall_class::POLL => reason::POLL,
+        syscall_class::SOCKET => reason::SOCKET,
+        syscall_class::IO => reason::IO,
+        _ => reason::OTHER_SYSCALL,
+    }
+}
+
 /// The whole table as the kernel map wants it: one class per syscall number below `len`.
 pub fn class_table(len: u32) -> Vec<u8> {
     (0..len).map(class_of).collect()
@@ -82,6 +108,16 @@ mod tests {
         let mut numbers: Vec<u32> = X86_64.iter().map(|(n, _, _)| *n).collect();
         numbers.dedup();
         assert_eq!(numbers.len(), X86_64.len(), "table is sorted and has no duplicate numbers");
+    }
+
+    #[test]
+    fn a_thread_found_blocked_gets_the_kernels_reason() {
+        use gateway_observer_common::reason;
+        assert_eq!(blocked_reason('S', Some((202, [1, 0x189, 0, 0x7ffc, 0, 0]))), reason::FUTEX_TIMED);
+        assert_eq!(blocked_reason('S', Some((202, [1, 0x80, 0, 0, 0, 0]))), reason::FUTEX);
+        assert_eq!(blocked_reason('S', Some((232, [0; 6]))), reason::POLL);
+        assert_eq!(blocked_reason('D', Some((0, [0; 6]))), reason::DISK);
+        assert_eq!(blocked_reason('S', None), reason::OTHER);
     }
 
     #[test]

@@ -58,16 +58,18 @@ impl Options {
 
 /// Children killed on drop, so an error half-way leaves nothing running.
 #[derive(Default)]
-struct Procs(Vec<(String, Child)>);
+pub(crate) struct Procs(Vec<(String, Child)>);
 
 impl Procs {
-    fn spawn(&mut self, name: &str, cmd: &mut Command) -> Result<()> {
+    /// Starts `cmd` and returns its pid.
+    pub(crate) fn spawn(&mut self, name: &str, cmd: &mut Command) -> Result<u32> {
         let child = cmd.spawn().with_context(|| format!("failed to start {name}"))?;
+        let pid = child.id();
         self.0.push((name.to_owned(), child));
-        Ok(())
+        Ok(pid)
     }
 
-    fn check_alive(&mut self) -> Result<()> {
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
         for (name, child) in &mut self.0 {
             if let Some(status) = child.try_wait()? {
                 bail!("{name} exited unexpectedly ({status})");
@@ -198,7 +200,7 @@ fn bench(opts: &Options, gateway_bin: &Path, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn nginx_conf(dir: &Path, name: &str, workers: usize, http_body: &str) -> String {
+pub(crate) fn nginx_conf(dir: &Path, name: &str, workers: usize, http_body: &str) -> String {
     let d = dir.display();
     format!(
         r#"worker_processes {workers};
@@ -270,11 +272,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn which(tool: &str) -> Option<PathBuf> {
+pub(crate) fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])

@@ -1,14 +1,15 @@
-//! `cargo xtask setup | build | test | bench probes`: the project's own commands. Each installs
+//! `cargo xtask setup | build | test | bench probes | demo`: the project's own commands. Each installs
 //! what it needs first, so a fresh machine goes from clone to green with `cargo xtask test`.
 
 mod bench_gateway;
 mod bench_probes;
+mod demo;
 mod setup;
 mod util;
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build | test | bench probes [--seconds N] | bench gateway [--rounds N]>";
+const USAGE: &str = "usage: cargo xtask <setup | build | test | bench probes [--seconds N] | bench gateway [--rounds N] | demo [--phase-seconds N] [--keep]>";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -22,6 +23,10 @@ fn main() -> anyhow::Result<()> {
         Some("test") => {
             setup::run()?;
             test(rest)
+        }
+        Some("demo") => {
+            setup::run()?;
+            demo::run(rest)
         }
         Some("bench") => {
             setup::run()?;

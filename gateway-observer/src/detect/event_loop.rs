@@ -76,7 +76,10 @@ pub fn blocked_loops(
     let window_start_ns = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
     let mut found = Vec::new();
     for thread in history.event_loops(now, config.loop_memory) {
-        let Some(delta) = history.delta(thread.tid, config.window) else { continue };
+        let Some(delta) = history.delta(thread.tid, config.window).filter(|d| d.elapsed * 2 >= config.window)
+        else {
+            continue; // too little history yet to judge
+        };
         let by_reason: Vec<(u32, u64)> =
             BLOCKING_REASONS.iter().map(|&r| (r, delta.ns(r))).filter(|(_, ns)| *ns > 0).collect();
         let blocked_ns: u64 = by_reason.iter().map(|(_, ns)| ns).sum();

@@ -3,7 +3,10 @@
 
 use serde_json::json;
 
-use super::event_loop::{BlockedLoop, EventLoopConfig};
+use super::{
+    event_loop::{BlockedLoop, EventLoopConfig},
+    pool::SaturatedPool,
+};
 use crate::alerts::{AlertKind, Finding};
 
 pub fn event_loop_blocked(found: &BlockedLoop, config: &EventLoopConfig) -> Finding {
@@ -30,6 +33,35 @@ pub fn event_loop_blocked(found: &BlockedLoop, config: &EventLoopConfig) -> Find
         comm: found.thread.comm.clone(),
         subject: found.thread.name.clone(),
         summary: found.summary(config),
+        evidence,
+    }
+}
+
+pub fn pool_saturated(found: &SaturatedPool) -> Finding {
+    let evidence = json!({
+        "thread_group": found.group,
+        "threads": found.threads,
+        "created_in_window": found.created_in_window,
+        "window_seconds": found.window.as_secs_f64(),
+        "busy_share": found.busy_share,
+        "blocked_share": found.blocked_share,
+        "runqueue_share": found.runqueue_share,
+        "idle_share": found.idle_share,
+        "blocked_seconds_by_reason": found.blocked_by_reason.iter()
+            .map(|(reason, secs)| (reason.to_string(), json!(secs)))
+            .collect::<serde_json::Map<_, _>>(),
+        "hot_futexes": found.hot_futexes.iter()
+            .map(|(addr, waiters)| json!({"uaddr": format!("{addr:#x}"), "waiters": waiters}))
+            .collect::<Vec<_>>(),
+        "cpu_cores": found.cpu_cores,
+        "refusals": null,
+    });
+    Finding {
+        kind: AlertKind::PoolSaturated,
+        pid: found.pid,
+        comm: found.comm.clone(),
+        subject: found.group.clone(),
+        summary: found.summary(),
         evidence,
     }
 }

@@ -37,6 +37,7 @@ struct Track {
     samples: VecDeque<(Instant, ReasonTotals)>,
     /// When this thread was last seen idling in poll/epoll/select: an event loop.
     last_polled: Option<Instant>,
+    first_seen: Instant,
 }
 
 /// Samples of every followed thread, kept for `keep`.
@@ -44,25 +45,30 @@ struct Track {
 pub struct History {
     keep: Duration,
     tracks: HashMap<u32, Track>,
+    /// When each process was first recorded: threads already there then were not "created".
+    processes_first_seen: HashMap<u32, Instant>,
 }
 
 impl History {
     pub fn new(keep: Duration) -> Self {
-        Self { keep, tracks: HashMap::new() }
+        Self { keep, tracks: HashMap::new(), processes_first_seen: HashMap::new() }
     }
 
     /// Records one thread's cumulative totals at `now`.
     pub fn record(&mut self, now: Instant, info: ThreadInfo, totals: ReasonTotals) {
         let keep = self.keep;
+        self.processes_first_seen.entry(info.tgid).or_insert(now);
         let track = self.tracks.entry(info.tid).or_insert_with(|| Track {
             info: info.clone(),
             samples: VecDeque::new(),
             last_polled: None,
+            first_seen: now,
         });
         if track.info.tgid != info.tgid {
             // A reused tid: a different thread.
             track.samples.clear();
             track.last_polled = None;
+            track.first_seen = now;
         }
         if let Some((_, previous)) = track.samples.back()
             && totals[reason::POLL as usize] > previous[reason::POLL as usize]
@@ -110,6 +116,19 @@ impl History {
 
     pub fn threads(&self) -> impl Iterator<Item = &ThreadInfo> {
         self.tracks.values().map(|t| &t.info)
+    }
+
+    /// Whether the thread idled in poll within `within` of `now` (an event loop).
+    pub fn is_event_loop(&self, tid: u32, now: Instant, within: Duration) -> bool {
+        self.tracks.get(&tid).and_then(|t| t.last_polled).is_some_and(|p| now.duration_since(p) <= within)
+    }
+
+    /// When the thread appeared, if it appeared after its process was first recorded (a thread
+    /// that was already running when observation began has no known creation time).
+    pub fn created_at(&self, tid: u32) -> Option<Instant> {
+        let track = self.tracks.get(&tid)?;
+        let process_seen = self.processes_first_seen.get(&track.info.tgid)?;
+        (track.first_seen > *process_seen).then_some(track.first_seen)
     }
 }
 

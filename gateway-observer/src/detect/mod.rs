@@ -5,10 +5,12 @@
 pub mod event_loop;
 pub mod findings;
 pub mod history;
+pub mod pool;
 
 use std::time::{Duration, Instant};
 
 use event_loop::{BlockedLoop, EventLoopConfig, blocked_loops};
+use pool::{PoolConfig, SaturatedPool, saturated_pools};
 use gateway_observer_common::reason;
 use history::{History, ReasonTotals, ThreadInfo};
 
@@ -21,6 +23,7 @@ const IDLE_REASONS: [u32; 2] = [reason::POLL, reason::FUTEX];
 #[derive(Debug)]
 pub struct Detectors {
     pub event_loop: EventLoopConfig,
+    pub pool: PoolConfig,
     history: History,
 }
 
@@ -34,7 +37,11 @@ pub struct LoopStatus {
 
 impl Detectors {
     pub fn new(event_loop: EventLoopConfig) -> Self {
-        Self { history: History::new(event_loop.loop_memory.max(event_loop.window) * 2), event_loop }
+        Self {
+            history: History::new(event_loop.loop_memory.max(event_loop.window) * 2),
+            event_loop,
+            pool: PoolConfig::default(),
+        }
     }
 
     pub fn record(&mut self, now: Instant, info: ThreadInfo, totals: ReasonTotals) {
@@ -47,6 +54,10 @@ impl Detectors {
 
     pub fn blocked_loops(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<BlockedLoop> {
         blocked_loops(&self.history, blocks, now, now_mono_ns, &self.event_loop)
+    }
+
+    pub fn saturated_pools(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<SaturatedPool> {
+        saturated_pools(&self.history, blocks, now, now_mono_ns, &self.pool, self.event_loop.loop_memory)
     }
 
     /// Every event loop with its utilization over the window.

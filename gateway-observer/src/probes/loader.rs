@@ -67,6 +67,18 @@ impl Default for ProbeSettings {
     }
 }
 
+/// The first state of a thread that was already running when followed. If it is blocked now,
+/// its off-CPU span opens now with the reason /proc shows, so a thread that never wakes up again
+/// (parked for good, stuck for minutes) counts as blocked rather than unseen.
+fn state_when_found(tgid: u32, tid: u32) -> ThreadState {
+    let mut state = ThreadState { tid, tgid, ..ThreadState::default() };
+    if let Some(letter) = procfs::thread_state(tgid, tid).filter(|s| *s != 'R') {
+        state.offcpu_reason = crate::syscalls::blocked_reason(letter, procfs::thread_syscall(tgid, tid));
+        state.offcpu_start_ns = crate::collector::monotonic_ns();
+    }
+    state
+}
+
 /// Size of the per-tid `TRACKED` array: the host's pid_max (tids never reach it).
 fn pid_max() -> u32 {
     std::fs::read_to_string("/proc/sys/kernel/pid_max")
@@ -184,7 +196,7 @@ impl Probes {
                     Err(_) => return Ok(()), // full: counted by the kernel for new threads; nothing to add
                 }
             };
-            self.slots.write(slot, ThreadState { tid, tgid, ..ThreadState::default() });
+            self.slots.write(slot, state_when_found(tgid, tid));
             self.set_tracked(tid, Some(slot))?;
         }
         Ok(())

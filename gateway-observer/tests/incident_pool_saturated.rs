@@ -1,0 +1,72 @@
+//! Incident 2, end to end: the reference gateway runs a route on a bounded thread pool behind a
+//! rate limiter whose acquire sleeps. With a generous rate the pool is idle and the observer is
+//! quiet; with a tiny rate every pool thread parks in the limiter, the pool fills to its maximum,
+//! and the observer names the saturated pool — at low CPU — within seconds, then resolves.
+
+mod observer_support;
+mod reference_gateway_support;
+
+use std::time::{Duration, Instant};
+
+use observer_support::{Observer, assert_quiet, load, privileged, stop, stop_flag, wait_firing, wait_resolved};
+use reference_gateway_support::try_request;
+
+#[test]
+fn a_rate_limiter_that_parks_every_worker_is_named_within_seconds() {
+    if !privileged() {
+        return;
+    }
+    let gw = reference_gateway_support::Gateway::start(
+        r#"
+        [faults.pool]
+        enabled = true
+        core = 10
+        max = 64
+        keep_alive = "2s"
+        permits_per_second = 10000.0
+        [[routes]]
+        path_prefix = "/rpc/"
+        handler = "pool"
+        "#,
+    );
+    let observer = Observer::start(gw.pid());
+
+    // Healthy: moderate load, generous rate.
+    let healthy = stop_flag();
+    let clients = load(gw.port, "/rpc/call", 8, healthy.clone(), Instant::now() + Duration::from_secs(60));
+    assert_quiet(&observer, Duration::from_secs(10));
+    stop(&healthy);
+    for c in clients {
+        let _ = c.join();
+    }
+
+    // Fault: 20 permits a second for 96 concurrent callers.
+    let put = try_request(
+        gw.admin_port,
+        "PUT",
+        "/admin/faults",
+        &[("Content-Type", "application/json")],
+        br#"{"pool_permits_per_second":20.0}"#,
+        Duration::from_secs(5),
+    )
+    .expect("PUT /admin/faults");
+    assert_eq!(put.status, 200, "{}", put.body);
+    let fault = stop_flag();
+    let clients = load(gw.port, "/rpc/call", 96, fault.clone(), Instant::now() + Duration::from_secs(60));
+    let (alert, detected_after) = wait_firing(&observer, "PoolSaturated", Duration::from_secs(5));
+    eprintln!("PoolSaturated firing {detected_after:?} after the fault started: {alert:#}");
+    assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
+    assert_eq!(alert["process"]["pid"], gw.pid());
+    let evidence = &alert["evidence"];
+    assert!(evidence["threads"].as_u64().is_some_and(|n| n >= 10), "{alert:#}");
+    assert!(evidence["blocked_seconds_by_reason"]["sleep"].as_f64().is_some_and(|s| s > 0.0), "{alert:#}");
+    assert!(evidence["cpu_cores"].as_f64().is_some_and(|c| c < 0.5), "parked threads burn no CPU: {alert:#}");
+
+    // The callers go away: the limiter's sleepers drain, the pool idles and shrinks, it resolves.
+    stop(&fault);
+    let resolved_after = wait_resolved(&observer, "PoolSaturated", Duration::from_secs(40));
+    eprintln!("resolved {resolved_after:?} after the load stopped");
+    for c in clients {
+        let _ = c.join();
+    }
+}
