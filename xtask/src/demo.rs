@@ -78,12 +78,18 @@ impl Options {
     }
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let opts = Options::parse(args)?;
+/// The demo loads eBPF programs: say so before setup tries anything else.
+pub fn require_root() -> Result<()> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         bail!("cargo xtask demo needs root: the observer loads eBPF programs (try: sudo -E cargo xtask demo)");
     }
+    Ok(())
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let opts = Options::parse(args)?;
+    require_root()?;
     for tool in ["redis-server", "nginx"] {
         which(tool).with_context(|| format!("{tool} not found on PATH (cargo xtask setup installs it)"))?;
     }
@@ -107,6 +113,11 @@ pub fn run(args: &[String]) -> Result<()> {
         Ok(()) => {
             let _ = std::fs::remove_dir_all(&dir);
             println!("demo: done in {:.0} s, everything stopped", started.elapsed().as_secs_f64());
+        }
+        Err(_) if INTERRUPTED.load(Ordering::Relaxed) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            eprintln!("demo: interrupted, everything stopped");
+            std::process::exit(130);
         }
         Err(_) => eprintln!("demo: logs kept in {}", dir.display()),
     }
@@ -166,7 +177,7 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
     let gw_pid = procs.spawn(
         "reference-gateway",
         Command::new(bin.join("reference-gateway")).arg("--config").arg(&gw_conf)
-            .stdout(log("gateway.log")?).stderr(Stdio::inherit()),
+            .stdout(Stdio::null()).stderr(log("gateway.log")?),
     )?;
     wait_http_200("reference-gateway", p.gateway, "/health", Duration::from_secs(10), || alive(&mut procs))?;
     let probe = request(p.gateway, "GET", "/api/x", "", Duration::from_secs(2)).context("reference-gateway does not answer /api/x")?;

@@ -25,6 +25,7 @@ fn main() -> anyhow::Result<()> {
             test(rest)
         }
         Some("demo") => {
+            demo::require_root()?;
             setup::run()?;
             demo::run(rest)
         }

@@ -96,11 +96,7 @@ pub fn saturated_pools(
         if history.created_at(thread.tid).is_some_and(|at| now.duration_since(at) <= config.window) {
             totals.created += 1;
         }
-        // Shares come from threads with enough history; a new thread counts as growth only.
-        let Some(delta) = history.delta(thread.tid, config.window).filter(|d| d.elapsed * 2 >= config.window)
-        else {
-            continue;
-        };
+        let Some(delta) = history.delta(thread.tid, config.window) else { continue };
         totals.elapsed_ns += delta.elapsed.as_nanos();
         for (sum, ns) in totals.offcpu_ns.iter_mut().zip(delta.offcpu_ns) {
             *sum += ns;
@@ -132,7 +128,10 @@ fn judge(
     let offcpu: f64 = t.offcpu_ns.iter().map(|v| *v as f64).sum();
     let busy = (total - offcpu).max(0.0);
     let saturation = if t.elapsed_ns == 0 { 0.0 } else { (busy + blocked + runqueue) / total };
-    if saturation < config.saturated_share && !growing {
+    // Judge the share only on enough history (half a window per thread on average); before that,
+    // only growth can tell, and the shares are evidence.
+    let enough_history = t.elapsed_ns * 2 >= config.window.as_nanos() * t.threads as u128;
+    if !(growing || (enough_history && saturation >= config.saturated_share)) {
         return None;
     }
     let window_secs = config.window.as_secs_f64();
