@@ -16,7 +16,7 @@ use std::{
 };
 
 use observer_support::{Observer, assert_quiet, load, privileged, stop, stop_flag, wait_firing, wait_resolved};
-use reference_gateway_support::{Behavior, Gateway, Redis, Upstream};
+use reference_gateway_support::{Behavior, Gateway, Redis, Upstream, access_config};
 
 #[test]
 fn a_slow_redis_behind_a_blocking_client_is_named_within_seconds() {
@@ -25,23 +25,7 @@ fn a_slow_redis_behind_a_blocking_client_is_named_within_seconds() {
     }
     let Some(redis) = Redis::start() else { return };
     let up = Upstream::start("up", Behavior::Echo);
-    let config = format!(
-        r#"
-        [redis]
-        url = "{}"
-        timeout = "5s"
-        [faults]
-        redis_client = "blocking"
-        [upstreams.u]
-        servers = ["{}"]
-        [[routes]]
-        path_prefix = "/api/"
-        upstream = "u"
-        access_check = "protected"
-        "#,
-        redis.url(),
-        up.addr()
-    );
+    let config = access_config(&redis, &up, "blocking");
     let gw = Gateway::start_with(&config, "workers = 4");
     let mut con = redis.conn();
     let _: () = redis::cmd("SET").arg("tok").arg(r#"{"userId":"u-1"}"#).query(&mut con).expect("SET token");

@@ -16,30 +16,6 @@ const SYS_RECVFROM: i64 = 45;
 const SYS_NANOSLEEP: i64 = 35;
 const SYS_CLOCK_NANOSLEEP: i64 = 230;
 
-fn access_config(redis: &Redis, up: &Upstream, mode: &str) -> String {
-    format!(
-        r#"
-        [redis]
-        url = "{}"
-        timeout = "5s"
-        [faults]
-        redis_client = "{mode}"
-        [upstreams.u]
-        servers = ["{}"]
-        [[routes]]
-        path_prefix = "/api/"
-        upstream = "u"
-        access_check = "protected"
-        [[routes]]
-        path_prefix = "/"
-        upstream = "u"
-        access_check = "optional"
-        "#,
-        redis.url(),
-        up.addr()
-    )
-}
-
 fn check_access_filter(mode: &str) {
     let Some(redis) = Redis::start() else { return };
     let up = Upstream::start("up", Behavior::Echo);

@@ -425,3 +425,29 @@ impl Drop for Redis {
         let _ = self.child.wait();
     }
 }
+
+/// Gateway config for the access-check scenarios: `/api/` protected and `/` optional, both to
+/// `up`, with the Redis client in `mode` ("async" or "blocking").
+pub fn access_config(redis: &Redis, up: &Upstream, mode: &str) -> String {
+    format!(
+        r#"
+        [redis]
+        url = "{}"
+        timeout = "5s"
+        [faults]
+        redis_client = "{mode}"
+        [upstreams.u]
+        servers = ["{}"]
+        [[routes]]
+        path_prefix = "/api/"
+        upstream = "u"
+        access_check = "protected"
+        [[routes]]
+        path_prefix = "/"
+        upstream = "u"
+        access_check = "optional"
+        "#,
+        redis.url(),
+        up.addr()
+    )
+}
