@@ -125,8 +125,11 @@ pub struct ThreadState {
     /// log2 histogram of futex waits that blocked: from leaving the CPU to running again.
     pub futex_hist: [u32; THREAD_HIST_BUCKETS],
     pub futex_wait_ns: u64,
+    /// The thread's name when it exited (empty before): a thread that lived and died between two
+    /// reads of /proc is still named.
+    pub exit_comm: [u8; 16],
 }
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 456);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 472);
 
 impl Default for ThreadState {
     fn default() -> Self {
@@ -147,6 +150,7 @@ impl Default for ThreadState {
             runqueue_hist: [0; THREAD_HIST_BUCKETS],
             futex_hist: [0; THREAD_HIST_BUCKETS],
             futex_wait_ns: 0,
+            exit_comm: [0; 16],
         }
     }
 }

@@ -61,6 +61,9 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> u32 {
     let (tid, tgid) = current_ids();
     let Some(state) = thread_state(tid) else { return 0 };
+    if let Ok(comm) = aya_ebpf::helpers::bpf_get_current_comm() {
+        state.exit_comm = comm;
+    }
     state.exited = 1;
     set_tracked(tid, None);
     emit(Event { kind: event_kind::THREAD_EXIT, tid, tgid, timestamp_ns: now_ns(), ..Event::default() });

@@ -52,6 +52,10 @@ pub struct Collector {
     /// (tid, kind) → (process, kind)
     hist_sum: DeltaCounters<(u32, HistKind), (String, HistKind)>,
     recent_blocks: VecDeque<Block>,
+    /// Blocks received since the last tick, counted at the tick once their threads are named.
+    pending_blocks: Vec<Block>,
+    /// Names of threads that exited, from their slots, for this tick's pending blocks.
+    exit_names: HashMap<u32, String>,
     /// Off-CPU waits past the block threshold, by (process, thread group, reason).
     long_blocks: BTreeMap<(String, String, u32), u64>,
     decode_errors: u64,
@@ -80,6 +84,8 @@ impl Collector {
             hist_count: DeltaCounters::default(),
             hist_sum: DeltaCounters::default(),
             recent_blocks: VecDeque::new(),
+            pending_blocks: Vec::new(),
+            exit_names: HashMap::new(),
             long_blocks: BTreeMap::new(),
             decode_errors: 0,
             drops: [0; drop_index::COUNT as usize],
@@ -97,13 +103,11 @@ impl Collector {
     pub fn handle_record(&mut self, record: Record) {
         match record {
             Record::Block(block) => {
-                let process = self.names.process(block.tgid).to_owned();
-                let group = self.names.thread(block.tid, block.tgid).group.clone();
-                *self.long_blocks.entry((process, group, block.reason)).or_insert(0) += 1;
                 if self.recent_blocks.len() == RECENT_BLOCKS {
                     self.recent_blocks.pop_front();
                 }
-                self.recent_blocks.push_back(block);
+                self.recent_blocks.push_back(block.clone());
+                self.pending_blocks.push(block);
             }
             // Both are in the maps already: exits are folded and forks followed at the next tick.
             Record::ThreadExit { .. } | Record::ProcessFork { .. } => {}
@@ -133,6 +137,7 @@ impl Collector {
             latest.insert(state.tid, state.offcpu_ns);
             self.fold_thread(slot, &state, now, now_mono)?;
         }
+        self.count_pending_blocks();
         self.names.retain_processes(&owners);
         self.run_detectors(now, &latest);
         self.drops = self.probes.drops()?;
@@ -178,8 +183,17 @@ impl Collector {
     fn fold_thread(&mut self, slot: u32, state: &ThreadState, now: Instant, now_mono: u64) -> Result<(), ProbeError> {
         let tid = state.tid;
         let process = self.names.process(state.tgid).to_owned();
-        let name = self.names.thread(tid, state.tgid);
-        let (group, thread_name) = (name.group.clone(), name.name.clone());
+        let (group, thread_name) = match exit_name(state) {
+            // Exited: its last name, from the kernel, even if /proc never showed it alive.
+            Some(name) => {
+                self.exit_names.insert(tid, name.clone());
+                (crate::thread_group::thread_group(&name), name)
+            }
+            None => {
+                let name = self.names.thread(tid, state.tgid);
+                (name.group.clone(), name.name.clone())
+            }
+        };
         self.observe_thread(state, &process, &group);
         let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name };
         self.detectors.record(now, info, with_open_span(state, now_mono));
@@ -207,6 +221,20 @@ impl Collector {
         self.names.forget_thread(tid);
         self.detectors.forget(tid);
         self.probes.release_thread(slot, tid)
+    }
+
+    /// Counts the blocks received since the last tick under their thread's group; a thread that
+    /// exited meanwhile is named from its slot (folded just before).
+    fn count_pending_blocks(&mut self) {
+        for block in std::mem::take(&mut self.pending_blocks) {
+            let process = self.names.process(block.tgid).to_owned();
+            let group = match self.exit_names.get(&block.tid) {
+                Some(name) => crate::thread_group::thread_group(name),
+                None => self.names.thread(block.tid, block.tgid).group.clone(),
+            };
+            *self.long_blocks.entry((process, group, block.reason)).or_insert(0) += 1;
+        }
+        self.exit_names.clear();
     }
 
     /// Event loops, their utilization and blocked time, and which are blocked now.
@@ -371,6 +399,12 @@ impl Collector {
         }
         out
     }
+}
+
+/// The name the kernel recorded when the thread exited, if it has.
+fn exit_name(state: &ThreadState) -> Option<String> {
+    let len = state.exit_comm.iter().position(|b| *b == 0).unwrap_or(state.exit_comm.len());
+    (state.exited != 0 && len > 0).then(|| String::from_utf8_lossy(&state.exit_comm[..len]).into_owned())
 }
 
 /// The thread's off-CPU totals including the span it is in right now, which the kernel only adds
