@@ -31,6 +31,8 @@ use crate::{
 
 /// Long blocks kept for the API and alerts; older ones are dropped first.
 const RECENT_BLOCKS: usize = 1024;
+/// Names of exited threads are kept this many ticks for block events that arrive late.
+const EXIT_NAME_TICKS: u64 = 10;
 /// Re-read thread names every this many ticks (young threads: every tick).
 const NAME_REFRESH_TICKS: u64 = 5;
 
@@ -54,8 +56,9 @@ pub struct Collector {
     recent_blocks: VecDeque<Block>,
     /// Blocks received since the last tick, counted at the tick once their threads are named.
     pending_blocks: Vec<Block>,
-    /// Names of threads that exited, from their slots, for this tick's pending blocks.
-    exit_names: HashMap<u32, String>,
+    /// Names of threads that exited, from their slots, with the collection they were read at:
+    /// kept a few ticks, since a block event can arrive after its thread's slot was folded.
+    exit_names: HashMap<u32, (String, u64)>,
     /// Off-CPU waits past the block threshold, by (process, thread group, reason).
     long_blocks: BTreeMap<(String, String, u32), u64>,
     decode_errors: u64,
@@ -186,7 +189,7 @@ impl Collector {
         let (group, thread_name) = match exit_name(state) {
             // Exited: its last name, from the kernel, even if /proc never showed it alive.
             Some(name) => {
-                self.exit_names.insert(tid, name.clone());
+                self.exit_names.insert(tid, (name.clone(), self.collections));
                 (crate::thread_group::thread_group(&name), name)
             }
             None => {
@@ -229,12 +232,13 @@ impl Collector {
         for block in std::mem::take(&mut self.pending_blocks) {
             let process = self.names.process(block.tgid).to_owned();
             let group = match self.exit_names.get(&block.tid) {
-                Some(name) => crate::thread_group::thread_group(name),
+                Some((name, _)) => crate::thread_group::thread_group(name),
                 None => self.names.thread(block.tid, block.tgid).group.clone(),
             };
             *self.long_blocks.entry((process, group, block.reason)).or_insert(0) += 1;
         }
-        self.exit_names.clear();
+        let now = self.collections;
+        self.exit_names.retain(|_, (_, at)| now.saturating_sub(*at) < EXIT_NAME_TICKS);
     }
 
     /// Event loops, their utilization and blocked time, and which are blocked now.
