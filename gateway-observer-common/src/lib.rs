@@ -72,6 +72,9 @@ pub mod event_kind {
     pub const THREAD_EXIT: u32 = 2;
     /// A target forked a new process, now in `TARGETS` too (pre-fork workers).
     pub const PROCESS_FORK: u32 = 3;
+    /// An event-loop iteration (return from poll to the next poll) stayed on CPU longer than the
+    /// busy threshold: `wait_ns` carries the on-CPU time, `runqueue_ns` the whole iteration.
+    pub const LONG_ITERATION: u32 = 4;
 }
 
 /// Bounds on the kernel maps.
@@ -128,8 +131,13 @@ pub struct ThreadState {
     /// The thread's name when it exited (empty before): a thread that lived and died between two
     /// reads of /proc is still named.
     pub exit_comm: [u8; 16],
+    /// When the thread last returned from a poll-class syscall (an event-loop iteration began),
+    /// and its total off-CPU time then: at the next poll, the difference is the iteration's
+    /// off-CPU part, the rest was on CPU.
+    pub iter_start_ns: u64,
+    pub iter_offcpu_base_ns: u64,
 }
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 472);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 488);
 
 impl Default for ThreadState {
     fn default() -> Self {
@@ -151,6 +159,8 @@ impl Default for ThreadState {
             futex_hist: [0; THREAD_HIST_BUCKETS],
             futex_wait_ns: 0,
             exit_comm: [0; 16],
+            iter_start_ns: 0,
+            iter_offcpu_base_ns: 0,
         }
     }
 }
@@ -203,8 +213,10 @@ pub struct ProbeConfig {
     pub regs_arg1_offset: u32,
     pub regs_arg3_offset: u32,
     pub regs_arg4_offset: u32,
+    /// Event-loop iterations at least this long on CPU are sent to the ring buffer.
+    pub busy_iteration_ns: u64,
 }
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 32);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 40);
 
 #[cfg(feature = "user")]
 mod pod {

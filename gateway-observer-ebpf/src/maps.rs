@@ -24,6 +24,7 @@ static PROBE_CONFIG: ProbeConfig = ProbeConfig {
     regs_arg1_offset: 0,
     regs_arg3_offset: 0,
     regs_arg4_offset: 0,
+    busy_iteration_ns: 100_000_000,
 };
 
 #[inline(always)]

@@ -2,10 +2,10 @@
 //! would run the same kernel path and could not tell "other syscalls" apart.
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use gateway_observer_common::{ThreadState, drop_index, syscall_class};
+use gateway_observer_common::{Event, ThreadState, drop_index, event_kind, syscall_class};
 
 use crate::{
-    maps::{SYSCALL_CLASS, btf_field, config, count_drop, current_ids, now_ns, thread_state},
+    maps::{SYSCALL_CLASS, btf_field, config, count_drop, current_ids, emit, now_ns, thread_state},
     offcpu::close_offcpu_span,
 };
 
@@ -23,6 +23,9 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
         syscall_class::NONE
     };
     let cfg = config();
+    if class == syscall_class::POLL && state.iter_start_ns != 0 {
+        end_iteration(state, tid, cfg.busy_iteration_ns);
+    }
     state.syscall_nr = nr as i32;
     state.syscall_class = class;
     // Only a blocking call matters, and of futex ops only waits block; their timeout argument
@@ -50,6 +53,11 @@ pub fn sys_exit(_ctx: BtfTracePointContext) -> u32 {
     let (tid, _) = current_ids();
     let Some(state) = thread_state(tid) else { return 0 };
     close_missed_span(state, tid);
+    if state.syscall_class == syscall_class::POLL {
+        // Back from waiting for events: an event-loop iteration starts.
+        state.iter_start_ns = now_ns();
+        state.iter_offcpu_base_ns = offcpu_total(state);
+    }
     state.syscall_nr = -1;
     state.syscall_class = syscall_class::NONE;
     state.futex_timed = 0;
@@ -62,5 +70,35 @@ fn close_missed_span(state: &mut ThreadState, tid: u32) {
     if state.offcpu_start_ns != 0 {
         count_drop(drop_index::MISSED_SWITCH_IN);
         close_offcpu_span(state, tid, now_ns());
+    }
+}
+
+/// Off-CPU time spent waiting for something (all reasons but the run queue: a loop waiting for a
+/// CPU still has work to do, so that time counts as busy).
+#[inline(always)]
+fn offcpu_total(state: &ThreadState) -> u64 {
+    let all = state.offcpu_ns.iter().fold(0u64, |sum, ns| sum.wrapping_add(*ns));
+    all.wrapping_sub(state.offcpu_ns[gateway_observer_common::reason::RUNQUEUE as usize])
+}
+
+/// The thread polls again: the iteration since its last poll is over. Its busy part is its
+/// length less the time it waited for something meanwhile; a long one goes to userspace.
+#[inline(always)]
+fn end_iteration(state: &mut ThreadState, tid: u32, busy_ns: u64) {
+    let now = now_ns();
+    let iteration = now.saturating_sub(state.iter_start_ns);
+    let offcpu = offcpu_total(state).wrapping_sub(state.iter_offcpu_base_ns);
+    let on_cpu = iteration.saturating_sub(offcpu);
+    state.iter_start_ns = 0;
+    if on_cpu >= busy_ns {
+        emit(Event {
+            kind: event_kind::LONG_ITERATION,
+            tid,
+            tgid: state.tgid,
+            wait_ns: on_cpu,
+            runqueue_ns: iteration,
+            timestamp_ns: now,
+            ..Event::default()
+        });
     }
 }

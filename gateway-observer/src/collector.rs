@@ -13,11 +13,12 @@ use gateway_observer_common::{THREAD_HIST_BUCKETS, ThreadState, drop_index, reas
 use crate::{
     detect::{
         Detectors, LoopStatus,
+        busy::BusyLoop,
         event_loop::{BLOCKING_REASONS, BlockedLoop, EventLoopConfig},
         history::ThreadInfo,
         pool::SaturatedPool,
     },
-    events::{Block, Record},
+    events::{Block, LongIteration, Record},
     probes::{ProbeError, Probes},
     procfs,
     reason::reason_label,
@@ -54,6 +55,10 @@ pub struct Collector {
     /// (tid, kind) → (process, kind)
     hist_sum: DeltaCounters<(u32, HistKind), (String, HistKind)>,
     recent_blocks: VecDeque<Block>,
+    /// Long event-loop iterations, newest last (bounded like the blocks).
+    recent_iterations: VecDeque<LongIteration>,
+    /// Event loops found busy at the last tick.
+    busy_loops: Vec<BusyLoop>,
     /// Blocks received since the last tick, counted at the tick once their threads are named.
     pending_blocks: Vec<Block>,
     /// Names of threads that exited, from their slots, with the collection they were read at:
@@ -88,6 +93,8 @@ impl Collector {
             hist_sum: DeltaCounters::default(),
             recent_blocks: VecDeque::new(),
             pending_blocks: Vec::new(),
+            recent_iterations: VecDeque::new(),
+            busy_loops: Vec::new(),
             exit_names: HashMap::new(),
             long_blocks: BTreeMap::new(),
             decode_errors: 0,
@@ -111,6 +118,12 @@ impl Collector {
                 }
                 self.recent_blocks.push_back(block.clone());
                 self.pending_blocks.push(block);
+            }
+            Record::LongIteration(iteration) => {
+                if self.recent_iterations.len() == RECENT_BLOCKS {
+                    self.recent_iterations.pop_front();
+                }
+                self.recent_iterations.push_back(iteration);
             }
             // Both are in the maps already: exits are folded and forks followed at the next tick.
             Record::ThreadExit { .. } | Record::ProcessFork { .. } => {}
@@ -255,6 +268,8 @@ impl Collector {
         let now_mono = monotonic_ns();
         self.blocked_loops = self.detectors.blocked_loops(&blocks, now, now_mono);
         self.saturated_pools = self.detectors.saturated_pools(&blocks, now, now_mono);
+        let iterations: Vec<LongIteration> = self.recent_iterations.iter().cloned().collect();
+        self.busy_loops = self.detectors.busy_loops(&iterations, now_mono);
     }
 
     pub fn blocked_loops(&self) -> &[BlockedLoop] {
@@ -270,7 +285,8 @@ impl Collector {
         let config = &self.detectors.event_loop;
         let loops = self.blocked_loops.iter().map(|found| crate::detect::findings::event_loop_blocked(found, config));
         let pools = self.saturated_pools.iter().map(crate::detect::findings::pool_saturated);
-        loops.chain(pools).collect()
+        let busy = self.busy_loops.iter().map(|found| crate::detect::findings::event_loop_busy(found, config));
+        loops.chain(busy).chain(pools).collect()
     }
 
     /// The current per-process state that `/api/v1/snapshot` serves (version 1).

@@ -20,6 +20,9 @@ pub struct Config {
     /// Off-CPU waits at least this long are sent from the kernel as events.
     #[serde(with = "humantime_serde")]
     pub block_threshold: Duration,
+    /// An event-loop iteration on CPU at least this long is reported (EventLoopBusy).
+    #[serde(with = "humantime_serde")]
+    pub busy_iteration: Duration,
     /// How many target threads the kernel can follow at once (each slot is 464 bytes of
     /// locked kernel memory). Threads beyond it are counted in bpf_map_full_total.
     pub max_threads: u32,
@@ -35,6 +38,7 @@ impl Default for Config {
             interval: Duration::from_secs(1),
             block_threshold: Duration::from_millis(10),
             max_threads: gateway_observer_common::MAX_THREADS,
+            busy_iteration: Duration::from_millis(100),
             alertmanager: None,
         }
     }
@@ -81,6 +85,9 @@ impl Config {
             && !url.starts_with("http://")
         {
             return Err(ConfigError::Invalid(format!("alertmanager {url:?} must be an http:// URL")));
+        }
+        if self.busy_iteration < Duration::from_millis(1) {
+            return Err(ConfigError::Invalid(format!("busy_iteration {:?} is below 1ms", self.busy_iteration)));
         }
         if !(16..=1 << 20).contains(&self.max_threads) {
             return Err(ConfigError::Invalid(format!("max_threads {} is outside 16..=1048576", self.max_threads)));

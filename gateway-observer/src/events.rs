@@ -11,6 +11,17 @@ pub enum Record {
     ThreadExit { tid: u32, tgid: u32 },
     /// A target forked a new process that is now a target too.
     ProcessFork { parent_tgid: u32, child_tgid: u32 },
+    /// An event-loop iteration stayed on CPU past the busy threshold.
+    LongIteration(LongIteration),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LongIteration {
+    pub tid: u32,
+    pub tgid: u32,
+    pub on_cpu_ns: u64,
+    pub iteration_ns: u64,
+    pub timestamp_ns: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +68,13 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
             timestamp_ns: event.timestamp_ns,
         })),
         event_kind::THREAD_EXIT => Ok(Record::ThreadExit { tid: event.tid, tgid: event.tgid }),
+        event_kind::LONG_ITERATION => Ok(Record::LongIteration(LongIteration {
+            tid: event.tid,
+            tgid: event.tgid,
+            on_cpu_ns: event.wait_ns,
+            iteration_ns: event.runqueue_ns,
+            timestamp_ns: event.timestamp_ns,
+        })),
         event_kind::PROCESS_FORK => {
             Ok(Record::ProcessFork { parent_tgid: event.tgid, child_tgid: event.reason })
         }
@@ -112,6 +130,13 @@ mod tests {
         assert_eq!(decode(&bytes_of(&exit)), Ok(Record::ThreadExit { tid: 7, tgid: 5 }));
         let fork = Event { kind: event_kind::PROCESS_FORK, tgid: 5, reason: 9, ..Event::default() };
         assert_eq!(decode(&bytes_of(&fork)), Ok(Record::ProcessFork { parent_tgid: 5, child_tgid: 9 }));
+    }
+
+    #[test]
+    fn long_iteration() {
+        let e = Event { kind: event_kind::LONG_ITERATION, tid: 3, tgid: 2, wait_ns: 250, runqueue_ns: 300, timestamp_ns: 9, ..Event::default() };
+        let expected = LongIteration { tid: 3, tgid: 2, on_cpu_ns: 250, iteration_ns: 300, timestamp_ns: 9 };
+        assert_eq!(decode(&bytes_of(&e)), Ok(Record::LongIteration(expected)));
     }
 
     #[test]

@@ -119,7 +119,11 @@ fn alert_metrics(book: &AlertBook) -> String {
 }
 
 pub async fn run(config: Config) -> Result<(), RunError> {
-    let mut probes = Probes::load(ProbeSettings { block_threshold: config.block_threshold, max_threads: config.max_threads })
+    let mut probes = Probes::load(ProbeSettings {
+        block_threshold: config.block_threshold,
+        max_threads: config.max_threads,
+        busy_iteration: config.busy_iteration,
+    })
         .context("failed to load the eBPF programs (run `gateway-observer check`)")?;
     probes.attach_all().context("failed to attach the probes (run `gateway-observer check`)")?;
     let ring = probes.take_events().context("failed to open the event ring buffer")?;
@@ -127,7 +131,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     // before dropping it; the fd is never closed while registered.
     let mut ring = unsafe { AsyncFd::register(ring) }
         .map_err(|e| anyhow::anyhow!("failed to poll the event ring buffer: {e}"))?;
-    let mut collector = Collector::new(probes, config.targets.clone(), EventLoopConfig::default());
+    let event_loop = EventLoopConfig { busy_iteration: config.busy_iteration, ..EventLoopConfig::default() };
+    let mut collector = Collector::new(probes, config.targets.clone(), event_loop);
     collector.tick().context("first collection failed")?;
 
     let listener = http::bind(config.listen)

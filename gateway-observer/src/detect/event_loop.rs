@@ -22,6 +22,8 @@ pub struct EventLoopConfig {
     pub single_block: Duration,
     /// A thread seen idling in poll within this long is an event loop.
     pub loop_memory: Duration,
+    /// One iteration on CPU at least this long (without returning to poll) is `EventLoopBusy`.
+    pub busy_iteration: Duration,
 }
 
 impl Default for EventLoopConfig {
@@ -31,6 +33,7 @@ impl Default for EventLoopConfig {
             blocked_share: 0.20,
             single_block: Duration::from_millis(50),
             loop_memory: Duration::from_secs(60),
+            busy_iteration: Duration::from_millis(100),
         }
     }
 }

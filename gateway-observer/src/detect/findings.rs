@@ -4,6 +4,7 @@
 use serde_json::json;
 
 use super::{
+    busy::BusyLoop,
     event_loop::{BlockedLoop, EventLoopConfig},
     pool::SaturatedPool,
 };
@@ -34,6 +35,25 @@ pub fn event_loop_blocked(found: &BlockedLoop, config: &EventLoopConfig) -> Find
         subject: found.thread.name.clone(),
         summary: found.summary(config),
         evidence,
+    }
+}
+
+pub fn event_loop_busy(found: &BusyLoop, config: &EventLoopConfig) -> Finding {
+    Finding {
+        kind: AlertKind::EventLoopBusy,
+        pid: found.pid,
+        comm: found.comm.clone(),
+        subject: found.thread.clone(),
+        summary: found.summary(config),
+        evidence: json!({
+            "thread": found.thread,
+            "tid": found.tid,
+            "long_iterations": found.iterations,
+            "longest_on_cpu_seconds": found.longest_on_cpu_ns as f64 / 1e9,
+            "on_cpu_seconds_in_long_iterations": found.total_on_cpu_ns as f64 / 1e9,
+            "busy_iteration_threshold_seconds": config.busy_iteration.as_secs_f64(),
+            "window_seconds": found.window.as_secs_f64(),
+        }),
     }
 }
 

@@ -2,6 +2,7 @@
 //! handle; the collector feeds them samples and long-block events, and hands what they find to
 //! the alert book.
 
+pub mod busy;
 pub mod event_loop;
 pub mod findings;
 pub mod history;
@@ -54,6 +55,10 @@ impl Detectors {
 
     pub fn blocked_loops(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<BlockedLoop> {
         blocked_loops(&self.history, blocks, now, now_mono_ns, &self.event_loop)
+    }
+
+    pub fn busy_loops(&self, iterations: &[crate::events::LongIteration], now_mono_ns: u64) -> Vec<busy::BusyLoop> {
+        busy::busy_loops(&self.history, iterations, now_mono_ns, &self.event_loop)
     }
 
     pub fn saturated_pools(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<SaturatedPool> {

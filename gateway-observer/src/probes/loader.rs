@@ -59,11 +59,17 @@ pub struct ProbeSettings {
     pub block_threshold: Duration,
     /// Thread slots: how many target threads can be followed at once.
     pub max_threads: u32,
+    /// Event-loop iterations at least this long on CPU are sent to userspace as events.
+    pub busy_iteration: Duration,
 }
 
 impl Default for ProbeSettings {
     fn default() -> Self {
-        Self { block_threshold: Duration::from_millis(10), max_threads: MAX_THREADS }
+        Self {
+            block_threshold: Duration::from_millis(10),
+            max_threads: MAX_THREADS,
+            busy_iteration: Duration::from_millis(100),
+        }
     }
 }
 
@@ -109,6 +115,7 @@ impl Probes {
             regs_arg1_offset: offsets.regs_arg1,
             regs_arg3_offset: offsets.regs_arg3,
             regs_arg4_offset: offsets.regs_arg4,
+            busy_iteration_ns: u64::try_from(settings.busy_iteration.as_nanos()).unwrap_or(u64::MAX),
         };
         let max_threads = settings.max_threads.max(1);
         let ebpf = EbpfLoader::new()
