@@ -49,6 +49,9 @@ pub struct RunArgs {
     /// Off-CPU waits at least this long are reported as events [default: 10ms].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub block_threshold: Option<Duration>,
+    /// An event-loop iteration busy at least this long is EventLoopBusy [default: 100ms].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub busy_iteration: Option<Duration>,
     /// Push alerts to this Alertmanager (v2 API), e.g. http://127.0.0.1:9093.
     #[arg(long, value_name = "URL")]
     pub alertmanager: Option<String>,

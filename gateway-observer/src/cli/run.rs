@@ -57,6 +57,9 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
     if let Some(threshold) = args.block_threshold {
         config.block_threshold = threshold;
     }
+    if let Some(busy) = args.busy_iteration {
+        config.busy_iteration = busy;
+    }
     if let Some(url) = &args.alertmanager {
         config.alertmanager = Some(url.clone());
     }
