@@ -55,6 +55,8 @@ pub struct Collector {
     /// (tid, kind) → (process, kind)
     hist_sum: DeltaCounters<(u32, HistKind), (String, HistKind)>,
     recent_blocks: VecDeque<Block>,
+    /// Threads per (process, thread group, state) at the last tick.
+    thread_states: BTreeMap<(String, String, &'static str), usize>,
     /// Long event-loop iterations, newest last (bounded like the blocks).
     recent_iterations: VecDeque<LongIteration>,
     /// Event loops found busy at the last tick.
@@ -94,6 +96,7 @@ impl Collector {
             recent_blocks: VecDeque::new(),
             pending_blocks: Vec::new(),
             recent_iterations: VecDeque::new(),
+            thread_states: BTreeMap::new(),
             busy_loops: Vec::new(),
             exit_names: HashMap::new(),
             long_blocks: BTreeMap::new(),
@@ -148,6 +151,7 @@ impl Collector {
         let now_mono = monotonic_ns();
         let mut owners = live_targets.clone();
         let mut latest = HashMap::new();
+        self.thread_states.clear();
         for (slot, state) in threads {
             owners.insert(state.tgid);
             latest.insert(state.tid, state.offcpu_ns);
@@ -211,6 +215,9 @@ impl Collector {
             }
         };
         self.observe_thread(state, &process, &group);
+        if state.exited == 0 {
+            *self.thread_states.entry((process.clone(), group.clone(), thread_state_label(state))).or_insert(0) += 1;
+        }
         let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name };
         self.detectors.record(now, info, with_open_span(state, now_mono));
         // An exit the hook saw, or a thread gone without it (exited before it had a slot).
@@ -349,6 +356,12 @@ impl Collector {
             let labels = [("process", process.as_str()), ("thread", thread.as_str()), ("reason", reason_label(*reason))];
             e.sample(name, &labels, *ns as f64 / 1e9);
         }
+        let name = "gateway_observer_pool_threads";
+        e.family(name, "gauge", "Threads per thread group by what they do now: running, runnable, blocked (in work), idle (waiting for work).");
+        for ((process, group, state), count) in &self.thread_states {
+            let labels = [("process", process.as_str()), ("thread_group", group.as_str()), ("state", *state)];
+            e.sample(name, &labels, *count as f64);
+        }
         let name = "gateway_observer_long_blocks_total";
         e.family(name, "counter", "Off-CPU waits longer than the block threshold, by thread group and reason.");
         for ((process, group, reason), count) in &self.long_blocks {
@@ -421,6 +434,20 @@ impl Collector {
     }
 }
 
+/// What a thread is doing right now, from its slot: on CPU, waiting for a CPU, waiting for work
+/// (futex, timed futex, poll: the pool detector's idea of idle), or blocked in work.
+fn thread_state_label(state: &ThreadState) -> &'static str {
+    if state.offcpu_start_ns == 0 {
+        "running"
+    } else if state.offcpu_reason == reason::RUNQUEUE || state.wakeup_ns != 0 {
+        "runnable"
+    } else if matches!(state.offcpu_reason, reason::FUTEX | reason::FUTEX_TIMED | reason::POLL) {
+        "idle"
+    } else {
+        "blocked"
+    }
+}
+
 /// The name the kernel recorded when the thread exited, if it has.
 fn exit_name(state: &ThreadState) -> Option<String> {
     let len = state.exit_comm.iter().position(|b| *b == 0).unwrap_or(state.exit_comm.len());
@@ -473,6 +500,20 @@ mod tests {
     use gateway_observer_common::{ThreadState, reason};
 
     use super::with_open_span;
+
+    #[test]
+    fn thread_states_from_slots() {
+        use super::thread_state_label;
+        let mut state = ThreadState { tid: 1, tgid: 1, ..ThreadState::default() };
+        assert_eq!(thread_state_label(&state), "running");
+        state.offcpu_start_ns = 5;
+        state.offcpu_reason = reason::SLEEP;
+        assert_eq!(thread_state_label(&state), "blocked");
+        state.offcpu_reason = reason::FUTEX_TIMED;
+        assert_eq!(thread_state_label(&state), "idle");
+        state.wakeup_ns = 9;
+        assert_eq!(thread_state_label(&state), "runnable");
+    }
 
     #[test]
     fn an_open_span_counts_up_to_now_and_splits_at_the_wakeup() {

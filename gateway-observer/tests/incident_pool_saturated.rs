@@ -61,6 +61,13 @@ fn a_rate_limiter_that_parks_every_worker_is_named_within_seconds() {
     assert!(evidence["threads"].as_u64().is_some_and(|n| n >= 10), "{alert:#}");
     assert!(evidence["blocked_seconds_by_reason"]["sleep"].as_f64().is_some_and(|s| s > 0.0), "{alert:#}");
     assert!(evidence["cpu_cores"].as_f64().is_some_and(|c| c < 0.5), "parked threads burn no CPU: {alert:#}");
+    let (_, metrics) = observer.get("/metrics").expect("metrics");
+    let blocked: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("gateway_observer_pool_threads{") && l.contains("rpc-pool-*") && l.contains("state=\"blocked\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(blocked >= 10.0, "rpc-pool threads blocked (asleep in the limiter) per pool_threads: {blocked}");
 
     // The callers go away: the limiter's sleepers drain, the pool idles and shrinks, it resolves.
     stop(&fault);
