@@ -28,6 +28,18 @@ pub struct Config {
     pub max_threads: u32,
     /// Alertmanager to push alerts to (`http://host:port`), or none.
     pub alertmanager: Option<String>,
+    /// Thread-name patterns that add or remove event loops.
+    pub event_loops: EventLoopPatterns,
+}
+
+/// `[event_loops]`: `include` names threads that are event loops even before they are seen
+/// polling (a loop already stuck when the daemon starts); `exclude` names threads that never are.
+/// Patterns match whole thread names; `*` matches any run of characters.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventLoopPatterns {
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
 }
 
 impl Default for Config {
@@ -40,6 +52,7 @@ impl Default for Config {
             max_threads: gateway_observer_common::MAX_THREADS,
             busy_iteration: Duration::from_millis(100),
             alertmanager: None,
+            event_loops: EventLoopPatterns::default(),
         }
     }
 }
@@ -114,6 +127,9 @@ mod tests {
             interval = "500ms"
             block_threshold = "50ms"
             max_threads = 4096
+            [event_loops]
+            include = ["reactor-http-nio-*"]
+            exclude = ["pool-*"]
             "#,
         )
         .expect("parses");
@@ -122,6 +138,8 @@ mod tests {
         assert_eq!(config.interval, Duration::from_millis(500));
         assert_eq!(config.block_threshold, Duration::from_millis(50));
         assert_eq!(config.max_threads, 4096);
+        assert_eq!(config.event_loops.include, vec!["reactor-http-nio-*".to_owned()]);
+        assert_eq!(config.event_loops.exclude, vec!["pool-*".to_owned()]);
     }
 
     #[test]

@@ -134,7 +134,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     // before dropping it; the fd is never closed while registered.
     let mut ring = unsafe { AsyncFd::register(ring) }
         .map_err(|e| anyhow::anyhow!("failed to poll the event ring buffer: {e}"))?;
-    let event_loop = EventLoopConfig { busy_iteration: config.busy_iteration, ..EventLoopConfig::default() };
+    let event_loop = EventLoopConfig {
+        busy_iteration: config.busy_iteration,
+        include: config.event_loops.include.clone(),
+        exclude: config.event_loops.exclude.clone(),
+        ..EventLoopConfig::default()
+    };
     let mut collector = Collector::new(probes, config.targets.clone(), event_loop);
     collector.tick().context("first collection failed")?;
 

@@ -13,7 +13,7 @@ use gateway_observer_common::reason;
 use super::history::{History, ThreadInfo};
 use crate::{events::Block, reason::reason_label, syscalls};
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EventLoopConfig {
     pub window: Duration,
     /// Blocked share of the window that is an incident on its own.
@@ -24,6 +24,10 @@ pub struct EventLoopConfig {
     pub loop_memory: Duration,
     /// One iteration on CPU at least this long (without returning to poll) is `EventLoopBusy`.
     pub busy_iteration: Duration,
+    /// Thread-name patterns (`*` matches any run) that are event loops even before they are seen
+    /// polling, and that never are.
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
 }
 
 impl Default for EventLoopConfig {
@@ -34,7 +38,39 @@ impl Default for EventLoopConfig {
             single_block: Duration::from_millis(50),
             loop_memory: Duration::from_secs(60),
             busy_iteration: Duration::from_millis(100),
+            include: Vec::new(),
+            exclude: Vec::new(),
         }
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` matches any run of characters.
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else { return false };
+    let parts: Vec<&str> = parts.collect();
+    if parts.is_empty() {
+        return rest.is_empty();
+    }
+    let (last, middle) = parts.split_last().unwrap_or((&"", &[]));
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+impl EventLoopConfig {
+    /// Whether a thread is an event loop: excluded by name never, included by name always,
+    /// otherwise when it was seen idling in poll.
+    pub fn is_event_loop(&self, name: &str, polled_recently: bool) -> bool {
+        if self.exclude.iter().any(|p| name_matches(p, name)) {
+            return false;
+        }
+        polled_recently || self.include.iter().any(|p| name_matches(p, name))
     }
 }
 
@@ -78,7 +114,7 @@ pub fn blocked_loops(
 ) -> Vec<BlockedLoop> {
     let window_start_ns = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
     let mut found = Vec::new();
-    for thread in history.event_loops(now, config.loop_memory) {
+    for thread in history.event_loops(now, config) {
         let Some(delta) = history.delta(thread.tid, config.window).filter(|d| d.elapsed * 2 >= config.window)
         else {
             continue; // too little history yet to judge
@@ -224,8 +260,25 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_that_never_polls_is_not_judged_as_a_loop() {
+    fn a_thread_that_never_polls_is_not_judged_as_a_loop_unless_named() {
         let (h, now) = history_of(6, 0, 900, 0);
         assert!(blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default()).is_empty());
+        // A loop that blocked before it was ever seen polling: named in the config.
+        let named = EventLoopConfig { include: vec!["reactor-http-nio-*".into()], ..EventLoopConfig::default() };
+        assert_eq!(blocked_loops(&h, &[], now, 10_000_000_000, &named).len(), 1);
+        let excluded = EventLoopConfig { exclude: vec!["reactor-*".into()], ..EventLoopConfig::default() };
+        let (h, now) = history_of(7, 200, 700, 0);
+        assert!(blocked_loops(&h, &[], now, 10_000_000_000, &excluded).is_empty());
+    }
+
+    #[test]
+    fn name_patterns() {
+        assert!(name_matches("reactor-http-nio-*", "reactor-http-nio-2"));
+        assert!(name_matches("*nio*", "reactor-http-nio-2"));
+        assert!(name_matches("node", "node"));
+        assert!(!name_matches("node", "node2"));
+        assert!(!name_matches("gw-*-x", "gw-worker-1"));
+        assert!(name_matches("gw-*-1", "gw-worker-1"));
+        assert!(name_matches("*", "anything"));
     }
 }

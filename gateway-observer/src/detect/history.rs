@@ -106,21 +106,24 @@ impl History {
         Some(WindowDelta { offcpu_ns, elapsed })
     }
 
-    /// Threads that idled in poll/epoll/select within `within` of `now`: the event loops.
-    pub fn event_loops(&self, now: Instant, within: Duration) -> impl Iterator<Item = &ThreadInfo> {
+    /// The event loops: threads that idled in poll/epoll/select within the config's memory, or
+    /// that the config names as loops (and that it does not exclude).
+    pub fn event_loops<'a>(
+        &'a self,
+        now: Instant,
+        config: &'a super::event_loop::EventLoopConfig,
+    ) -> impl Iterator<Item = &'a ThreadInfo> {
         self.tracks
             .values()
-            .filter(move |t| t.last_polled.is_some_and(|p| now.duration_since(p) <= within))
+            .filter(move |t| {
+                let polled = t.last_polled.is_some_and(|p| now.duration_since(p) <= config.loop_memory);
+                config.is_event_loop(&t.info.name, polled)
+            })
             .map(|t| &t.info)
     }
 
     pub fn threads(&self) -> impl Iterator<Item = &ThreadInfo> {
         self.tracks.values().map(|t| &t.info)
-    }
-
-    /// Whether the thread idled in poll within `within` of `now` (an event loop).
-    pub fn is_event_loop(&self, tid: u32, now: Instant, within: Duration) -> bool {
-        self.tracks.get(&tid).and_then(|t| t.last_polled).is_some_and(|p| now.duration_since(p) <= within)
     }
 
     /// When the thread appeared, if it appeared after its process was first recorded (a thread
@@ -162,7 +165,8 @@ mod tests {
         assert_eq!(d.ns(reason::POLL), 2_500_000_000);
         assert_eq!(d.ns(reason::FUTEX_TIMED), 1_600_000_000);
         let now = start + Duration::from_secs(9);
-        assert_eq!(h.event_loops(now, Duration::from_secs(30)).count(), 1);
+        let config = crate::detect::event_loop::EventLoopConfig::default();
+        assert_eq!(h.event_loops(now, &config).count(), 1);
     }
 
     #[test]
@@ -172,7 +176,8 @@ mod tests {
         for second in 0..10u64 {
             h.record(start + Duration::from_secs(second), info(8), totals(0, second));
         }
-        assert_eq!(h.event_loops(start + Duration::from_secs(9), Duration::from_secs(30)).count(), 0);
+        let config = crate::detect::event_loop::EventLoopConfig::default();
+        assert_eq!(h.event_loops(start + Duration::from_secs(9), &config).count(), 0);
         let d = h.delta(8, Duration::from_secs(60)).expect("delta");
         assert_eq!(d.elapsed, Duration::from_secs(3), "only `keep` of history is kept");
         h.forget(8);

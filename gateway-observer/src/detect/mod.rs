@@ -62,14 +62,14 @@ impl Detectors {
     }
 
     pub fn saturated_pools(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<SaturatedPool> {
-        saturated_pools(&self.history, blocks, now, now_mono_ns, &self.pool, self.event_loop.loop_memory)
+        saturated_pools(&self.history, blocks, now, now_mono_ns, &self.pool, &self.event_loop)
     }
 
     /// Every event loop with its utilization over the window.
     pub fn loops(&self, now: Instant) -> Vec<LoopStatus> {
         let mut loops: Vec<LoopStatus> = self
             .history
-            .event_loops(now, self.event_loop.loop_memory)
+            .event_loops(now, &self.event_loop)
             .filter_map(|thread| {
                 let delta = self.history.delta(thread.tid, self.event_loop.window)?;
                 let idle: u64 = IDLE_REASONS.iter().map(|r| delta.ns(*r)).sum();

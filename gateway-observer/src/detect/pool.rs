@@ -81,11 +81,12 @@ pub fn saturated_pools(
     now: Instant,
     now_mono_ns: u64,
     config: &PoolConfig,
-    loop_memory: Duration,
+    loops: &super::event_loop::EventLoopConfig,
 ) -> Vec<SaturatedPool> {
+    let loop_tids: std::collections::HashSet<u32> = history.event_loops(now, loops).map(|t| t.tid).collect();
     let mut groups: BTreeMap<(u32, String), GroupTotals> = BTreeMap::new();
     for thread in history.threads() {
-        if history.is_event_loop(thread.tid, now, loop_memory) {
+        if loop_tids.contains(&thread.tid) {
             continue;
         }
         let totals = groups.entry((thread.tgid, thread_group(&thread.name))).or_default();
@@ -214,7 +215,7 @@ mod tests {
         let mut h = History::new(Duration::from_secs(60));
         pool(&mut h, start, 1000, 32, "pool-3-thread", 990, 0);
         let now = start + Duration::from_secs(6);
-        let found = saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), Duration::from_secs(60));
+        let found = saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &crate::detect::event_loop::EventLoopConfig::default());
         assert_eq!(found.len(), 1);
         let p = &found[0];
         assert_eq!(p.group, "pool-3-thread-*");
@@ -230,7 +231,7 @@ mod tests {
         let mut h = History::new(Duration::from_secs(60));
         pool(&mut h, start, 1000, 32, "pool-2-thread", 0, 995);
         let now = start + Duration::from_secs(6);
-        assert!(saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), Duration::from_secs(60)).is_empty());
+        assert!(saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &crate::detect::event_loop::EventLoopConfig::default()).is_empty());
     }
 
     #[test]
@@ -240,7 +241,7 @@ mod tests {
         pool(&mut h, start, 1000, 32, "pool-1-thread", 0, 995);
         pool(&mut h, start, 2000, 2, "tiny", 1000, 0);
         let now = start + Duration::from_secs(6);
-        assert!(saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), Duration::from_secs(60)).is_empty());
+        assert!(saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &crate::detect::event_loop::EventLoopConfig::default()).is_empty());
     }
 
     #[test]
@@ -259,7 +260,7 @@ mod tests {
             }
         }
         let now = start + Duration::from_secs(6);
-        let found = saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), Duration::from_secs(60));
+        let found = saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &crate::detect::event_loop::EventLoopConfig::default());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].created_in_window, 20);
     }
