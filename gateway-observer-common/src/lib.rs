@@ -75,6 +75,9 @@ pub mod event_kind {
     /// An event-loop iteration (return from poll to the next poll) stayed on CPU longer than the
     /// busy threshold: `wait_ns` carries the on-CPU time, `runqueue_ns` the whole iteration.
     pub const LONG_ITERATION: u32 = 4;
+    /// The user stack of the thread's last long block, captured at the end of the syscall it
+    /// blocked in: `reason` carries the id in the `STACKS` map.
+    pub const BLOCK_STACK: u32 = 5;
 }
 
 /// Bounds on the kernel maps.
@@ -86,6 +89,8 @@ pub const MAX_SYSCALL_NR: u32 = 512;
 /// `bpf_map_create` flag for an array userspace can mmap (reads with no syscall per element).
 pub const BPF_F_MMAPABLE: u32 = 1 << 10;
 pub const RINGBUF_BYTES: u32 = 256 * 1024;
+/// Distinct user stacks kept for evidence.
+pub const MAX_STACKS: u32 = 4096;
 
 /// Buckets of the per-thread log2 histograms; the last one also holds everything larger
 /// (2^38 ns, about 4.6 minutes, and up).
@@ -116,7 +121,9 @@ pub struct ThreadState {
     pub syscall_class: u8,
     /// 1 when the current futex wait has a timeout.
     pub futex_timed: u8,
-    pub _pad0: u8,
+    /// 1 when the last off-CPU span was a long block inside a syscall: at the syscall's exit the
+    /// thread's user stack (the blocking call's caller) is captured.
+    pub stack_wanted: u8,
     /// 1 once the thread has exited.
     pub exited: u8,
     /// Cumulative off-CPU nanoseconds by `reason::*`. Only the thread's own switch-in writes
@@ -152,7 +159,7 @@ impl Default for ThreadState {
             waker_tid: 0,
             syscall_class: 0,
             futex_timed: 0,
-            _pad0: 0,
+            stack_wanted: 0,
             exited: 0,
             offcpu_ns: [0; reason::COUNT as usize],
             runqueue_hist: [0; THREAD_HIST_BUCKETS],

@@ -7,10 +7,10 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, Queue, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, Queue, RingBuf, StackTrace},
 };
 use gateway_observer_common::{
-    BPF_F_MMAPABLE, Event, MAX_SYSCALL_NR, MAX_TARGETS, MAX_THREADS, ProbeConfig, RINGBUF_BYTES,
+    BPF_F_MMAPABLE, Event, MAX_STACKS, MAX_SYSCALL_NR, MAX_TARGETS, MAX_THREADS, ProbeConfig, RINGBUF_BYTES,
     TargetInfo, ThreadState, drop_index,
 };
 
@@ -57,6 +57,10 @@ pub static SYSCALL_CLASS: Array<u8> = Array::with_max_entries(MAX_SYSCALL_NR, 0)
 /// What could not be recorded, by `drop_index::*`.
 #[map]
 pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_index::COUNT, 0);
+
+/// User stacks of long blocks, by id (the kernel dedups identical stacks).
+#[map]
+pub static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
 
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(RINGBUF_BYTES, 0);

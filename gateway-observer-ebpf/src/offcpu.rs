@@ -109,6 +109,7 @@ pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
         state.futex_wait_ns += wait_ns + runqueue_ns;
     }
     if wait_ns >= config().block_threshold_ns {
+        state.stack_wanted = (state.syscall_nr >= 0) as u8;
         let futex_uaddr = match state.syscall_class {
             syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 => state.syscall_arg0,
             _ => 0,

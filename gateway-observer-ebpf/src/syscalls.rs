@@ -1,11 +1,17 @@
 //! Which syscall each target thread is in, so an off-CPU span can be given its reason. One raw syscall hook serves every syscall: a per-syscall tracepoint
 //! would run the same kernel path and could not tell "other syscalls" apart.
 
-use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+use aya_ebpf::{
+    macros::btf_tracepoint,
+    programs::{BtfTracePointContext, tracing::StackIdContext as _},
+};
+
+/// `bpf_get_stackid` flag: the user-space stack.
+const BPF_F_USER_STACK: u64 = 1 << 8;
 use gateway_observer_common::{Event, ThreadState, drop_index, event_kind, syscall_class};
 
 use crate::{
-    maps::{SYSCALL_CLASS, btf_field, config, count_drop, current_ids, emit, now_ns, thread_state},
+    maps::{SYSCALL_CLASS, STACKS, btf_field, config, count_drop, current_ids, emit, now_ns, thread_state},
     offcpu::close_offcpu_span,
 };
 
@@ -49,10 +55,25 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
 
 /// sys_exit(struct pt_regs *regs, long ret)
 #[btf_tracepoint(function = "sys_exit")]
-pub fn sys_exit(_ctx: BtfTracePointContext) -> u32 {
+pub fn sys_exit(ctx: BtfTracePointContext) -> u32 {
     let (tid, _) = current_ids();
     let Some(state) = thread_state(tid) else { return 0 };
     close_missed_span(state, tid);
+    if state.stack_wanted != 0 {
+        // The thread is current and still in the syscall it blocked in: its user stack is the
+        // blocking call's caller. Only after long blocks, so the cost stays off the hot path.
+        state.stack_wanted = 0;
+        if let Ok(id) = ctx.get_stackid(&STACKS, BPF_F_USER_STACK) {
+            emit(Event {
+                kind: event_kind::BLOCK_STACK,
+                tid,
+                tgid: state.tgid,
+                reason: id as u32,
+                timestamp_ns: now_ns(),
+                ..Event::default()
+            });
+        }
+    }
     if state.syscall_class == syscall_class::POLL {
         // Back from waiting for events: an event-loop iteration starts.
         state.iter_start_ns = now_ns();

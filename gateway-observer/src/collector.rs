@@ -32,6 +32,8 @@ use crate::{
 
 /// Long blocks kept for the API and alerts; older ones are dropped first.
 const RECENT_BLOCKS: usize = 1024;
+/// Frames of a blocking call's stack shown in evidence, innermost first.
+const STACK_FRAMES: usize = 12;
 /// Names of exited threads are kept this many ticks for block events that arrive late.
 const EXIT_NAME_TICKS: u64 = 10;
 /// Re-read thread names every this many ticks (young threads: every tick).
@@ -55,6 +57,7 @@ pub struct Collector {
     /// (tid, kind) → (process, kind)
     hist_sum: DeltaCounters<(u32, HistKind), (String, HistKind)>,
     recent_blocks: VecDeque<Block>,
+    symbolizer: crate::symbolize::Symbolizer,
     /// Threads per (process, thread group, state) at the last tick.
     thread_states: BTreeMap<(String, String, &'static str), usize>,
     /// Long event-loop iterations, newest last (bounded like the blocks).
@@ -97,6 +100,7 @@ impl Collector {
             pending_blocks: Vec::new(),
             recent_iterations: VecDeque::new(),
             thread_states: BTreeMap::new(),
+            symbolizer: crate::symbolize::Symbolizer::default(),
             busy_loops: Vec::new(),
             exit_names: HashMap::new(),
             long_blocks: BTreeMap::new(),
@@ -121,6 +125,11 @@ impl Collector {
                 }
                 self.recent_blocks.push_back(block.clone());
                 self.pending_blocks.push(block);
+            }
+            Record::BlockStack { tid, stack_id, .. } => {
+                if let Some(block) = self.recent_blocks.iter_mut().rev().find(|b| b.tid == tid) {
+                    block.stack_id = Some(stack_id);
+                }
             }
             Record::LongIteration(iteration) => {
                 if self.recent_iterations.len() == RECENT_BLOCKS {
@@ -287,10 +296,21 @@ impl Collector {
         &self.detectors.event_loop
     }
 
-    /// What holds now, for the alert book.
-    pub fn findings(&self) -> Vec<crate::alerts::Finding> {
+    /// What holds now, for the alert book. Blocked loops carry the user stack of their longest
+    /// block, symbolized, when the kernel captured one.
+    pub fn findings(&mut self) -> Vec<crate::alerts::Finding> {
         let config = &self.detectors.event_loop;
-        let loops = self.blocked_loops.iter().map(|found| crate::detect::findings::event_loop_blocked(found, config));
+        let mut blocked: Vec<crate::alerts::Finding> = Vec::new();
+        for found in &self.blocked_loops {
+            let mut finding = crate::detect::findings::event_loop_blocked(found, config);
+            if let Some(ips) = found.blocks.stack_id.and_then(|id| self.probes.user_stack(id)) {
+                let frames = self.symbolizer.symbolize(found.thread.tgid, &ips);
+                finding.evidence["stack"] = serde_json::json!(frames.into_iter().take(STACK_FRAMES).collect::<Vec<_>>());
+            }
+            blocked.push(finding);
+        }
+        let config = &self.detectors.event_loop;
+        let loops = blocked.into_iter();
         let pools = self.saturated_pools.iter().map(crate::detect::findings::pool_saturated);
         let busy = self.busy_loops.iter().map(|found| crate::detect::findings::event_loop_busy(found, config));
         loops.chain(busy).chain(pools).collect()

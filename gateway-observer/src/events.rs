@@ -13,6 +13,8 @@ pub enum Record {
     ProcessFork { parent_tgid: u32, child_tgid: u32 },
     /// An event-loop iteration stayed on CPU past the busy threshold.
     LongIteration(LongIteration),
+    /// The user stack of the thread's last long block, by id in the STACKS map.
+    BlockStack { tid: u32, tgid: u32, stack_id: u32 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +39,8 @@ pub struct Block {
     pub runqueue_ns: u64,
     pub futex_uaddr: u64,
     pub timestamp_ns: u64,
+    /// The user stack of the blocking call, once its BlockStack record arrives.
+    pub stack_id: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,7 +70,9 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
             runqueue_ns: event.runqueue_ns,
             futex_uaddr: event.futex_uaddr,
             timestamp_ns: event.timestamp_ns,
+            stack_id: None,
         })),
+        event_kind::BLOCK_STACK => Ok(Record::BlockStack { tid: event.tid, tgid: event.tgid, stack_id: event.reason }),
         event_kind::THREAD_EXIT => Ok(Record::ThreadExit { tid: event.tid, tgid: event.tgid }),
         event_kind::LONG_ITERATION => Ok(Record::LongIteration(LongIteration {
             tid: event.tid,

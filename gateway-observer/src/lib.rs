@@ -15,6 +15,7 @@ pub mod procfs;
 pub mod reason;
 pub mod sinks;
 pub mod state;
+pub mod symbolize;
 pub mod syscalls;
 pub mod thread_group;
 

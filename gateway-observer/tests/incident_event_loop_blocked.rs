@@ -18,6 +18,23 @@ use std::{
 use observer_support::{Observer, assert_quiet, load, privileged, stop, stop_flag, wait_firing, wait_resolved};
 use reference_gateway_support::{Behavior, Gateway, Redis, Upstream, access_config};
 
+/// The firing alert's stack, which arrives with a later block if the first had none yet.
+fn wait_for_stack(observer: &Observer) -> Vec<String> {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stack: Option<Vec<String>> = observer
+            .alerts()
+            .iter()
+            .filter(|a| a["kind"] == "EventLoopBlocked")
+            .find_map(|a| serde_json::from_value(a["evidence"]["stack"].clone()).ok());
+        if let Some(stack) = stack.filter(|s| !s.is_empty()) {
+            return stack;
+        }
+        assert!(Instant::now() < end, "no stack in EventLoopBlocked evidence: {:#?}", observer.alerts());
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn a_slow_redis_behind_a_blocking_client_is_named_within_seconds() {
     if !privileged() {
@@ -63,6 +80,11 @@ fn a_slow_redis_behind_a_blocking_client_is_named_within_seconds() {
     let long_blocks = alert["evidence"]["blocks_over_single_threshold"].as_u64().unwrap_or(0);
     assert!(share >= 0.2 || long_blocks >= 1, "neither rule holds in the evidence: {alert:#}");
     assert_eq!(alert["evidence"]["syscall"], "recvfrom", "the Redis client's read: {alert:#}");
+    // The user stack of the longest block, captured at the syscall's exit and symbolized from the
+    // gateway's mappings: its innermost frame is libc's recv (glibc has no frame pointers, so the
+    // kernel's unwinder rarely gets further through it).
+    let stack = wait_for_stack(&observer);
+    assert!(stack[0].contains("recv"), "innermost frame of the blocking call: {stack:?}");
 
     // Redis fast again: the alerts resolve.
     slow.store(false, Ordering::Relaxed);

@@ -102,6 +102,8 @@ pub struct BlockStats {
     pub futex_uaddr: Option<u64>,
     /// The syscall the longest block was in.
     pub syscall: Option<&'static str>,
+    /// The user stack of the longest block that has one.
+    pub stack_id: Option<u32>,
 }
 
 /// Blocked event loops now. `now_mono_ns` is CLOCK_MONOTONIC, the clock of `blocks`.
@@ -157,6 +159,7 @@ fn block_stats<'a>(blocks: impl Iterator<Item = &'a Block>, single: Duration) ->
         if block.wait_ns > stats.longest_ns {
             stats.longest_ns = block.wait_ns;
             stats.syscall = block.syscall_nr.and_then(|nr| syscalls::name_of(nr as i32));
+            stats.stack_id = block.stack_id.or(stats.stack_id);
         }
         if block.futex_uaddr != 0 {
             match futexes.iter_mut().find(|(addr, _)| *addr == block.futex_uaddr) {
@@ -217,6 +220,7 @@ mod tests {
             runqueue_ns: 0,
             futex_uaddr: uaddr,
             timestamp_ns: at_ns,
+            stack_id: None,
         }
     }
 

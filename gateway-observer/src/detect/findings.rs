@@ -109,6 +109,7 @@ mod tests {
                 longest_ns: 120_000_000,
                 futex_uaddr: Some(0x7f00_1234),
                 syscall: Some("futex"),
+                stack_id: None,
             },
             by_reason: vec![("futex_timed", 3_550_000_000)],
         };

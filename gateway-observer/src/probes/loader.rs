@@ -273,6 +273,13 @@ impl Probes {
         Ok(out)
     }
 
+    /// The instruction pointers of a captured user stack, innermost first.
+    pub fn user_stack(&self, stack_id: u32) -> Option<Vec<u64>> {
+        let stacks: aya::maps::StackTraceMap<&MapData> = self.map("STACKS").ok()?;
+        let trace = stacks.get(&stack_id, 0).ok()?;
+        Some(trace.frames().iter().map(|f| f.ip).collect())
+    }
+
     /// The ring buffer, handed to its single reader.
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
         let map = self.ebpf.take_map("EVENTS").ok_or(ProbeError::MissingMap("EVENTS"))?;
