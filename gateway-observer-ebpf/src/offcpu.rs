@@ -23,7 +23,11 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     }
     let now = now_ns();
     if let Some(state) = prev {
-        switch_out(state, ctx.arg(3), now);
+        // A preempted thread is runnable whatever its state word says (it may be preempted
+        // between setting TASK_INTERRUPTIBLE and calling schedule()).
+        let preempt: u64 = ctx.arg(0);
+        let prev_state: u32 = if preempt & 1 != 0 { 0 } else { ctx.arg(3) };
+        switch_out(state, prev_state, now);
     }
     if let Some(state) = next {
         close_offcpu_span(state, next_tid, now);
@@ -83,10 +87,10 @@ fn offcpu_reason(state: &ThreadState, prev_state: u32) -> u32 {
 #[inline(always)]
 pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
     let start = state.offcpu_start_ns;
-    if start == 0 || now < start {
-        return;
-    }
     state.offcpu_start_ns = 0;
+    if start == 0 || now < start {
+        return; // never opened, or clocks of two CPUs a hair apart: nothing to count
+    }
     let span_reason = state.offcpu_reason;
     let (wait_ns, runqueue_ns) = if span_reason == reason::RUNQUEUE {
         (0, now - start)

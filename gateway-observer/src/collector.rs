@@ -30,8 +30,9 @@ use crate::{
     },
 };
 
-/// Long blocks kept for the API and alerts; older ones are dropped first.
-const RECENT_BLOCKS: usize = 1024;
+/// Long blocks kept for the detectors; older ones are dropped first. Sized for several seconds
+/// of a large pool's blocks (poll waits, the commonest, are not kept: no detector uses them).
+const RECENT_BLOCKS: usize = 16384;
 /// Frames of a blocking call's stack shown in evidence, innermost first.
 const STACK_FRAMES: usize = 12;
 /// Names of exited threads are kept this many ticks for block events that arrive late.
@@ -119,6 +120,7 @@ impl Collector {
 
     pub fn handle_record(&mut self, record: Record) {
         match record {
+            Record::Block(block) if block.reason == reason::POLL => {}
             Record::Block(block) => {
                 if self.recent_blocks.len() == RECENT_BLOCKS {
                     self.recent_blocks.pop_front();
@@ -185,23 +187,29 @@ impl Collector {
             .filter(|spec| !wanted.iter().any(|(pid, root)| pid == root && spec_matches(spec, *pid)))
             .count();
         let current: HashMap<u32, u32> = self.probes.targets()?.into_iter().collect();
-        for (&pid, &root) in &wanted {
-            if !current.contains_key(&pid) {
-                let parent = if pid == root { 0 } else { root };
-                self.probes.add_target(pid, parent)?;
-            }
-        }
-        let mut live: HashSet<u32> = wanted.keys().copied().collect();
+        // Dead targets go first, so that a full TARGETS map frees room before anything is added.
+        let mut live: HashSet<u32> = HashSet::new();
         for &tgid in current.keys() {
-            if wanted.contains_key(&tgid) {
-                continue;
-            }
-            // Forked by a target (the kernel added it) and still alive: keep following it.
-            if procfs::exists(tgid) {
+            if wanted.contains_key(&tgid) || procfs::exists(tgid) {
+                // Wanted, or forked by a target (the kernel added it) and still alive.
                 live.insert(tgid);
             } else {
                 // Its name stays until its threads' last totals are folded (end of tick).
                 self.probes.remove_target(tgid)?;
+            }
+        }
+        for (&pid, &root) in &wanted {
+            if current.contains_key(&pid) {
+                continue;
+            }
+            let parent = if pid == root { 0 } else { root };
+            // One process that cannot be added (a full map, gone meanwhile) must not stop the
+            // collection of every other: it is retried at the next tick.
+            match self.probes.add_target(pid, parent) {
+                Ok(()) => {
+                    live.insert(pid);
+                }
+                Err(err) => eprintln!("gateway-observer: cannot follow pid {pid} yet: {err}"),
             }
         }
         Ok(live)
@@ -285,7 +293,7 @@ impl Collector {
         self.blocked_loops = self.detectors.blocked_loops(&blocks, now, now_mono);
         self.saturated_pools = self.detectors.saturated_pools(&blocks, now, now_mono);
         let iterations: Vec<LongIteration> = self.recent_iterations.iter().cloned().collect();
-        self.busy_loops = self.detectors.busy_loops(&iterations, now_mono);
+        self.busy_loops = self.detectors.busy_loops(&iterations, now, now_mono);
     }
 
     pub fn blocked_loops(&self) -> &[BlockedLoop] {

@@ -88,6 +88,10 @@ impl Config {
         if self.interval < Duration::from_millis(100) {
             return Err(ConfigError::Invalid(format!("interval {:?} is below 100ms", self.interval)));
         }
+        if self.interval > Duration::from_secs(2) {
+            // The detectors judge 5 s windows and need at least half a window of samples.
+            return Err(ConfigError::Invalid(format!("interval {:?} is above 2s", self.interval)));
+        }
         if self.block_threshold < Duration::from_micros(100) {
             return Err(ConfigError::Invalid(format!(
                 "block_threshold {:?} is below 100µs: the ring buffer would flood",

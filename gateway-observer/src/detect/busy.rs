@@ -24,7 +24,17 @@ pub struct BusyLoop {
 
 /// Event loops with long on-CPU iterations in the last window. `now_mono_ns` is the clock of the
 /// iteration events (CLOCK_MONOTONIC).
-pub fn busy_loops(history: &History, iterations: &[LongIteration], now_mono_ns: u64, config: &EventLoopConfig) -> Vec<BusyLoop> {
+pub fn busy_loops(
+    history: &History,
+    iterations: &[LongIteration],
+    now: std::time::Instant,
+    now_mono_ns: u64,
+    config: &EventLoopConfig,
+) -> Vec<BusyLoop> {
+    // Only event loops (a worker doing a blocking poll between two long computations is not one,
+    // and `exclude` must hold).
+    let loops: std::collections::HashMap<u32, &super::history::ThreadInfo> =
+        history.event_loops(now, config).map(|t| (t.tid, t)).collect();
     let start = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
     let busy_ns = u64::try_from(config.busy_iteration.as_nanos()).unwrap_or(u64::MAX);
     let mut found: Vec<BusyLoop> = Vec::new();
@@ -35,7 +45,7 @@ pub fn busy_loops(history: &History, iterations: &[LongIteration], now_mono_ns: 
             entry.total_on_cpu_ns += it.on_cpu_ns;
             continue;
         }
-        let Some(info) = history.threads().find(|t| t.tid == it.tid) else { continue };
+        let Some(info) = loops.get(&it.tid) else { continue };
         found.push(BusyLoop {
             pid: info.tgid,
             comm: info.comm.clone(),
@@ -80,14 +90,21 @@ mod tests {
     fn long_iterations_in_the_window_name_the_loop() {
         let mut h = History::new(Duration::from_secs(60));
         let info = ThreadInfo { tid: 4, tgid: 9, comm: "node".into(), name: "node".into() };
-        h.record(Instant::now(), info, [0; reason::COUNT as usize]);
+        let t0 = Instant::now();
+        let mut polled = [0; reason::COUNT as usize];
+        h.record(t0, info.clone(), polled);
+        polled[reason::POLL as usize] = 1_000;
+        h.record(t0 + Duration::from_secs(1), info, polled);
+        let at = t0 + Duration::from_secs(1);
         let now = 10_000_000_000;
         let its = [iteration(4, 250, now - 1_000_000_000), iteration(4, 120, now - 2_000_000_000), iteration(4, 300, now - 9_000_000_000)];
-        let found = busy_loops(&h, &its, now, &EventLoopConfig::default());
+        let found = busy_loops(&h, &its, at, now, &EventLoopConfig::default());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].iterations, 2, "the one 9 s ago is outside the 5 s window");
         assert_eq!(found[0].longest_on_cpu_ns, 250_000_000);
         assert!(found[0].summary(&EventLoopConfig::default()).starts_with("event loop on CPU 250 ms"));
-        assert!(busy_loops(&h, &[], now, &EventLoopConfig::default()).is_empty());
+        assert!(busy_loops(&h, &[], at, now, &EventLoopConfig::default()).is_empty());
+        let excluded = EventLoopConfig { exclude: vec!["node".into()], ..EventLoopConfig::default() };
+        assert!(busy_loops(&h, &its, at, now, &excluded).is_empty(), "excluded by name");
     }
 }

@@ -159,7 +159,7 @@ fn block_stats<'a>(blocks: impl Iterator<Item = &'a Block>, single: Duration) ->
         if block.wait_ns > stats.longest_ns {
             stats.longest_ns = block.wait_ns;
             stats.syscall = block.syscall_nr.and_then(|nr| syscalls::name_of(nr as i32));
-            stats.stack_id = block.stack_id.or(stats.stack_id);
+            stats.stack_id = block.stack_id;
         }
         if block.futex_uaddr != 0 {
             match futexes.iter_mut().find(|(addr, _)| *addr == block.futex_uaddr) {

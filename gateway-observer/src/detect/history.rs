@@ -10,6 +10,10 @@ use gateway_observer_common::reason;
 
 pub type ReasonTotals = [u64; reason::COUNT as usize];
 
+/// Off-CPU reasons that keep a known event loop counted as one while it does not poll.
+const STUCK_REASONS: [u32; 6] =
+    [reason::FUTEX_TIMED, reason::SLEEP, reason::SOCKET, reason::IO, reason::OTHER_SYSCALL, reason::DISK];
+
 /// What a thread did over a window: nanoseconds per reason, and the window's real length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowDelta {
@@ -70,10 +74,14 @@ impl History {
             track.last_polled = None;
             track.first_seen = now;
         }
-        if let Some((_, previous)) = track.samples.back()
-            && totals[reason::POLL as usize] > previous[reason::POLL as usize]
-        {
-            track.last_polled = Some(now);
+        if let Some((_, previous)) = track.samples.back() {
+            let grew = |r: u32| totals[r as usize] > previous[r as usize];
+            // Polled: an event loop. A known loop that is blocked in work instead stays one: a
+            // loop stuck in one call for minutes must not stop being judged as a loop.
+            let stuck = track.last_polled.is_some() && STUCK_REASONS.iter().any(|r| grew(*r));
+            if grew(reason::POLL) || stuck {
+                track.last_polled = Some(now);
+            }
         }
         track.info = info;
         track.samples.push_back((now, totals));
@@ -126,12 +134,19 @@ impl History {
         self.tracks.values().map(|t| &t.info)
     }
 
-    /// When the thread appeared, if it appeared after its process was first recorded (a thread
-    /// that was already running when observation began has no known creation time).
-    pub fn created_at(&self, tid: u32) -> Option<Instant> {
+    /// When the thread appeared, if it appeared more than `settle` after its process was first
+    /// recorded: threads there when observation began, or made while a process starts, are not
+    /// growth.
+    pub fn created_at(&self, tid: u32, settle: Duration) -> Option<Instant> {
         let track = self.tracks.get(&tid)?;
         let process_seen = self.processes_first_seen.get(&track.info.tgid)?;
-        (track.first_seen > *process_seen).then_some(track.first_seen)
+        (track.first_seen > *process_seen + settle).then_some(track.first_seen)
+    }
+
+    /// Forgets processes none of whose threads is recorded any more (a reused pid starts anew).
+    pub fn retain_processes(&mut self) {
+        let live: std::collections::HashSet<u32> = self.tracks.values().map(|t| t.info.tgid).collect();
+        self.processes_first_seen.retain(|tgid, _| live.contains(tgid));
     }
 }
 

@@ -51,14 +51,15 @@ impl Detectors {
 
     pub fn forget(&mut self, tid: u32) {
         self.history.forget(tid);
+        self.history.retain_processes();
     }
 
     pub fn blocked_loops(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<BlockedLoop> {
         blocked_loops(&self.history, blocks, now, now_mono_ns, &self.event_loop)
     }
 
-    pub fn busy_loops(&self, iterations: &[crate::events::LongIteration], now_mono_ns: u64) -> Vec<busy::BusyLoop> {
-        busy::busy_loops(&self.history, iterations, now_mono_ns, &self.event_loop)
+    pub fn busy_loops(&self, iterations: &[crate::events::LongIteration], now: Instant, now_mono_ns: u64) -> Vec<busy::BusyLoop> {
+        busy::busy_loops(&self.history, iterations, now, now_mono_ns, &self.event_loop)
     }
 
     pub fn saturated_pools(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<SaturatedPool> {

@@ -94,7 +94,7 @@ pub fn saturated_pools(
         totals.comm.clone_from(&thread.comm);
         totals.threads += 1;
         totals.tids.push(thread.tid);
-        if history.created_at(thread.tid).is_some_and(|at| now.duration_since(at) <= config.window) {
+        if history.created_at(thread.tid, config.window).is_some_and(|at| now.duration_since(at) <= config.window) {
             totals.created += 1;
         }
         let Some(delta) = history.delta(thread.tid, config.window) else { continue };
@@ -248,19 +248,19 @@ mod tests {
     fn fast_growth_alone_is_enough() {
         let start = Instant::now();
         let mut h = History::new(Duration::from_secs(60));
-        // Mostly idle threads, but 20 appeared within the window (after the process was first seen,
-        // with its main thread, at second 0).
+        // Mostly idle threads, but 20 appeared within the window, well after the process was
+        // first seen (with its main thread) at second 0.
         h.record(start, ThreadInfo { tid: 50, tgid: 50, comm: "java".into(), name: "java".into() }, [0; reason::COUNT as usize]);
         for i in 0..20u32 {
-            for s in 5..=6u64 {
+            for s in 10..=11u64 {
                 let mut t = [0u64; reason::COUNT as usize];
-                t[reason::FUTEX as usize] = (s - 5) * 500_000_000;
+                t[reason::FUTEX as usize] = (s - 10) * 500_000_000;
                 let info = ThreadInfo { tid: 3000 + i, tgid: 50, comm: "java".into(), name: format!("grpc-{i}") };
                 h.record(start + Duration::from_secs(s), info, t);
             }
         }
-        let now = start + Duration::from_secs(6);
-        let found = saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &crate::detect::event_loop::EventLoopConfig::default());
+        let now = start + Duration::from_secs(11);
+        let found = saturated_pools(&h, &[], now, 11_000_000_000, &PoolConfig::default(), &crate::detect::event_loop::EventLoopConfig::default());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].created_in_window, 20);
     }
