@@ -156,7 +156,7 @@ impl Collector {
     pub fn tick(&mut self) -> Result<(), ProbeError> {
         self.names.next_tick();
         let live_targets = self.sync_targets()?;
-        let threads = self.probes.threads();
+        let threads = self.drop_orphan_slots(self.probes.threads())?;
         let followed = threads.len();
         let now = Instant::now();
         let now_mono = monotonic_ns();
@@ -261,6 +261,25 @@ impl Collector {
         self.names.forget_thread(tid);
         self.detectors.forget(tid);
         self.probes.release_thread(slot, tid)
+    }
+
+    /// A thread the fork hook gave a slot while userspace was giving it one too (a target added
+    /// while it creates threads) has two slots; only the one TRACKED points at is live. The other
+    /// is freed unread, so the thread is neither counted twice nor seen as blocked forever.
+    fn drop_orphan_slots(&mut self, threads: Vec<(u32, ThreadState)>) -> Result<Vec<(u32, ThreadState)>, ProbeError> {
+        let mut slots_of: HashMap<u32, usize> = HashMap::new();
+        for (_, state) in &threads {
+            *slots_of.entry(state.tid).or_insert(0) += 1;
+        }
+        let mut kept = Vec::with_capacity(threads.len());
+        for (slot, state) in threads {
+            if slots_of[&state.tid] > 1 && self.probes.tracked_slot(state.tid)? != Some(slot) {
+                self.probes.release_thread(slot, state.tid)?;
+                continue;
+            }
+            kept.push((slot, state));
+        }
+        Ok(kept)
     }
 
     /// Counts the blocks received since the last tick under their thread's group; a thread that

@@ -209,7 +209,8 @@ impl Probes {
         Ok(())
     }
 
-    fn tracked_slot(&self, tid: u32) -> Result<Option<u32>, ProbeError> {
+    /// The slot TRACKED points at for `tid`, if any.
+    pub fn tracked_slot(&self, tid: u32) -> Result<Option<u32>, ProbeError> {
         let tracked: Array<&MapData, u32> = self.map("TRACKED")?;
         match tracked.get(&tid, 0) {
             Ok(0) | Err(aya::maps::MapError::OutOfBounds { .. }) => Ok(None),
