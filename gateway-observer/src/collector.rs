@@ -148,10 +148,6 @@ impl Collector {
         self.decode_errors += 1;
     }
 
-    pub fn recent_blocks(&self) -> impl Iterator<Item = &Block> {
-        self.recent_blocks.iter()
-    }
-
     /// One collection pass.
     pub fn tick(&mut self) -> Result<(), ProbeError> {
         self.names.next_tick();
@@ -313,14 +309,6 @@ impl Collector {
         self.saturated_pools = self.detectors.saturated_pools(&blocks, now, now_mono);
         let iterations: Vec<LongIteration> = self.recent_iterations.iter().cloned().collect();
         self.busy_loops = self.detectors.busy_loops(&iterations, now, now_mono);
-    }
-
-    pub fn blocked_loops(&self) -> &[BlockedLoop] {
-        &self.blocked_loops
-    }
-
-    pub fn event_loop_config(&self) -> &EventLoopConfig {
-        &self.detectors.event_loop
     }
 
     /// What holds now, for the alert book. Blocked loops carry the user stack of their longest

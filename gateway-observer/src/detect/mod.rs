@@ -8,7 +8,7 @@ pub mod findings;
 pub mod history;
 pub mod pool;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use event_loop::{BlockedLoop, EventLoopConfig, blocked_loops};
 use pool::{PoolConfig, SaturatedPool, saturated_pools};
@@ -82,7 +82,4 @@ impl Detectors {
         loops
     }
 
-    pub fn window(&self) -> Duration {
-        self.event_loop.window
-    }
 }
