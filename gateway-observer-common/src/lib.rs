@@ -47,6 +47,37 @@ pub mod syscall_class {
     pub const OTHER: u8 = 8;
 }
 
+/// The reason for a thread that went to sleep (interruptibly) inside a syscall of `class`:
+/// the one mapping the kernel uses at switch-out and userspace uses for a thread it finds
+/// already blocked, so the two cannot drift apart.
+pub const fn reason_for_syscall(class: u8, futex_timed: bool) -> u32 {
+    match class {
+        syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 | syscall_class::FUTEX_WAITV => {
+            if futex_timed { reason::FUTEX_TIMED } else { reason::FUTEX }
+        }
+        syscall_class::SLEEP => reason::SLEEP,
+        syscall_class::POLL => reason::POLL,
+        syscall_class::SOCKET => reason::SOCKET,
+        syscall_class::IO => reason::IO,
+        syscall_class::OTHER => reason::OTHER_SYSCALL,
+        _ => reason::OTHER,
+    }
+}
+
+/// An off-CPU span from `start` to `now` split into (wait, run-queue delay): a preempted
+/// thread (`reason::RUNQUEUE`) only waited for a CPU; otherwise the wakeup, if one was seen
+/// inside the span, divides the wait from the delay after it. Callers ensure `start <= now`.
+pub const fn split_span(span_reason: u32, start: u64, wakeup: u64, now: u64) -> (u64, u64) {
+    if span_reason == reason::RUNQUEUE {
+        (0, now - start)
+    } else if wakeup >= start && wakeup <= now {
+        (wakeup - start, now - wakeup)
+    } else {
+        // No wakeup seen (woken before we attached, or by a path without sched_wakeup).
+        (now - start, 0)
+    }
+}
+
 /// Indexes of the per-CPU `DROPS` counters: everything the kernel could not record.
 pub mod drop_index {
     /// A ring buffer reserve failed: an event was lost.

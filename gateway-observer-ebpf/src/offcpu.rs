@@ -2,7 +2,9 @@
 //! them into the wait itself and the run-queue delay that follows.
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use gateway_observer_common::{Event, ThreadState, drop_index, event_kind, reason, syscall_class};
+use gateway_observer_common::{
+    Event, ThreadState, drop_index, event_kind, reason, reason_for_syscall, split_span, syscall_class,
+};
 
 use crate::maps::{btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state};
 
@@ -69,17 +71,7 @@ fn offcpu_reason(state: &ThreadState, prev_state: u32) -> u32 {
     if prev_state & TASK_UNINTERRUPTIBLE != 0 {
         return reason::DISK;
     }
-    match state.syscall_class {
-        syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 | syscall_class::FUTEX_WAITV => {
-            if state.futex_timed != 0 { reason::FUTEX_TIMED } else { reason::FUTEX }
-        }
-        syscall_class::SLEEP => reason::SLEEP,
-        syscall_class::POLL => reason::POLL,
-        syscall_class::SOCKET => reason::SOCKET,
-        syscall_class::IO => reason::IO,
-        syscall_class::OTHER => reason::OTHER_SYSCALL,
-        _ => reason::OTHER,
-    }
+    reason_for_syscall(state.syscall_class, state.futex_timed != 0)
 }
 
 /// Ends the thread's off-CPU span: at its switch-in, or at its first syscall after a switch-in
@@ -92,14 +84,7 @@ pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
         return; // never opened, or clocks of two CPUs a hair apart: nothing to count
     }
     let span_reason = state.offcpu_reason;
-    let (wait_ns, runqueue_ns) = if span_reason == reason::RUNQUEUE {
-        (0, now - start)
-    } else if state.wakeup_ns >= start && state.wakeup_ns <= now {
-        (state.wakeup_ns - start, now - state.wakeup_ns)
-    } else {
-        // No wakeup seen (woken before we attached, or by a path without sched_wakeup).
-        (now - start, 0)
-    };
+    let (wait_ns, runqueue_ns) = split_span(span_reason, start, state.wakeup_ns, now);
     if let Some(total) = state.offcpu_ns.get_mut(span_reason as usize) {
         *total += wait_ns;
     }

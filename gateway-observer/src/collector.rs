@@ -500,14 +500,8 @@ fn with_open_span(state: &ThreadState, now_mono: u64) -> [u64; reason::COUNT as 
     if start == 0 || now_mono <= start {
         return totals;
     }
-    let woken = state.wakeup_ns;
-    let (wait, runqueue) = if state.offcpu_reason == reason::RUNQUEUE {
-        (0, now_mono - start)
-    } else if woken >= start && woken <= now_mono {
-        (woken - start, now_mono - woken)
-    } else {
-        (now_mono - start, 0)
-    };
+    let (wait, runqueue) =
+        gateway_observer_common::split_span(state.offcpu_reason, start, state.wakeup_ns, now_mono);
     if let Some(slot) = totals.get_mut(state.offcpu_reason as usize) {
         *slot += wait;
     }

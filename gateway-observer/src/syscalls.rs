@@ -63,21 +63,14 @@ pub fn blocked_reason(state: char, syscall: Option<(u32, [u64; 6])>) -> u32 {
         return reason::DISK;
     }
     let Some((nr, args)) = syscall else { return reason::OTHER };
-    let timeout = match class_of(nr) {
+    let class = class_of(nr);
+    // Where the timeout is, as the kernel's sys_enter reads it.
+    let timeout = match class {
         syscall_class::FUTEX | syscall_class::FUTEX_WAITV => args[3],
         syscall_class::FUTEX_WAIT2 => args[4],
         _ => 0,
     };
-    match class_of(nr) {
-        syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 | syscall_class::FUTEX_WAITV => {
-            if timeout != 0 { reason::FUTEX_TIMED } else { reason::FUTEX }
-        }
-        syscall_class::SLEEP => reason::SLEEP,
-        syscall_class::POLL => reason::POLL,
-        syscall_class::SOCKET => reason::SOCKET,
-        syscall_class::IO => reason::IO,
-        _ => reason::OTHER_SYSCALL,
-    }
+    gateway_observer_common::reason_for_syscall(class, timeout != 0)
 }
 
 /// The whole table as the kernel map wants it: one class per syscall number below `len`.
