@@ -1,4 +1,5 @@
-//! The `offcpu-fixture` process (src/bin/offcpu-fixture.rs) driven over its stdin/stdout.
+//! A fixture process (src/bin/*) driven over its stdin/stdout. They share one protocol: print
+//! `ready`, wait for a line (`go`), run, print one result line, exit when stdin closes.
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -22,14 +23,14 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    /// Starts the fixture (path from the test crate's CARGO_BIN_EXE) and waits for `ready`.
+    /// Starts a fixture (path from the test crate's CARGO_BIN_EXE) and waits for `ready`.
     pub fn start(bin: &str, args: &[&str]) -> Self {
         let mut child = Command::new(bin)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("spawn offcpu-fixture");
+            .unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take().expect("fixture stdout"));
         let mut line = String::new();
@@ -49,10 +50,16 @@ impl Fixture {
         stdin.flush().expect("flush");
     }
 
-    /// Waits for the workload to finish and returns what it measured.
-    pub fn truth(&mut self) -> Truth {
+    /// Waits for the workload's result line.
+    pub fn result_line(&mut self) -> String {
         let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("fixture truth line");
+        self.stdout.read_line(&mut line).expect("fixture result line");
+        line
+    }
+
+    /// offcpu-fixture: waits for the workload to finish and returns what it measured.
+    pub fn truth(&mut self) -> Truth {
+        let line = self.result_line();
         let field = |name: &str| -> u64 {
             let key = format!("\"{name}\":");
             line.split(&key)

@@ -2,15 +2,12 @@
 //! iteration is named within seconds, with its longest iteration measured by the kernel, and is
 //! not mistaken for a blocked loop.
 
-use std::{
-    io::{BufRead as _, BufReader, Write as _},
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::time::Duration;
 
 use serde_json::Value;
 use tests::{
     daemon::{Daemon, http_get},
+    fixture::Fixture,
     privileged, serial, wait_for,
 };
 
@@ -26,18 +23,9 @@ fn a_loop_that_stays_on_cpu_is_named_busy() {
         return;
     }
     let _serial = serial();
-    let mut fixture = Command::new(env!("CARGO_BIN_EXE_busy-loop"))
-        .args(["8", "250"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn busy-loop");
-    let mut stdin = fixture.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(fixture.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("ready");
-    let daemon = Daemon::start(&["--target", &format!("pid={}", fixture.id())]);
-    writeln!(stdin, "go").expect("go");
+    let mut fixture = Fixture::start(env!("CARGO_BIN_EXE_busy-loop"), &["8", "250"]);
+    let daemon = Daemon::start(&["--target", &format!("pid={}", fixture.pid())]);
+    fixture.go();
 
     let alert = wait_for(Duration::from_secs(6), || {
         alerts(&daemon).into_iter().find(|a| a["kind"] == "EventLoopBusy" && a["state"] == "firing")
@@ -50,8 +38,6 @@ fn a_loop_that_stays_on_cpu_is_named_busy() {
     let blocked: Vec<Value> = alerts(&daemon).into_iter().filter(|a| a["kind"] == "EventLoopBlocked").collect();
     assert!(blocked.is_empty(), "a spinning loop is busy, not blocked: {blocked:#?}");
 
-    line.clear();
-    stdout.read_line(&mut line).expect("done");
-    drop(stdin);
-    let _ = fixture.wait();
+    let _ = fixture.result_line();
+    fixture.finish();
 }

@@ -3,14 +3,11 @@
 //! then thawed. The drop count must be positive, the daemon must still serve, and the off-CPU
 //! totals — kept in maps, not events — must still match the target's own measurement.
 
-use std::{
-    io::{BufRead as _, BufReader, Write as _},
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::time::Duration;
 
 use tests::{
     daemon::Daemon,
+    fixture::Fixture,
     metrics::{parse, sum},
     privileged, serial, wait_for, within,
 };
@@ -22,24 +19,12 @@ fn a_full_ring_buffer_counts_its_losses_and_nothing_else_is_lost() {
     }
     let _serial = serial();
     // 8000 sleeps of 300 µs: over 1.6 times the 256 KiB ring buffer's 4681 events.
-    let mut storm = Command::new(env!("CARGO_BIN_EXE_sleep-storm"))
-        .args(["8000", "300"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn sleep-storm");
-    let mut stdin = storm.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(storm.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("ready");
-    assert_eq!(line.trim(), "ready");
-
-    let daemon = Daemon::start(&["--target", &format!("pid={}", storm.id()), "--block-threshold", "100us"]);
+    let mut storm = Fixture::start(env!("CARGO_BIN_EXE_sleep-storm"), &["8000", "300"]);
+    let daemon = Daemon::start(&["--target", &format!("pid={}", storm.pid()), "--block-threshold", "100us"]);
     // SAFETY: signals to our own child.
     unsafe { libc::kill(daemon.pid() as i32, libc::SIGSTOP) };
-    writeln!(stdin, "go").expect("go");
-    line.clear();
-    stdout.read_line(&mut line).expect("done line");
+    storm.go();
+    let line = storm.result_line();
     // SAFETY: as above.
     unsafe { libc::kill(daemon.pid() as i32, libc::SIGCONT) };
     let fields: Vec<u64> = line.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
@@ -66,6 +51,5 @@ fn a_full_ring_buffer_counts_its_losses_and_nothing_else_is_lost() {
     // with sleep + runqueue; sleep alone must not exceed it.
     assert!(within(observed_with_wakeup, truth, 0.10), "storm off-CPU {observed_with_wakeup:.3} s vs measured {truth:.3} s");
     assert!(observed <= truth * 1.01, "sleep {observed:.3} s exceeds wall time {truth:.3} s");
-    drop(stdin);
-    let _ = storm.wait();
+    storm.finish();
 }
