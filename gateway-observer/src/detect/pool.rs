@@ -128,14 +128,15 @@ fn judge(
     let runqueue = ns(reason::RUNQUEUE);
     let offcpu: f64 = t.offcpu_ns.iter().map(|v| *v as f64).sum();
     let busy = (total - offcpu).max(0.0);
-    let saturation = if t.elapsed_ns == 0 { 0.0 } else { (busy + blocked + runqueue) / total };
+    // Without history (only new threads) there is no share to speak of: all zero, idle whole.
+    let share = |ns: f64| if t.elapsed_ns == 0 { 0.0 } else { ns / total };
+    let saturation = share(busy + blocked + runqueue);
     // Judge the share only on enough history (half a window per thread on average); before that,
     // only growth can tell, and the shares are evidence.
     let enough_history = t.elapsed_ns * 2 >= config.window.as_nanos() * t.threads as u128;
     if !(growing || (enough_history && saturation >= config.saturated_share)) {
         return None;
     }
-    let window_secs = config.window.as_secs_f64();
     let mut hot: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     for b in blocks.iter().filter(|b| b.timestamp_ns >= window_start_ns && b.futex_uaddr != 0 && t.tids.contains(&b.tid)) {
         let waiters = hot.entry(b.futex_uaddr).or_default();
@@ -152,11 +153,11 @@ fn judge(
         group,
         threads: t.threads,
         created_in_window: t.created,
-        window: Duration::from_secs_f64(window_secs),
-        busy_share: if t.elapsed_ns == 0 { 0.0 } else { busy / total },
-        blocked_share: if t.elapsed_ns == 0 { 0.0 } else { blocked / total },
-        runqueue_share: if t.elapsed_ns == 0 { 0.0 } else { runqueue / total },
-        idle_share: if t.elapsed_ns == 0 { 1.0 } else { idle / total },
+        window: config.window,
+        busy_share: share(busy),
+        blocked_share: share(blocked),
+        runqueue_share: share(runqueue),
+        idle_share: if t.elapsed_ns == 0 { 1.0 } else { share(idle) },
         blocked_by_reason: POOL_BLOCKING_REASONS
             .iter()
             .chain(&[reason::FUTEX_TIMED])
@@ -164,7 +165,7 @@ fn judge(
             .map(|r| (reason_label(*r), ns(*r) / 1e9))
             .collect(),
         hot_futexes,
-        cpu_cores: if t.elapsed_ns == 0 { 0.0 } else { busy / 1e9 / window_secs.max(f64::EPSILON) },
+        cpu_cores: if t.elapsed_ns == 0 { 0.0 } else { busy / 1e9 / config.window.as_secs_f64() },
     })
 }
 
