@@ -45,6 +45,40 @@ pub mod syscall_class {
     pub const SOCKET: u8 = 6;
     pub const IO: u8 = 7;
     pub const OTHER: u8 = 8;
+    /// `SYSCALL_CLASS` values pack the class in the low four bits and the syscall's
+    /// `data_shape::*` in the high four.
+    pub const CLASS_MASK: u8 = 0x0f;
+    pub const SHAPE_SHIFT: u8 = 4;
+}
+
+/// Where a socket data syscall keeps its bytes, so the kernel can copy their first and last ones
+/// without knowing syscall numbers. Odd shapes read, even shapes write.
+pub mod data_shape {
+    pub const NONE: u8 = 0;
+    /// read, recvfrom: argument 1 is the buffer.
+    pub const READ_BUF: u8 = 1;
+    /// write, sendto.
+    pub const WRITE_BUF: u8 = 2;
+    /// readv: argument 1 is the iovec array, argument 2 its length.
+    pub const READ_IOV: u8 = 3;
+    pub const WRITE_IOV: u8 = 4;
+    /// recvmsg: argument 1 is the msghdr.
+    pub const READ_MSG: u8 = 5;
+    pub const WRITE_MSG: u8 = 6;
+
+    pub const fn is_read(shape: u8) -> bool {
+        shape % 2 == 1
+    }
+}
+
+/// Who opened a TCP connection that a target uses.
+pub mod conn_role {
+    /// Seen first in a data syscall: it existed before we attached.
+    pub const UNKNOWN: u32 = 0;
+    /// Accepted on a port a target listens on: the gateway serves requests on it.
+    pub const SERVER: u32 = 1;
+    /// Connected by a target: the gateway sends requests to an upstream on it.
+    pub const CLIENT: u32 = 2;
 }
 
 /// The reason for a thread that went to sleep (interruptibly) inside a syscall of `class`:
@@ -92,7 +126,11 @@ pub mod drop_index {
     pub const MISSED_SWITCH_IN: u32 = 3;
     /// As above, but the thread was switched out again before any syscall: that span is lost.
     pub const LOST_SPAN: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// `SOCKS` was full: a connection's requests are not seen.
+    pub const SOCKS_FULL: u32 = 5;
+    /// A socket ring-buffer reserve failed: a data or connection event was lost.
+    pub const SOCKET_RINGBUF: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 /// Ring-buffer event kinds.
@@ -109,6 +147,12 @@ pub mod event_kind {
     /// The user stack of the thread's last long block, captured at the end of the syscall it
     /// blocked in: `reason` carries the id in the `STACKS` map.
     pub const BLOCK_STACK: u32 = 5;
+    /// Socket ring buffer: a target transferred bytes on a TCP socket (`DataEvent`).
+    pub const SOCKET_DATA: u32 = 16;
+    /// Socket ring buffer: a TCP connection of a target was established or first seen (`ConnEvent`).
+    pub const SOCKET_OPEN: u32 = 17;
+    /// Socket ring buffer: a TCP connection of a target closed (`ConnEvent`).
+    pub const SOCKET_CLOSE: u32 = 18;
 }
 
 /// Bounds on the kernel maps.
@@ -120,6 +164,16 @@ pub const MAX_SYSCALL_NR: u32 = 512;
 /// `bpf_map_create` flag for an array userspace can mmap (reads with no syscall per element).
 pub const BPF_F_MMAPABLE: u32 = 1 << 10;
 pub const RINGBUF_BYTES: u32 = 256 * 1024;
+/// Ring buffer of socket events (data and connections): at 10k requests/s a request's four data
+/// events make about 25 MB/s, so this holds a good fraction of a second of them.
+pub const SOCKET_RINGBUF_BYTES: u32 = 8 * 1024 * 1024;
+/// TCP connections of targets followed at once.
+pub const MAX_SOCKETS: u32 = 65536;
+/// First bytes of each socket data syscall sent to userspace: enough for the request line and
+/// headers of most requests and responses.
+pub const DATA_HEAD_BYTES: usize = 512;
+/// Last bytes of each data syscall: the end of a chunked body is found there.
+pub const DATA_TAIL_BYTES: usize = 16;
 /// Distinct user stacks kept for evidence.
 pub const MAX_STACKS: u32 = 4096;
 
@@ -174,8 +228,19 @@ pub struct ThreadState {
     /// off-CPU part, the rest was on CPU.
     pub iter_start_ns: u64,
     pub iter_offcpu_base_ns: u64,
+    /// The socket data syscall the thread is in: its buffer argument (1) and count (2), the
+    /// socket (`struct sock` address, set when the socket layer reports the transfer), and when
+    /// the bytes it reads first arrived in that socket (0 unknown).
+    pub data_buf: u64,
+    pub data_count: u64,
+    pub data_sk: u64,
+    pub data_queued_ns: u64,
+    pub data_fd: u32,
+    /// `data_shape::*` of the current syscall, `NONE` outside data syscalls.
+    pub data_shape: u8,
+    pub _pad: [u8; 3],
 }
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 488);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 528);
 
 impl Default for ThreadState {
     fn default() -> Self {
@@ -199,6 +264,13 @@ impl Default for ThreadState {
             exit_comm: [0; 16],
             iter_start_ns: 0,
             iter_offcpu_base_ns: 0,
+            data_buf: 0,
+            data_count: 0,
+            data_sk: 0,
+            data_queued_ns: 0,
+            data_fd: 0,
+            data_shape: 0,
+            _pad: [0; 3],
         }
     }
 }
@@ -237,6 +309,73 @@ pub struct Event {
 pub const EVENT_SIZE: usize = 56;
 const _: () = assert!(core::mem::size_of::<Event>() == EVENT_SIZE);
 
+/// Value of `SOCKS`: a TCP connection a target uses, keyed by its `struct sock` address.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct SockState {
+    /// Owner, or 0 until a target thread first transfers data on it (an accepted connection of a
+    /// pre-fork server belongs to whichever worker accepts it).
+    pub tgid: u32,
+    /// `conn_role::*`
+    pub role: u32,
+    /// When bytes arrived that no read has taken yet; 0 when the socket was drained.
+    pub unread_since_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<SockState>() == 16);
+
+/// Socket ring-buffer record `SOCKET_DATA`: one read or write on a target's TCP socket. Too big
+/// for the BPF stack, so the kernel fills it field by field in the reserved ring-buffer space.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataEvent {
+    pub kind: u32,
+    pub tid: u32,
+    pub tgid: u32,
+    pub fd: u32,
+    pub sk: u64,
+    /// When the syscall returned (CLOCK_MONOTONIC).
+    pub timestamp_ns: u64,
+    /// Bytes transferred (the syscall's return value).
+    pub len: u64,
+    /// Reads: when the bytes first arrived in the socket, before the process read them; 0 unknown.
+    pub queued_since_ns: u64,
+    /// `data_shape::*` of the syscall.
+    pub shape: u8,
+    pub _pad: u8,
+    /// Valid bytes in `head` (the first ones transferred) and `tail` (the last ones).
+    pub head_len: u16,
+    pub tail_len: u16,
+    pub _pad2: u16,
+    pub head: [u8; DATA_HEAD_BYTES],
+    pub tail: [u8; DATA_TAIL_BYTES],
+}
+pub const DATA_EVENT_SIZE: usize = 584;
+const _: () = assert!(core::mem::size_of::<DataEvent>() == DATA_EVENT_SIZE);
+
+/// Socket ring-buffer record `SOCKET_OPEN` / `SOCKET_CLOSE`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ConnEvent {
+    pub kind: u32,
+    /// Owner if known (0: learnt from its first data event).
+    pub tgid: u32,
+    pub sk: u64,
+    pub timestamp_ns: u64,
+    /// `conn_role::*`
+    pub role: u32,
+    /// AF_INET (2) or AF_INET6 (10).
+    pub family: u16,
+    /// Host byte order.
+    pub local_port: u16,
+    pub remote_port: u16,
+    pub _pad: [u8; 6],
+    /// IPv4 addresses in the first four bytes, network order.
+    pub local_addr: [u8; 16],
+    pub remote_addr: [u8; 16],
+}
+pub const CONN_EVENT_SIZE: usize = 72;
+const _: () = assert!(core::mem::size_of::<ConnEvent>() == CONN_EVENT_SIZE);
+
 /// Load-time constants for the kernel programs, read from the running kernel's BTF and set with
 /// `EbpfLoader::override_global`. Rust eBPF gets no CO-RE relocations, so struct offsets come here.
 #[repr(C)]
@@ -253,8 +392,21 @@ pub struct ProbeConfig {
     pub regs_arg4_offset: u32,
     /// Event-loop iterations at least this long on CPU are sent to the ring buffer.
     pub busy_iteration_ns: u64,
+    /// pt_regs offset of syscall argument 2 (x86-64: dx).
+    pub regs_arg2_offset: u32,
+    /// Offsets in `struct sock` (through `__sk_common`) of the connection's family, ports and
+    /// addresses, and of `sk_protocol`.
+    pub sock_family_offset: u32,
+    pub sock_local_port_offset: u32,
+    pub sock_remote_port_offset: u32,
+    pub sock_local_addr_offset: u32,
+    pub sock_remote_addr_offset: u32,
+    pub sock_local_addr6_offset: u32,
+    pub sock_remote_addr6_offset: u32,
+    pub sock_protocol_offset: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 40);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 80);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -264,4 +416,5 @@ mod pod {
     unsafe impl aya::Pod for super::TargetInfo {}
     unsafe impl aya::Pod for super::Event {}
     unsafe impl aya::Pod for super::ProbeConfig {}
+    unsafe impl aya::Pod for super::SockState {}
 }

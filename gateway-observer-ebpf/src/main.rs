@@ -9,6 +9,7 @@
 mod lifecycle;
 mod maps;
 mod offcpu;
+mod sockets;
 mod syscalls;
 
 #[cfg(not(test))]

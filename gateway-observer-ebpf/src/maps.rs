@@ -25,6 +25,16 @@ static PROBE_CONFIG: ProbeConfig = ProbeConfig {
     regs_arg3_offset: 0,
     regs_arg4_offset: 0,
     busy_iteration_ns: 100_000_000,
+    regs_arg2_offset: 0,
+    sock_family_offset: 0,
+    sock_local_port_offset: 0,
+    sock_remote_port_offset: 0,
+    sock_local_addr_offset: 0,
+    sock_remote_addr_offset: 0,
+    sock_local_addr6_offset: 0,
+    sock_remote_addr6_offset: 0,
+    sock_protocol_offset: 0,
+    _pad: 0,
 };
 
 #[inline(always)]
@@ -50,7 +60,8 @@ pub static THREADS: Array<ThreadState> = Array::with_max_entries(MAX_THREADS, BP
 #[map]
 pub static FREE_SLOTS: Queue<u32> = Queue::with_max_entries(MAX_THREADS, 0);
 
-/// `syscall_class::*` for each syscall number, written by userspace before attaching.
+/// `syscall_class::*` (low bits) and `data_shape::*` (high bits) for each syscall number,
+/// written by userspace before attaching.
 #[map]
 pub static SYSCALL_CLASS: Array<u8> = Array::with_max_entries(MAX_SYSCALL_NR, 0);
 

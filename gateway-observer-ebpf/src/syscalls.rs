@@ -8,11 +8,12 @@ use aya_ebpf::{
 
 /// `bpf_get_stackid` flag: the user-space stack.
 const BPF_F_USER_STACK: u64 = 1 << 8;
-use gateway_observer_common::{Event, ThreadState, drop_index, event_kind, syscall_class};
+use gateway_observer_common::{Event, ThreadState, data_shape, drop_index, event_kind, syscall_class};
 
 use crate::{
     maps::{SYSCALL_CLASS, STACKS, btf_field, config, count_drop, current_ids, emit, now_ns, thread_state},
     offcpu::close_offcpu_span,
+    sockets::{enter_data_syscall, exit_data_syscall},
 };
 
 /// sys_enter(struct pt_regs *regs, long id)
@@ -23,11 +24,13 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
     close_missed_span(state, tid);
     let regs: *const u8 = ctx.arg(0);
     let nr: i64 = ctx.arg(1);
-    let class = if (0..gateway_observer_common::MAX_SYSCALL_NR as i64).contains(&nr) {
+    let packed = if (0..gateway_observer_common::MAX_SYSCALL_NR as i64).contains(&nr) {
         SYSCALL_CLASS.get(nr as u32).copied().unwrap_or(syscall_class::NONE)
     } else {
         syscall_class::NONE
     };
+    let class = packed & syscall_class::CLASS_MASK;
+    enter_data_syscall(state, packed >> syscall_class::SHAPE_SHIFT, regs);
     let cfg = config();
     if class == syscall_class::POLL && state.iter_start_ns != 0 {
         end_iteration(state, tid, cfg.busy_iteration_ns);
@@ -73,6 +76,9 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> u32 {
                 ..Event::default()
             });
         }
+    }
+    if state.data_shape != data_shape::NONE {
+        exit_data_syscall(state, tid, ctx.arg(1));
     }
     if state.syscall_class == syscall_class::POLL {
         // Back from waiting for events: an event-loop iteration starts.

@@ -73,9 +73,25 @@ pub fn blocked_reason(state: char, syscall: Option<(u32, [u64; 6])>) -> u32 {
     gateway_observer_common::reason_for_syscall(class, timeout != 0)
 }
 
-/// The whole table as the kernel map wants it: one class per syscall number below `len`.
+/// Where the bytes of a socket data syscall are (`data_shape::*`): the kernel copies the first
+/// and last ones of these calls when they touch a followed TCP socket.
+pub fn data_shape_of(nr: u32) -> u8 {
+    use gateway_observer_common::data_shape;
+    match nr {
+        0 | 45 => data_shape::READ_BUF,   // read, recvfrom
+        1 | 44 => data_shape::WRITE_BUF,  // write, sendto
+        19 => data_shape::READ_IOV,       // readv
+        20 => data_shape::WRITE_IOV,      // writev
+        47 => data_shape::READ_MSG,       // recvmsg
+        46 => data_shape::WRITE_MSG,      // sendmsg
+        _ => data_shape::NONE,
+    }
+}
+
+/// The whole table as the kernel map wants it, one entry per syscall number below `len`: the
+/// class in the low bits, the data shape in the high bits.
 pub fn class_table(len: u32) -> Vec<u8> {
-    (0..len).map(class_of).collect()
+    (0..len).map(|nr| class_of(nr) | data_shape_of(nr) << syscall_class::SHAPE_SHIFT).collect()
 }
 
 #[cfg(test)]
@@ -98,6 +114,9 @@ mod tests {
         let table = class_table(512);
         assert_eq!(table.len(), 512);
         assert_eq!(table[455], syscall_class::FUTEX_WAIT2);
+        assert_eq!(table[45] & syscall_class::CLASS_MASK, syscall_class::SOCKET);
+        assert_eq!(table[45] >> syscall_class::SHAPE_SHIFT, gateway_observer_common::data_shape::READ_BUF);
+        assert_eq!(table[20] >> syscall_class::SHAPE_SHIFT, gateway_observer_common::data_shape::WRITE_IOV);
         let mut numbers: Vec<u32> = X86_64.iter().map(|(n, _, _)| *n).collect();
         numbers.dedup();
         assert_eq!(numbers.len(), X86_64.len(), "table is sorted and has no duplicate numbers");

@@ -28,6 +28,16 @@ pub struct KernelOffsets {
     pub regs_arg1: u32,
     pub regs_arg3: u32,
     pub regs_arg4: u32,
+    pub regs_arg2: u32,
+    /// `struct sock` fields, most inside `__sk_common` and its anonymous unions.
+    pub sock_family: u32,
+    pub sock_local_port: u32,
+    pub sock_remote_port: u32,
+    pub sock_local_addr: u32,
+    pub sock_remote_addr: u32,
+    pub sock_local_addr6: u32,
+    pub sock_remote_addr6: u32,
+    pub sock_protocol: u32,
 }
 
 impl KernelOffsets {
@@ -41,11 +51,25 @@ impl KernelOffsets {
             regs_arg1: field_offset(&btf, "pt_regs", "si")?,
             regs_arg3: field_offset(&btf, "pt_regs", "r10")?,
             regs_arg4: field_offset(&btf, "pt_regs", "r8")?,
+            regs_arg2: field_offset(&btf, "pt_regs", "dx")?,
+            sock_family: sock_common_offset(&btf, "skc_family")?,
+            sock_local_port: sock_common_offset(&btf, "skc_num")?,
+            sock_remote_port: sock_common_offset(&btf, "skc_dport")?,
+            sock_local_addr: sock_common_offset(&btf, "skc_rcv_saddr")?,
+            sock_remote_addr: sock_common_offset(&btf, "skc_daddr")?,
+            sock_local_addr6: sock_common_offset(&btf, "skc_v6_rcv_saddr")?,
+            sock_remote_addr6: sock_common_offset(&btf, "skc_v6_daddr")?,
+            sock_protocol: field_offset(&btf, "sock", "sk_protocol")?,
         })
     }
 }
 
-/// Byte offset of a top-level field of a struct.
+/// Offset in `struct sock` of a field of its `__sk_common` (a `struct sock_common`).
+fn sock_common_offset(btf: &Btf, field: &str) -> Result<u32, OffsetError> {
+    Ok(field_offset(btf, "sock", "__sk_common")? + field_offset(btf, "sock_common", field)?)
+}
+
+/// Byte offset of a field of a struct, also when it sits in anonymous unions or structs.
 fn field_offset(btf: &Btf, name: &str, field: &str) -> Result<u32, OffsetError> {
     let types = btf.resolve_types_by_name(name).map_err(|_| OffsetError::NoStruct(name.into()))?;
     let strukt = types
@@ -55,16 +79,36 @@ fn field_offset(btf: &Btf, name: &str, field: &str) -> Result<u32, OffsetError> 
             _ => None,
         })
         .ok_or_else(|| OffsetError::NoStruct(name.into()))?;
-    let member = strukt
-        .members
-        .iter()
-        .find(|m| btf.resolve_name(*m).is_ok_and(|n| n == field))
-        .ok_or_else(|| OffsetError::NoField { name: name.into(), field: field.into() })?;
-    let bits = member.bit_offset();
-    if member.bitfield_size().is_some_and(|size| size != 0) || bits % 8 != 0 {
+    let bits = member_bit_offset(btf, strukt, field, 0)
+        .ok_or_else(|| OffsetError::NoField { name: name.into(), field: field.into() })??;
+    if bits % 8 != 0 {
         return Err(OffsetError::NotByteAligned { name: name.into(), field: field.into() });
     }
     Ok(bits / 8)
+}
+
+/// Bit offset of `field` in `strukt`, searching anonymous members too (depth-limited). The inner
+/// Result reports a bitfield match.
+fn member_bit_offset(btf: &Btf, strukt: &btf_rs::Struct, field: &str, depth: u32) -> Option<Result<u32, OffsetError>> {
+    for member in &strukt.members {
+        let name = btf.resolve_name(member).unwrap_or_default();
+        if name == field {
+            if member.bitfield_size().is_some_and(|size| size != 0) {
+                return Some(Err(OffsetError::NotByteAligned { name: "?".into(), field: field.into() }));
+            }
+            return Some(Ok(member.bit_offset()));
+        }
+        if name.is_empty() && depth < 4 {
+            let inner = match btf.resolve_chained_type(member) {
+                Ok(Type::Struct(s) | Type::Union(s)) => s,
+                _ => continue,
+            };
+            if let Some(found) = member_bit_offset(btf, &inner, field, depth + 1) {
+                return Some(found.map(|bits| bits + member.bit_offset()));
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -83,6 +127,11 @@ mod tests {
         assert_eq!(offsets.regs_arg1, 104);
         assert_eq!(offsets.regs_arg3, 56);
         assert_eq!(offsets.regs_arg4, 72);
+        assert_eq!(offsets.regs_arg2, 96);
         assert_eq!(offsets.task_tgid, offsets.task_pid + 4, "pid and tgid are adjacent pid_t fields");
+        // struct sock_common opens with the address pair, then the port pair (include/net/sock.h).
+        assert_eq!((offsets.sock_remote_addr, offsets.sock_local_addr), (0, 4));
+        assert_eq!((offsets.sock_remote_port, offsets.sock_local_port), (12, 14));
+        assert_eq!(offsets.sock_family, 16);
     }
 }

@@ -24,6 +24,10 @@ pub const PROGRAMS: &[(&str, &str)] = &[
     ("sys_exit", "sys_exit"),
     ("sched_process_fork", "sched_process_fork"),
     ("sched_process_exit", "sched_process_exit"),
+    ("sock_recv_length", "sock_recv_length"),
+    ("sock_send_length", "sock_send_length"),
+    ("sk_data_ready", "sk_data_ready"),
+    ("inet_sock_set_state", "inet_sock_set_state"),
 ];
 
 /// Empty programs for `calibrate`: (program, tracepoint).
@@ -116,6 +120,16 @@ impl Probes {
             regs_arg3_offset: offsets.regs_arg3,
             regs_arg4_offset: offsets.regs_arg4,
             busy_iteration_ns: u64::try_from(settings.busy_iteration.as_nanos()).unwrap_or(u64::MAX),
+            regs_arg2_offset: offsets.regs_arg2,
+            sock_family_offset: offsets.sock_family,
+            sock_local_port_offset: offsets.sock_local_port,
+            sock_remote_port_offset: offsets.sock_remote_port,
+            sock_local_addr_offset: offsets.sock_local_addr,
+            sock_remote_addr_offset: offsets.sock_remote_addr,
+            sock_local_addr6_offset: offsets.sock_local_addr6,
+            sock_remote_addr6_offset: offsets.sock_remote_addr6,
+            sock_protocol_offset: offsets.sock_protocol,
+            _pad: 0,
         };
         let max_threads = settings.max_threads.max(1);
         let ebpf = EbpfLoader::new()
@@ -281,10 +295,38 @@ impl Probes {
         Some(trace.frames().iter().map(|f| f.ip).collect())
     }
 
-    /// The ring buffer, handed to its single reader.
+    /// The thread ring buffer, handed to its single reader.
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
-        let map = self.ebpf.take_map("EVENTS").ok_or(ProbeError::MissingMap("EVENTS"))?;
-        RingBuf::try_from(map).map_err(map_err("EVENTS"))
+        self.take_ring("EVENTS")
+    }
+
+    /// The socket ring buffer (connections and data), handed to its single reader.
+    pub fn take_socket_events(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        self.take_ring("SOCKET_EVENTS")
+    }
+
+    fn take_ring(&mut self, name: &'static str) -> Result<RingBuf<MapData>, ProbeError> {
+        let map = self.ebpf.take_map(name).ok_or(ProbeError::MissingMap(name))?;
+        RingBuf::try_from(map).map_err(map_err(name))
+    }
+
+    /// Makes `ports` the set of ports connections are followed from accept on; returns how many
+    /// entries changed.
+    pub fn set_listen_ports(&mut self, old: &std::collections::BTreeSet<u16>, new: &std::collections::BTreeSet<u16>) -> Result<(), ProbeError> {
+        let mut ports: Array<&mut MapData, u8> = self.map_mut("LISTEN_PORTS")?;
+        for port in old.difference(new) {
+            ports.set(u32::from(*port), 0, 0).map_err(map_err("LISTEN_PORTS"))?;
+        }
+        for port in new.difference(old) {
+            ports.set(u32::from(*port), 1, 0).map_err(map_err("LISTEN_PORTS"))?;
+        }
+        Ok(())
+    }
+
+    /// Connections in SOCKS (a full map drops new ones; counted in DROPS).
+    pub fn socket_count(&self) -> Result<usize, ProbeError> {
+        let socks: HashMap<&MapData, u64, gateway_observer_common::SockState> = self.map("SOCKS")?;
+        Ok(socks.keys().count())
     }
 
     /// (program, cumulative run time, run count) from the kernel's BPF stats; both stay 0 unless

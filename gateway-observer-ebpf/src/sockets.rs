@@ -1,0 +1,335 @@
+//! TCP connections of targets and the bytes they move, for request timing in userspace.
+//!
+//! The socket layer's own tracepoints tell which syscalls touch a TCP socket and which one:
+//! `sock_recv_length`/`sock_send_length` fire inside read/write/recv*/send* of any socket, in the
+//! caller's context, with the `struct sock`. sys_enter noted the syscall's buffer; sys_exit copies
+//! the first and last bytes moved into the socket ring buffer. `sk_data_ready` (softirq) notes when
+//! unread bytes first arrived, so the read that takes them knows how long they queued.
+//! `inet_sock_set_state` follows connections from connect or accept to close, so `SOCKS` holds
+//! only live connections.
+
+use aya_ebpf::{
+    helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user},
+    macros::{btf_tracepoint, map},
+    maps::{Array, HashMap, RingBuf},
+    programs::BtfTracePointContext,
+};
+use gateway_observer_common::{
+    ConnEvent, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, MAX_SOCKETS, SOCKET_RINGBUF_BYTES, SockState,
+    ThreadState, conn_role, data_shape, drop_index, event_kind,
+};
+
+use crate::maps::{TARGETS, btf_field, config, count_drop, current_ids, now_ns, thread_state};
+
+/// Live TCP connections of targets, by `struct sock` address.
+#[map]
+pub static SOCKS: HashMap<u64, SockState> = HashMap::with_max_entries(MAX_SOCKETS, 0);
+
+/// 1 for each local port a target listens on (userspace keeps it current): a connection
+/// accepted there is followed from its handshake, before the target reads it.
+#[map]
+pub static LISTEN_PORTS: Array<u8> = Array::with_max_entries(65536, 0);
+
+#[map]
+pub static SOCKET_EVENTS: RingBuf = RingBuf::with_byte_size(SOCKET_RINGBUF_BYTES, 0);
+
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+const IPPROTO_TCP: u16 = 6;
+const MSG_PEEK: i32 = 2;
+const TCP_ESTABLISHED: i32 = 1;
+const TCP_SYN_SENT: i32 = 2;
+const TCP_SYN_RECV: i32 = 3;
+const TCP_CLOSE: i32 = 7;
+/// Readv/writev of more buffers than this are not looked into (UIO_MAXIOV is 1024).
+const MAX_IOV: u64 = 1024;
+
+/// sock_recv_length(struct sock *sk, int ret, int flags)
+#[btf_tracepoint(function = "sock_recv_length")]
+pub fn sock_recv_length(ctx: BtfTracePointContext) -> u32 {
+    on_transfer(&ctx, true);
+    0
+}
+
+/// sock_send_length(struct sock *sk, int ret, int flags)
+#[btf_tracepoint(function = "sock_send_length")]
+pub fn sock_send_length(ctx: BtfTracePointContext) -> u32 {
+    on_transfer(&ctx, false);
+    0
+}
+
+/// A target thread in a data syscall moved bytes on socket `sk`: remember which socket, and for a
+/// read, since when its bytes were waiting.
+#[inline(always)]
+fn on_transfer(ctx: &BtfTracePointContext, recv: bool) {
+    let (tid, tgid) = current_ids();
+    let Some(state) = thread_state(tid) else { return };
+    if state.data_shape == data_shape::NONE || state.data_sk != 0 || data_shape::is_read(state.data_shape) != recv {
+        return;
+    }
+    let sk: *const u8 = ctx.arg(0);
+    let key = sk as u64;
+    match SOCKS.get_ptr_mut(&key) {
+        Some(sock) => {
+            // SAFETY: a map value pointer, valid for this program run.
+            let sock = unsafe { &mut *sock };
+            let flags: i32 = ctx.arg(2);
+            if recv && flags & MSG_PEEK == 0 {
+                state.data_queued_ns = sock.unread_since_ns;
+                sock.unread_since_ns = 0;
+            }
+            if sock.tgid == 0 {
+                sock.tgid = tgid;
+            }
+        }
+        None => {
+            // A connection older than us (or not TCP, which we leave alone).
+            if !is_tcp(sk) {
+                return;
+            }
+            let sock = SockState { tgid, role: conn_role::UNKNOWN, unread_since_ns: 0 };
+            if SOCKS.insert(&key, &sock, 0).is_err() {
+                count_drop(drop_index::SOCKS_FULL);
+                return;
+            }
+            emit_conn(event_kind::SOCKET_OPEN, sk, tgid, conn_role::UNKNOWN);
+        }
+    }
+    state.data_sk = key;
+}
+
+/// sk_data_ready(const struct sock *sk): bytes arrived; runs for every socket on the host.
+#[btf_tracepoint(function = "sk_data_ready")]
+pub fn sk_data_ready(ctx: BtfTracePointContext) -> u32 {
+    let sk: *const u8 = ctx.arg(0);
+    if let Some(sock) = SOCKS.get_ptr_mut(&(sk as u64)) {
+        // SAFETY: a map value pointer, valid for this program run.
+        let sock = unsafe { &mut *sock };
+        if sock.unread_since_ns == 0 {
+            sock.unread_since_ns = now_ns();
+        }
+    }
+    0
+}
+
+/// inet_sock_set_state(const struct sock *sk, const int oldstate, const int newstate)
+#[btf_tracepoint(function = "inet_sock_set_state")]
+pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> u32 {
+    let sk: *const u8 = ctx.arg(0);
+    let old: i32 = ctx.arg(1);
+    let new: i32 = ctx.arg(2);
+    let key = sk as u64;
+    match new {
+        // connect() by a target, in its own context. The local port is chosen after this state
+        // is set, so the connection is announced once established.
+        TCP_SYN_SENT => {
+            let (_, tgid) = current_ids();
+            // SAFETY: a map value read; TargetInfo is plain data.
+            if unsafe { TARGETS.get(tgid) }.is_some() {
+                let sock = SockState { tgid, role: conn_role::CLIENT, unread_since_ns: 0 };
+                if SOCKS.insert(&key, &sock, 0).is_err() {
+                    count_drop(drop_index::SOCKS_FULL);
+                }
+            }
+        }
+        TCP_ESTABLISHED => {
+            // SAFETY: a map value read; SockState is plain data.
+            if let Some(sock) = unsafe { SOCKS.get(&key) } {
+                emit_conn(event_kind::SOCKET_OPEN, sk, sock.tgid, sock.role);
+            } else if old == TCP_SYN_RECV && listened_on(sk) {
+                // Accepted on a target's port: which worker will accept it is not known yet.
+                let sock = SockState { tgid: 0, role: conn_role::SERVER, unread_since_ns: 0 };
+                if SOCKS.insert(&key, &sock, 0).is_err() {
+                    count_drop(drop_index::SOCKS_FULL);
+                    return 0;
+                }
+                emit_conn(event_kind::SOCKET_OPEN, sk, 0, conn_role::SERVER);
+            }
+        }
+        TCP_CLOSE => {
+            // SAFETY: a map value read; SockState is plain data.
+            if let Some(sock) = unsafe { SOCKS.get(&key) } {
+                let (tgid, role) = (sock.tgid, sock.role);
+                let _ = SOCKS.remove(&key);
+                emit_conn(event_kind::SOCKET_CLOSE, sk, tgid, role);
+            }
+        }
+        _ => {}
+    }
+    0
+}
+
+#[inline(always)]
+fn is_tcp(sk: *const u8) -> bool {
+    let cfg = config();
+    let family: u16 = btf_field(sk, cfg.sock_family_offset);
+    let protocol: u16 = btf_field(sk, cfg.sock_protocol_offset);
+    (family == AF_INET || family == AF_INET6) && protocol == IPPROTO_TCP
+}
+
+#[inline(always)]
+fn listened_on(sk: *const u8) -> bool {
+    let port: u16 = btf_field(sk, config().sock_local_port_offset);
+    LISTEN_PORTS.get(u32::from(port)).is_some_and(|listened| *listened != 0)
+}
+
+/// Announces a connection with its addresses (read once per connection, not per transfer).
+#[inline(always)]
+fn emit_conn(kind: u32, sk: *const u8, tgid: u32, role: u32) {
+    let Some(mut entry) = SOCKET_EVENTS.reserve::<ConnEvent>(0) else {
+        count_drop(drop_index::SOCKET_RINGBUF);
+        return;
+    };
+    let cfg = config();
+    let family: u16 = btf_field(sk, cfg.sock_family_offset);
+    let remote_port_be: u16 = btf_field(sk, cfg.sock_remote_port_offset);
+    let mut event = ConnEvent {
+        kind,
+        tgid,
+        sk: sk as u64,
+        timestamp_ns: now_ns(),
+        role,
+        family,
+        local_port: btf_field(sk, cfg.sock_local_port_offset),
+        remote_port: u16::from_be(remote_port_be),
+        ..ConnEvent::default()
+    };
+    if family == AF_INET6 {
+        // SAFETY: 16-byte reads into our own arrays from fields of a live socket; a failed read
+        // leaves zeros.
+        unsafe {
+            bpf_probe_read_kernel(
+                event.local_addr.as_mut_ptr().cast(),
+                16,
+                sk.wrapping_add(cfg.sock_local_addr6_offset as usize).cast(),
+            );
+            bpf_probe_read_kernel(
+                event.remote_addr.as_mut_ptr().cast(),
+                16,
+                sk.wrapping_add(cfg.sock_remote_addr6_offset as usize).cast(),
+            );
+        }
+    } else {
+        let local: u32 = btf_field(sk, cfg.sock_local_addr_offset);
+        let remote: u32 = btf_field(sk, cfg.sock_remote_addr_offset);
+        event.local_addr[..4].copy_from_slice(&local.to_ne_bytes());
+        event.remote_addr[..4].copy_from_slice(&remote.to_ne_bytes());
+    }
+    entry.write(event);
+    entry.submit(0);
+}
+
+/// sys_enter of a data syscall: note where its bytes are.
+#[inline(always)]
+pub fn enter_data_syscall(state: &mut ThreadState, shape: u8, regs: *const u8) {
+    state.data_shape = shape;
+    state.data_sk = 0;
+    state.data_queued_ns = 0;
+    if shape != data_shape::NONE {
+        let cfg = config();
+        state.data_fd = btf_field::<u64>(regs, cfg.regs_arg0_offset) as u32;
+        state.data_buf = btf_field(regs, cfg.regs_arg1_offset);
+        state.data_count = btf_field(regs, cfg.regs_arg2_offset);
+    }
+}
+
+/// sys_exit of a data syscall that moved `ret` bytes on a followed socket: send them on.
+#[inline(always)]
+pub fn exit_data_syscall(state: &mut ThreadState, tid: u32, ret: i64) {
+    if state.data_sk != 0 && ret > 0 {
+        emit_data(state, tid, ret as u64);
+    }
+    state.data_shape = data_shape::NONE;
+    state.data_sk = 0;
+}
+
+/// (first buffer, its usable length, end of the last bytes moved or 0 when unknown).
+#[inline(always)]
+fn buffers(state: &ThreadState, len: u64) -> (u64, u64, u64) {
+    match state.data_shape {
+        data_shape::READ_BUF | data_shape::WRITE_BUF => (state.data_buf, len, state.data_buf + len),
+        data_shape::READ_IOV | data_shape::WRITE_IOV => iov_buffers(state.data_buf, state.data_count, len),
+        data_shape::READ_MSG | data_shape::WRITE_MSG => {
+            // struct msghdr (x86-64 user ABI): msg_iov at 16, msg_iovlen at 24.
+            let iov: u64 = read_user(state.data_buf + 16);
+            let count: u64 = read_user(state.data_buf + 24);
+            iov_buffers(iov, count, len)
+        }
+        _ => (0, 0, 0),
+    }
+}
+
+/// The first iovec holds the head; the tail is known when one buffer took everything.
+#[inline(always)]
+fn iov_buffers(iov: u64, count: u64, len: u64) -> (u64, u64, u64) {
+    if iov == 0 || count == 0 || count > MAX_IOV {
+        return (0, 0, 0);
+    }
+    let base: u64 = read_user(iov);
+    let first_len: u64 = read_user(iov + 8);
+    let head_len = if first_len < len { first_len } else { len };
+    let tail_end = if first_len >= len { base + len } else { 0 };
+    (base, head_len, tail_end)
+}
+
+#[inline(always)]
+fn read_user<T: Default>(addr: u64) -> T {
+    let mut value = T::default();
+    // SAFETY: copies size_of::<T>() bytes of user memory into a local; a fault leaves the default.
+    unsafe {
+        bpf_probe_read_user((&mut value as *mut T).cast(), core::mem::size_of::<T>() as u32, addr as *const _);
+    }
+    value
+}
+
+#[inline(always)]
+fn emit_data(state: &ThreadState, tid: u32, len: u64) {
+    let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
+        count_drop(drop_index::SOCKET_RINGBUF);
+        return;
+    };
+    let event = entry.as_mut_ptr();
+    let (head_base, head_avail, tail_end) = buffers(state, len);
+    let head_len = if head_avail < DATA_HEAD_BYTES as u64 { head_avail as u32 } else { DATA_HEAD_BYTES as u32 };
+    let tail_len = if tail_end == 0 {
+        0
+    } else if len < DATA_TAIL_BYTES as u64 {
+        len as u32
+    } else {
+        DATA_TAIL_BYTES as u32
+    };
+    // SAFETY: `event` points at a reserved ring-buffer record of size_of::<DataEvent>() bytes;
+    // every field is written before submit (the byte arrays as far as their valid length).
+    unsafe {
+        (*event).kind = event_kind::SOCKET_DATA;
+        (*event).tid = tid;
+        (*event).tgid = state.tgid;
+        (*event).fd = state.data_fd;
+        (*event).sk = state.data_sk;
+        (*event).timestamp_ns = now_ns();
+        (*event).len = len;
+        (*event).queued_since_ns = state.data_queued_ns;
+        (*event).shape = state.data_shape;
+        (*event)._pad = 0;
+        (*event)._pad2 = 0;
+        let mut copied = 0u16;
+        if head_len > 0 && head_len <= DATA_HEAD_BYTES as u32
+            && bpf_probe_read_user((*event).head.as_mut_ptr().cast(), head_len, head_base as *const _) == 0
+        {
+            copied = head_len as u16;
+        }
+        (*event).head_len = copied;
+        let mut tail_copied = 0u16;
+        if tail_len > 0 && tail_len <= DATA_TAIL_BYTES as u32
+            && bpf_probe_read_user(
+                (*event).tail.as_mut_ptr().cast(),
+                tail_len,
+                (tail_end - u64::from(tail_len)) as *const _,
+            ) == 0
+        {
+            tail_copied = tail_len as u16;
+        }
+        (*event).tail_len = tail_copied;
+    }
+    entry.submit(0);
+}
