@@ -1,6 +1,7 @@
 //! `cargo xtask setup`: installs what is missing, and only that, so a second run takes well under
 //! 5 s. Pieces: nightly's rust-src (to build core for bpfel-unknown-none), bpf-linker 0.13 built
-//! against nightly's own libLLVM (no system LLVM needed), and the Debian packages the tests use.
+//! against nightly's own libLLVM (no system LLVM needed), cargo-fuzz (the HTTP parser's fuzz
+//! target), and the Debian packages the tests use.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +10,7 @@ use anyhow::{Context as _, bail};
 use crate::util::{self, output};
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// bpf-linker's rpath points here, so it must outlive the build: not a temp dir.
 const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// Debian packages the tests and benchmarks run: real Redis, nginx, wrk load, nftables and
@@ -21,6 +23,7 @@ pub fn run() -> anyhow::Result<()> {
     nightly()?;
     rust_src()?;
     bpf_linker()?;
+    cargo_fuzz()?;
     debian_packages()
 }
 
@@ -66,6 +69,22 @@ fn bpf_linker() -> anyhow::Result<()> {
             "building bpf-linker failed ({status}); by hand: LLVM_PREFIX={LLVM_PREFIX} cargo install bpf-linker \
              --version {BPF_LINKER_VERSION} --no-default-features --features llvm-22"
         );
+    }
+    Ok(())
+}
+
+/// Any installed cargo-fuzz will do; a missing one is built (it runs under nightly, present by now).
+fn cargo_fuzz() -> anyhow::Result<()> {
+    if output("cargo", &["fuzz", "--version"]).is_some() {
+        return Ok(());
+    }
+    eprintln!("setup: building cargo-fuzz {CARGO_FUZZ_VERSION} (about a minute)");
+    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["install", "--locked", "cargo-fuzz", "--version", CARGO_FUZZ_VERSION])
+        .status()
+        .context("failed to run cargo install cargo-fuzz")?;
+    if !status.success() {
+        bail!("building cargo-fuzz failed ({status}); by hand: cargo install --locked cargo-fuzz --version {CARGO_FUZZ_VERSION}");
     }
     Ok(())
 }

@@ -1,0 +1,437 @@
+//! One connection of a watched gateway: its two directions' [`Parser`]s and the FIFO that pairs
+//! each request with its response (keep-alive, pipelining, interim 1xx, upgrades).
+//!
+//! Fallbacks when a message's framing is unknown (its header block was partly unseen, or a chunk
+//! size line fell in unseen bytes): a request ends when its response starts; a response ends when
+//! the next request starts, when a segment visibly ends with the last chunk, when a segment starts
+//! with a new status line, or at close. Each counts once in [`Connection::lost_sync`].
+//!
+//! Memory per connection is fixed apart from the in-flight FIFO, capped at [`MAX_IN_FLIGHT`].
+//! No header value or body byte is kept; nothing here logs.
+
+use std::collections::VecDeque;
+
+use super::parser::{self, Cursor, Event, Framing, Kind, Parser, StartLine};
+
+/// Requests kept waiting for their responses; beyond, the oldest is dropped.
+pub const MAX_IN_FLIGHT: usize = 1024;
+
+/// Which end of the connection the gateway is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The gateway accepted the connection: it reads requests and writes responses.
+    Server,
+    /// The gateway connected to an upstream: it writes requests and reads responses.
+    Client,
+}
+
+/// A data syscall's direction, from the gateway's side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    Read,
+    Write,
+}
+
+/// What the kernel saw of one data syscall.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment<'a> {
+    pub ts_ns: u64,
+    pub tid: u32,
+    /// Bytes the syscall transferred.
+    pub len: u64,
+    /// The first bytes of them (at most 512).
+    pub head: &'a [u8],
+    /// The last bytes of them (at most 16), covering `[len - tail.len(), len)`.
+    pub tail: &'a [u8],
+    /// Reads: when the data first arrived in the socket.
+    pub queued_since_ns: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Post,
+    Put,
+    Delete,
+    Patch,
+    Options,
+    Connect,
+    Trace,
+    Other,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Delete => "DELETE",
+            Method::Patch => "PATCH",
+            Method::Options => "OPTIONS",
+            Method::Connect => "CONNECT",
+            Method::Trace => "TRACE",
+            Method::Other => "OTHER",
+        }
+    }
+
+    /// The method a request-line token names (methods are case-sensitive).
+    pub fn from_token(token: &[u8]) -> Self {
+        match token {
+            b"GET" => Method::Get,
+            b"HEAD" => Method::Head,
+            b"POST" => Method::Post,
+            b"PUT" => Method::Put,
+            b"DELETE" => Method::Delete,
+            b"PATCH" => Method::Patch,
+            b"OPTIONS" => Method::Options,
+            b"CONNECT" => Method::Connect,
+            b"TRACE" => Method::Trace,
+            _ => Method::Other,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExchangeOutcome {
+    /// The response was complete.
+    Complete,
+    /// The connection closed before the response was complete.
+    Closed,
+    /// A 101 or a 2xx to CONNECT: what follows is not HTTP and is not parsed.
+    Upgraded,
+}
+
+impl ExchangeOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeOutcome::Complete => "complete",
+            ExchangeOutcome::Closed => "closed",
+            ExchangeOutcome::Upgraded => "upgraded",
+        }
+    }
+}
+
+/// One finished request/response pair.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exchange {
+    pub method: Method,
+    /// The request target without query or fragment, at most 64 bytes; "" if unseen.
+    pub path: String,
+    /// The final status; None when no final response was seen.
+    pub status: Option<u16>,
+    /// The thread that read (Server) or wrote (Client) the request's first bytes.
+    pub tid: u32,
+    pub request_start_ns: u64,
+    /// When the request's first bytes arrived in the socket (from the segment that carried them:
+    /// reads only, so Server role).
+    pub queued_since_ns: Option<u64>,
+    pub request_end_ns: u64,
+    /// First bytes of the final response (interim 1xx responses do not count).
+    pub response_start_ns: Option<u64>,
+    /// Response complete, or the close.
+    pub response_end_ns: u64,
+    pub request_bytes: u64,
+    /// Including interim 1xx responses.
+    pub response_bytes: u64,
+    pub outcome: ExchangeOutcome,
+}
+
+/// A request whose response is not complete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InFlight {
+    pub method: Method,
+    pub path: String,
+    pub tid: u32,
+    pub request_start_ns: u64,
+    pub queued_since_ns: Option<u64>,
+    /// So far.
+    pub request_bytes: u64,
+    /// A final response has started.
+    pub response_started: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    seq: u64,
+    info: InFlight,
+    /// The request's last byte so far.
+    request_end_ns: u64,
+    status: Option<u16>,
+    response_start_ns: Option<u64>,
+    response_bytes: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Http,
+    NotHttp,
+    Upgraded,
+}
+
+/// Pairs the requests and responses of one connection.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    role: Role,
+    mode: Mode,
+    request: Parser,
+    response: Parser,
+    pending: VecDeque<Pending>,
+    next_seq: u64,
+    /// The pending entry the request parser is filling.
+    open_request: Option<u64>,
+    /// The pending entry the response being parsed answers.
+    open_response: Option<u64>,
+    /// Status of the response being parsed (an interim one included).
+    response_status: Option<u16>,
+    closed: bool,
+    non_http_bytes: u64,
+    dropped_in_flight: u64,
+}
+
+impl Connection {
+    pub fn new(role: Role) -> Self {
+        Self {
+            role,
+            mode: Mode::Http,
+            request: Parser::new(Kind::Request),
+            response: Parser::new(Kind::Response),
+            pending: VecDeque::new(),
+            next_seq: 0,
+            open_request: None,
+            open_response: None,
+            response_status: None,
+            closed: false,
+            non_http_bytes: 0,
+            dropped_in_flight: 0,
+        }
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Feeds one segment; finished exchanges are pushed to `out`.
+    pub fn on_segment(&mut self, dir: Direction, seg: &Segment, out: &mut Vec<Exchange>) {
+        match self.mode {
+            _ if self.closed => return,
+            Mode::Http => {}
+            Mode::NotHttp => {
+                self.non_http_bytes = self.non_http_bytes.saturating_add(seg.len);
+                return;
+            }
+            Mode::Upgraded => return,
+        }
+        let is_request = matches!((self.role, dir), (Role::Server, Direction::Read) | (Role::Client, Direction::Write));
+        let mut cur = Cursor::new(seg);
+        if is_request {
+            while let Some(event) = self.request.step(&mut cur) {
+                self.on_request_event(event, out);
+            }
+            let (bytes, last_ts_ns) = (self.request.msg_bytes(), self.request.last_ts_ns());
+            if let Some(p) = self.open_request.and_then(|seq| self.find(seq)) {
+                p.info.request_bytes = bytes;
+                p.request_end_ns = last_ts_ns;
+            }
+        } else {
+            while let Some(event) = self.response.step(&mut cur) {
+                self.on_response_event(event, out);
+            }
+        }
+    }
+
+    /// The connection closed (or was reset) at `ts_ns`: a response delimited by the close
+    /// completes, every other request in flight finishes as Closed. Later segments are ignored.
+    pub fn on_close(&mut self, ts_ns: u64, out: &mut Vec<Exchange>) {
+        if std::mem::replace(&mut self.closed, true) {
+            return;
+        }
+        if self.mode == Mode::Http
+            && let Some(event) = self.response.close(ts_ns)
+        {
+            self.on_response_event(event, out);
+        }
+        let open_response = self.open_response;
+        let partial_response = self.response.msg_bytes();
+        for p in self.pending.drain(..) {
+            let extra = if Some(p.seq) == open_response { partial_response } else { 0 };
+            out.push(finish(p, ts_ns, extra, ExchangeOutcome::Closed));
+        }
+        self.request.stop();
+        self.response.stop();
+    }
+
+    /// Requests whose response is not complete, oldest first.
+    pub fn in_flight(&self) -> impl Iterator<Item = &InFlight> {
+        self.pending.iter().map(|p| &p.info)
+    }
+
+    /// False once the traffic was judged not HTTP/1.x.
+    pub fn is_http(&self) -> bool {
+        self.mode != Mode::NotHttp
+    }
+
+    /// Bytes ignored because they were not HTTP.
+    pub fn non_http_bytes(&self) -> u64 {
+        self.non_http_bytes
+    }
+
+    /// Times a message's framing was lost and its end found by a fallback.
+    pub fn lost_sync(&self) -> u64 {
+        self.request.lost_sync().saturating_add(self.response.lost_sync())
+    }
+
+    /// Requests dropped unanswered because more than [`MAX_IN_FLIGHT`] were waiting.
+    pub fn dropped_in_flight(&self) -> u64 {
+        self.dropped_in_flight
+    }
+
+    fn find(&mut self, seq: u64) -> Option<&mut Pending> {
+        self.pending.iter_mut().find(|p| p.seq == seq)
+    }
+
+    fn not_http(&mut self, bytes: u64) {
+        self.mode = Mode::NotHttp;
+        self.non_http_bytes = self.non_http_bytes.saturating_add(bytes);
+        self.request.stop();
+        self.response.stop();
+    }
+
+    fn on_request_event(&mut self, event: Event, out: &mut Vec<Exchange>) {
+        match event {
+            Event::Start(start) => {
+                // A response of unknown framing ends when the next request starts.
+                if let Some(end) = self.response.end_unknown() {
+                    self.on_response_event(end, out);
+                }
+                self.push(start);
+            }
+            Event::Head(framing) => {
+                let method = self.open_request.and_then(|seq| self.find(seq)).map_or(Method::Other, |p| p.info.method);
+                self.request.set_body(parser::request_body(method, &framing));
+            }
+            Event::End { bytes, ts_ns } => {
+                if let Some(p) = self.open_request.take().and_then(|seq| self.find(seq)) {
+                    p.info.request_bytes = bytes;
+                    p.request_end_ns = ts_ns;
+                }
+            }
+            Event::NotHttp { bytes } => self.not_http(bytes),
+        }
+    }
+
+    fn push(&mut self, start: StartLine) {
+        if self.pending.len() >= MAX_IN_FLIGHT
+            && let Some(dropped) = self.pending.pop_front()
+        {
+            self.dropped_in_flight = self.dropped_in_flight.saturating_add(1);
+            if self.open_response == Some(dropped.seq) {
+                self.open_response = None;
+            }
+        }
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.pending.push_back(Pending {
+            seq,
+            info: InFlight {
+                method: start.method,
+                path: start.path,
+                tid: start.tid,
+                request_start_ns: start.ts_ns,
+                queued_since_ns: start.queued_since_ns,
+                request_bytes: self.request.msg_bytes(),
+                response_started: false,
+            },
+            request_end_ns: start.ts_ns.max(self.request.last_ts_ns()),
+            status: None,
+            response_start_ns: None,
+            response_bytes: 0,
+        });
+        self.open_request = Some(seq);
+    }
+
+    fn on_response_event(&mut self, event: Event, out: &mut Vec<Exchange>) {
+        match event {
+            Event::Start(start) => {
+                let is_final = !matches!(start.status, Some(100..=199)) || start.status == Some(101);
+                let front = self.pending.front().map(|p| p.seq);
+                // A request of unknown framing ends when its response starts.
+                if is_final
+                    && front.is_some()
+                    && self.open_request == front
+                    && let Some(end) = self.request.end_unknown()
+                {
+                    self.on_request_event(end, out);
+                }
+                self.open_response = front;
+                self.response_status = start.status;
+                if is_final && let Some(p) = self.pending.front_mut() {
+                    p.response_start_ns.get_or_insert(start.ts_ns);
+                    p.info.response_started = true;
+                    p.status = start.status;
+                }
+            }
+            Event::Head(framing) => self.on_response_head(&framing),
+            Event::End { bytes, ts_ns } => self.on_response_end(bytes, ts_ns, out),
+            Event::NotHttp { bytes } => self.not_http(bytes),
+        }
+    }
+
+    fn on_response_head(&mut self, framing: &Framing) {
+        let method = self.open_response.and_then(|seq| self.find(seq)).map(|p| p.info.method);
+        let body = parser::response_body(self.response_status, method, framing);
+        self.response.set_body(body);
+    }
+
+    fn on_response_end(&mut self, bytes: u64, ts_ns: u64, out: &mut Vec<Exchange>) {
+        let status = self.response_status.take();
+        let Some(seq) = self.open_response.take() else { return };
+        let Some(index) = self.pending.iter().position(|p| p.seq == seq) else { return };
+        let Some(p) = self.pending.get_mut(index) else { return };
+        p.response_bytes = p.response_bytes.saturating_add(bytes);
+        let connect = p.info.method == Method::Connect;
+        let outcome = match status {
+            Some(101) => ExchangeOutcome::Upgraded,
+            Some(100..=199) => return, // interim: the final response is still to come
+            Some(200..=299) if connect => ExchangeOutcome::Upgraded,
+            _ => ExchangeOutcome::Complete,
+        };
+        let Some(p) = self.pending.remove(index) else { return };
+        if self.open_request == Some(seq) && outcome == ExchangeOutcome::Upgraded {
+            self.open_request = None;
+        }
+        out.push(finish(p, ts_ns, 0, outcome));
+        match outcome {
+            ExchangeOutcome::Upgraded => {
+                self.mode = Mode::Upgraded;
+                self.request.stop();
+                self.response.stop();
+            }
+            // A refused CONNECT: what the client sent after it is HTTP again.
+            _ if connect => self.request.release(),
+            _ => {}
+        }
+    }
+}
+
+fn finish(p: Pending, response_end_ns: u64, extra_response_bytes: u64, outcome: ExchangeOutcome) -> Exchange {
+    Exchange {
+        method: p.info.method,
+        path: p.info.path,
+        status: p.status,
+        tid: p.info.tid,
+        request_start_ns: p.info.request_start_ns,
+        queued_since_ns: p.info.queued_since_ns,
+        request_end_ns: p.request_end_ns,
+        response_start_ns: p.response_start_ns,
+        response_end_ns,
+        request_bytes: p.info.request_bytes,
+        response_bytes: p.response_bytes.saturating_add(extra_response_bytes),
+        outcome,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,739 @@
+//! One direction of an HTTP/1.x connection: an incremental framing state machine over the
+//! segments the kernel reports — the first bytes of a syscall's data, an unseen middle skipped by
+//! count, the last bytes.
+//!
+//! It keeps no header value and no body byte: only the method, at most [`MAX_PATH`] bytes of the
+//! path, the status code and the framing facts (content length, chunked, close, upgrade). The
+//! partial state carried between segments is a few fixed-size fields, never a copy of the input.
+//! Nothing here logs. [`super::connection`] pairs the messages of the two directions.
+//!
+//! Pull style: [`Parser::step`] returns one [`Event`] at a time, so that the caller can decide a
+//! response's body framing (it depends on the request method) with [`Parser::set_body`] after
+//! [`Event::Head`] and before the parser goes on.
+
+use super::{
+    connection::{Method, Segment},
+    head::{Accumulated, VERSION_PREFIX, is_method_byte, is_tchar, push_lower},
+};
+pub use super::head::looks_like_start;
+
+/// The longest path kept, in bytes.
+pub const MAX_PATH: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Request,
+    Response,
+}
+
+/// A message's start line, reported once it is parsed (or, when its end was unseen, as much of it
+/// as was seen). Time, thread and queueing time are those of the segment with its first byte.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartLine {
+    pub method: Method,
+    /// Without query and fragment, at most [`MAX_PATH`] bytes.
+    pub path: String,
+    pub status: Option<u16>,
+    pub ts_ns: u64,
+    pub tid: u32,
+    pub queued_since_ns: Option<u64>,
+}
+
+/// What the header block says about the body; `complete` is false when part of the block was
+/// unseen, so that framing headers may have been missed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Framing {
+    pub complete: bool,
+    pub content_length: Option<u64>,
+    /// A Transfer-Encoding header was present.
+    pub transfer_encoding: bool,
+    /// The last transfer coding is `chunked`.
+    pub chunked: bool,
+    /// `Connection: close`.
+    pub close: bool,
+    /// An `Upgrade` header or `Connection: upgrade`.
+    pub upgrade: bool,
+    /// A malformed or conflicting Content-Length.
+    pub invalid_length: bool,
+}
+
+/// How a message's body is delimited, decided after its header block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    None,
+    Length(u64),
+    Chunked,
+    /// Everything until the connection closes.
+    UntilClose,
+    /// Framing not known: the message ends by a fallback (see [`super::connection`]).
+    Unknown,
+    /// No body, and the bytes after it are not parsed until [`Parser::release`] (a CONNECT
+    /// request: the client may send tunnel bytes before the answer).
+    Hold,
+    /// No body, and nothing after it is HTTP (a 101 or a 2xx to CONNECT).
+    Upgrade,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Start(StartLine),
+    /// The header block ended (or was cut by unseen bytes). The caller may call
+    /// [`Parser::set_body`] before the next step; otherwise [`default_body`] applies.
+    Head(Framing),
+    /// The message ended; `ts_ns` is the time of the segment with its last byte.
+    End { bytes: u64, ts_ns: u64 },
+    /// The bytes at a message start are not HTTP/1.x; `bytes` counts from that message's first
+    /// byte to the end of the segment. The parser stops.
+    NotHttp { bytes: u64 },
+}
+
+/// The framing a request's header block implies (RFC 9112 §6.3).
+pub fn request_body(method: Method, framing: &Framing) -> Body {
+    if !framing.complete || framing.invalid_length {
+        return Body::Unknown;
+    }
+    if method == Method::Connect {
+        return Body::Hold;
+    }
+    if framing.transfer_encoding {
+        return if framing.chunked { Body::Chunked } else { Body::Unknown };
+    }
+    match framing.content_length {
+        Some(n) => Body::Length(n),
+        None => Body::None,
+    }
+}
+
+/// The framing of a response to a `request` (None: not known, taken as GET).
+pub fn response_body(status: Option<u16>, request: Option<Method>, framing: &Framing) -> Body {
+    if status == Some(101) {
+        return Body::Upgrade;
+    }
+    if !framing.complete || (framing.invalid_length && !framing.transfer_encoding) {
+        return Body::Unknown;
+    }
+    let status = status.unwrap_or(200);
+    if matches!(status, 100..=199 | 204 | 304) || request == Some(Method::Head) {
+        return Body::None;
+    }
+    if request == Some(Method::Connect) && (200..=299).contains(&status) {
+        return Body::Upgrade;
+    }
+    if framing.transfer_encoding {
+        return if framing.chunked { Body::Chunked } else { Body::UntilClose };
+    }
+    match framing.content_length {
+        Some(n) => Body::Length(n),
+        None => Body::UntilClose,
+    }
+}
+
+/// The framing used when the caller does not choose: a request's own, a response's as if to GET.
+fn default_body(kind: Kind, start: &Accumulated, framing: &Framing) -> Body {
+    match kind {
+        Kind::Request => request_body(start.method(), framing),
+        Kind::Response => response_body(start.status(), None, framing),
+    }
+}
+
+/// The visible parts of one segment as the parser walks it: `vis` now, then `gap` unseen bytes,
+/// then `rest`.
+pub struct Cursor<'a> {
+    ts_ns: u64,
+    tid: u32,
+    queued_since_ns: Option<u64>,
+    vis: &'a [u8],
+    gap: u64,
+    rest: &'a [u8],
+    /// The segment's last bytes, when visible (the end-of-chunked-body check).
+    suffix: [u8; 6],
+    suffix_len: u8,
+    fresh: bool,
+    end_checked: bool,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(seg: &Segment<'a>) -> Self {
+        let len = seg.len;
+        // Clamp what the kernel claims to what the length allows: head ≤ len, tail ≤ len.
+        let head = seg.head.get(..usize::try_from(len).unwrap_or(usize::MAX).min(seg.head.len())).unwrap_or_default();
+        let tail_len = seg.tail.len().min(usize::try_from(len).unwrap_or(usize::MAX));
+        let tail = seg.tail.get(seg.tail.len().saturating_sub(tail_len)..).unwrap_or_default();
+        let head_len = head.len() as u64;
+        let tail_start = len.saturating_sub(tail.len() as u64);
+        let (gap, rest) = if tail_start <= head_len {
+            // Tail overlaps or adjoins the head: the whole segment is visible.
+            let overlap = usize::try_from(head_len.saturating_sub(tail_start)).unwrap_or(usize::MAX);
+            (0, tail.get(overlap..).unwrap_or_default())
+        } else {
+            (tail_start.saturating_sub(head_len), tail)
+        };
+        let mut suffix = [0u8; 6];
+        let mut suffix_len = 0u8;
+        if gap == 0 || rest.len() >= suffix.len() {
+            // The last bytes of head ++ rest.
+            let take_rest = rest.len().min(suffix.len());
+            let take_head = if gap == 0 { head.len().min(suffix.len() - take_rest) } else { 0 };
+            let from_head = head.get(head.len() - take_head..).unwrap_or_default();
+            let from_rest = rest.get(rest.len() - take_rest..).unwrap_or_default();
+            for &b in from_head.iter().chain(from_rest) {
+                if let Some(slot) = suffix.get_mut(usize::from(suffix_len)) {
+                    *slot = b;
+                    suffix_len += 1;
+                }
+            }
+        }
+        Self {
+            ts_ns: seg.ts_ns,
+            tid: seg.tid,
+            queued_since_ns: seg.queued_since_ns,
+            vis: head,
+            gap,
+            rest,
+            suffix,
+            suffix_len,
+            fresh: true,
+            end_checked: false,
+        }
+    }
+
+    fn remaining(&self) -> u64 {
+        (self.vis.len() as u64).saturating_add(self.gap).saturating_add(self.rest.len() as u64)
+    }
+
+    /// The segment visibly ends with the last chunk of a chunked body (`0\r\n\r\n`, not preceded
+    /// by another hex digit).
+    fn ends_with_last_chunk(&self) -> bool {
+        let s = self.suffix.get(..usize::from(self.suffix_len)).unwrap_or_default();
+        match s.len() {
+            6 => s.ends_with(b"0\r\n\r\n") && s.first().is_some_and(|b| !b.is_ascii_hexdigit()),
+            5 => s == b"0\r\n\r\n",
+            _ => false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Between messages (bare CR/LF skipped).
+    Idle,
+    Method,
+    Target,
+    ReqVersion(u8),
+    ReqLineEnd,
+    RespVersion(u8),
+    RespSpace,
+    StatusCode(u8),
+    Reason,
+    LineStart,
+    Name,
+    Value,
+    /// An obs-fold continuation line: skipped.
+    Fold,
+    /// A CR at a line start: the header block ends at the LF.
+    HeadEnd,
+    /// Head reported; waiting for [`Parser::set_body`].
+    AwaitBody,
+    EndNow(After),
+    Body(u64),
+    ChunkSize { digits: u8, value: u64, ext: bool },
+    ChunkData(u64),
+    ChunkDataEnd { cr: bool },
+    TrailerStart,
+    TrailerLine,
+    TrailerEnd,
+    UntilClose,
+    Unknown,
+    Held,
+    Stopped,
+}
+
+impl State {
+    fn in_head(self) -> bool {
+        matches!(
+            self,
+            State::Method
+                | State::Target
+                | State::ReqVersion(_)
+                | State::ReqLineEnd
+                | State::RespVersion(_)
+                | State::RespSpace
+                | State::StatusCode(_)
+                | State::Reason
+                | State::LineStart
+                | State::Name
+                | State::Value
+                | State::Fold
+                | State::HeadEnd
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    Idle,
+    Held,
+    Stopped,
+}
+
+/// One direction's parser.
+#[derive(Clone, Debug)]
+pub struct Parser {
+    kind: Kind,
+    state: State,
+    acc: Accumulated,
+    start_reported: bool,
+    msg_bytes: u64,
+    last_ts_ns: u64,
+    first_ts_ns: u64,
+    first_tid: u32,
+    first_queued_since_ns: Option<u64>,
+    lost_sync: u64,
+}
+
+impl Parser {
+    pub fn new(kind: Kind) -> Self {
+        Self {
+            kind,
+            state: State::Idle,
+            acc: Accumulated::default(),
+            start_reported: false,
+            msg_bytes: 0,
+            last_ts_ns: 0,
+            first_ts_ns: 0,
+            first_tid: 0,
+            first_queued_since_ns: None,
+            lost_sync: 0,
+        }
+    }
+
+    /// Times a message's framing became unknown.
+    pub fn lost_sync(&self) -> u64 {
+        self.lost_sync
+    }
+
+    /// Bytes of the message in progress so far.
+    pub fn msg_bytes(&self) -> u64 {
+        self.msg_bytes
+    }
+
+    /// Time of the last segment with bytes of the message in progress.
+    pub fn last_ts_ns(&self) -> u64 {
+        self.last_ts_ns
+    }
+
+    pub fn is_unknown(&self) -> bool {
+        self.state == State::Unknown
+    }
+
+    /// Chooses the body framing after [`Event::Head`].
+    pub fn set_body(&mut self, body: Body) {
+        if self.state == State::AwaitBody {
+            self.apply_body(body);
+        }
+    }
+
+    /// Parsing resumes after a held message (a CONNECT that was refused).
+    pub fn release(&mut self) {
+        if self.state == State::Held {
+            self.state = State::Idle;
+        }
+    }
+
+    /// Ends a message whose framing is unknown, at the last segment that carried its bytes.
+    pub fn end_unknown(&mut self) -> Option<Event> {
+        (self.state == State::Unknown).then(|| self.end(self.last_ts_ns, After::Idle))
+    }
+
+    /// The connection closed at `ts_ns`: a body delimited by the close ends now, one of unknown
+    /// framing at its last bytes. None when no message was in progress or it was cut short.
+    pub fn close(&mut self, ts_ns: u64) -> Option<Event> {
+        let event = match self.state {
+            State::UntilClose => Some(self.end(ts_ns, After::Stopped)),
+            State::Unknown => Some(self.end(self.last_ts_ns, After::Stopped)),
+            _ => None,
+        };
+        self.state = State::Stopped;
+        event
+    }
+
+    /// Stops parsing for good (the connection is not HTTP, or was upgraded).
+    pub fn stop(&mut self) {
+        self.state = State::Stopped;
+    }
+
+    /// The next event from this segment, or None when it is used up.
+    pub fn step(&mut self, cur: &mut Cursor) -> Option<Event> {
+        if std::mem::take(&mut cur.fresh) && self.state == State::Unknown && looks_like_start(self.kind, cur.vis) {
+            // A new message starts this segment: the one of unknown framing ended before it.
+            return Some(self.end(self.last_ts_ns, After::Idle));
+        }
+        loop {
+            match self.state {
+                State::Stopped => return None,
+                State::AwaitBody => {
+                    let body = default_body(self.kind, &self.acc, &self.acc.framing);
+                    self.apply_body(body);
+                    continue;
+                }
+                State::EndNow(after) => return Some(self.end(cur.ts_ns, after)),
+                _ => {}
+            }
+            if !cur.vis.is_empty() {
+                if let Some(event) = self.consume(cur) {
+                    return Some(event);
+                }
+            } else if cur.gap > 0 {
+                if let Some(event) = self.skip_unseen(cur) {
+                    return Some(event);
+                }
+            } else if !cur.rest.is_empty() {
+                cur.vis = std::mem::take(&mut cur.rest);
+            } else {
+                if !std::mem::replace(&mut cur.end_checked, true)
+                    && self.state == State::Unknown
+                    && cur.ends_with_last_chunk()
+                {
+                    return Some(self.end(cur.ts_ns, After::Idle));
+                }
+                return None;
+            }
+        }
+    }
+
+    fn apply_body(&mut self, body: Body) {
+        self.state = match body {
+            Body::None | Body::Length(0) => State::EndNow(After::Idle),
+            Body::Hold => State::EndNow(After::Held),
+            Body::Upgrade => State::EndNow(After::Stopped),
+            Body::Length(n) => State::Body(n),
+            Body::Chunked => State::ChunkSize { digits: 0, value: 0, ext: false },
+            Body::UntilClose => State::UntilClose,
+            Body::Unknown => {
+                self.lost_sync = self.lost_sync.saturating_add(1);
+                State::Unknown
+            }
+        };
+    }
+
+    fn end(&mut self, ts_ns: u64, after: After) -> Event {
+        let event = Event::End { bytes: self.msg_bytes, ts_ns };
+        self.state = match after {
+            After::Idle => State::Idle,
+            After::Held => State::Held,
+            After::Stopped => State::Stopped,
+        };
+        self.msg_bytes = 0;
+        self.start_reported = false;
+        event
+    }
+
+    fn begin(&mut self, cur: &Cursor) {
+        self.acc = Accumulated::default();
+        self.start_reported = false;
+        self.msg_bytes = 0;
+        self.first_ts_ns = cur.ts_ns;
+        self.first_tid = cur.tid;
+        self.first_queued_since_ns = cur.queued_since_ns;
+        self.last_ts_ns = cur.ts_ns;
+        self.state = match self.kind {
+            Kind::Request => State::Method,
+            Kind::Response => State::RespVersion(0),
+        };
+    }
+
+    fn start_event(&mut self) -> Event {
+        self.start_reported = true;
+        Event::Start(StartLine {
+            method: match self.kind {
+                Kind::Request => self.acc.method(),
+                Kind::Response => Method::Other,
+            },
+            path: self.acc.path(),
+            status: self.acc.status(),
+            ts_ns: self.first_ts_ns,
+            tid: self.first_tid,
+            queued_since_ns: self.first_queued_since_ns,
+        })
+    }
+
+    fn head_event(&mut self, complete: bool) -> Event {
+        self.state = State::AwaitBody;
+        self.acc.framing.complete = complete;
+        Event::Head(self.acc.framing)
+    }
+
+    fn not_http(&mut self, cur: &Cursor) -> Event {
+        self.state = State::Stopped;
+        Event::NotHttp { bytes: self.msg_bytes.saturating_add(cur.remaining()) }
+    }
+
+    fn count(&mut self, n: u64, cur: &Cursor) {
+        self.msg_bytes = self.msg_bytes.saturating_add(n);
+        self.last_ts_ns = cur.ts_ns;
+    }
+
+    /// Unseen bytes: skipped by count where the framing allows, otherwise sync is lost.
+    fn skip_unseen(&mut self, cur: &mut Cursor) -> Option<Event> {
+        match self.state {
+            State::Body(remaining) | State::ChunkData(remaining) => {
+                let take = remaining.min(cur.gap);
+                cur.gap -= take;
+                self.count(take, cur);
+                let left = remaining - take;
+                self.state = match (self.state, left) {
+                    (State::Body(_), 0) => return Some(self.end(cur.ts_ns, After::Idle)),
+                    (State::Body(_), n) => State::Body(n),
+                    (_, 0) => State::ChunkDataEnd { cr: false },
+                    (_, n) => State::ChunkData(n),
+                };
+                None
+            }
+            State::UntilClose | State::Unknown => {
+                self.count(std::mem::take(&mut cur.gap), cur);
+                None
+            }
+            State::Held | State::Stopped => {
+                cur.gap = 0;
+                None
+            }
+            State::Idle => {
+                // A message starts in the unseen bytes: nothing of it is known.
+                self.begin(cur);
+                None
+            }
+            State::ChunkSize { .. }
+            | State::ChunkDataEnd { .. }
+            | State::TrailerStart
+            | State::TrailerLine
+            | State::TrailerEnd => {
+                self.lost_sync = self.lost_sync.saturating_add(1);
+                self.state = State::Unknown;
+                None
+            }
+            s if s.in_head() => {
+                if self.start_reported {
+                    Some(self.head_event(false))
+                } else {
+                    Some(self.start_event())
+                }
+            }
+            // AwaitBody and EndNow are handled by `step`.
+            _ => None,
+        }
+    }
+
+    /// Walks visible bytes until an event.
+    fn consume(&mut self, cur: &mut Cursor) -> Option<Event> {
+        while let Some((&b, rest)) = cur.vis.split_first() {
+            match self.state {
+                State::Body(remaining) | State::ChunkData(remaining) => {
+                    let take = remaining.min(cur.vis.len() as u64);
+                    cur.vis = cur.vis.get(usize::try_from(take).unwrap_or(usize::MAX)..).unwrap_or_default();
+                    self.count(take, cur);
+                    let left = remaining - take;
+                    self.state = match (self.state, left) {
+                        (State::Body(_), 0) => return Some(self.end(cur.ts_ns, After::Idle)),
+                        (State::Body(_), n) => State::Body(n),
+                        (_, 0) => State::ChunkDataEnd { cr: false },
+                        (_, n) => State::ChunkData(n),
+                    };
+                }
+                State::UntilClose | State::Unknown => {
+                    self.count(cur.vis.len() as u64, cur);
+                    cur.vis = &[];
+                }
+                State::Held | State::Stopped => cur.vis = &[],
+                State::AwaitBody | State::EndNow(_) => return None,
+                _ => {
+                    cur.vis = rest;
+                    if let Some(event) = self.byte(b, cur) {
+                        return Some(event);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// One byte of a start line, header block, chunk-size line or trailer.
+    fn byte(&mut self, b: u8, cur: &Cursor) -> Option<Event> {
+        if self.state == State::Idle {
+            if b == b'\r' || b == b'\n' {
+                return None;
+            }
+            self.begin(cur);
+        }
+        self.count(1, cur);
+        let acc = &mut self.acc;
+        match self.state {
+            State::Method => match b {
+                b' ' if acc.method_len > 0 => self.state = State::Target,
+                _ if is_method_byte(b) => match acc.method.get_mut(usize::from(acc.method_len)) {
+                    Some(slot) => {
+                        *slot = b;
+                        acc.method_len += 1;
+                    }
+                    None => return Some(self.not_http(cur)),
+                },
+                _ => return Some(self.not_http(cur)),
+            },
+            State::Target => match b {
+                b' ' if acc.target_len > 0 => self.state = State::ReqVersion(0),
+                0..=b' ' | 0x7f => return Some(self.not_http(cur)),
+                _ => {
+                    acc.target_len = acc.target_len.saturating_add(1);
+                    if b == b'?' || b == b'#' {
+                        acc.path_done = true;
+                    } else if !acc.path_done {
+                        match acc.path.get_mut(usize::from(acc.path_len)) {
+                            Some(slot) => {
+                                *slot = b;
+                                acc.path_len += 1;
+                            }
+                            None => acc.path_done = true,
+                        }
+                    }
+                }
+            },
+            State::ReqVersion(n) | State::RespVersion(n) => {
+                let ok = match VERSION_PREFIX.get(usize::from(n)) {
+                    Some(&expected) => b == expected,
+                    None => b.is_ascii_digit(),
+                };
+                if !ok {
+                    return Some(self.not_http(cur));
+                }
+                self.state = match (self.state, n) {
+                    (State::ReqVersion(_), 7) => State::ReqLineEnd,
+                    (State::ReqVersion(_), _) => State::ReqVersion(n + 1),
+                    (_, 7) => State::RespSpace,
+                    _ => State::RespVersion(n + 1),
+                };
+            }
+            State::ReqLineEnd => match b {
+                b'\r' => {}
+                b'\n' => {
+                    self.state = State::LineStart;
+                    return Some(self.start_event());
+                }
+                _ => return Some(self.not_http(cur)),
+            },
+            State::RespSpace => match b {
+                b' ' => self.state = State::StatusCode(0),
+                _ => return Some(self.not_http(cur)),
+            },
+            State::StatusCode(n) if n < 3 => match b {
+                b'0'..=b'9' => {
+                    acc.status = acc.status * 10 + u16::from(b - b'0');
+                    acc.status_digits = n + 1;
+                    self.state = State::StatusCode(n + 1);
+                    if n == 0 && b == b'0' {
+                        return Some(self.not_http(cur));
+                    }
+                }
+                _ => return Some(self.not_http(cur)),
+            },
+            State::StatusCode(_) => match b {
+                b' ' | b'\r' => self.state = State::Reason,
+                b'\n' => {
+                    self.state = State::LineStart;
+                    return Some(self.start_event());
+                }
+                _ => return Some(self.not_http(cur)),
+            },
+            State::Reason => {
+                if b == b'\n' {
+                    self.state = State::LineStart;
+                    return Some(self.start_event());
+                }
+            }
+            State::LineStart => match b {
+                b'\r' => self.state = State::HeadEnd,
+                b'\n' => return Some(self.head_event(true)),
+                b' ' | b'\t' => self.state = State::Fold,
+                _ if is_tchar(b) => {
+                    acc.name_len = 0;
+                    acc.name_overflow = false;
+                    push_lower(&mut acc.name, &mut acc.name_len, &mut acc.name_overflow, b);
+                    self.state = State::Name;
+                }
+                _ => return Some(self.not_http(cur)),
+            },
+            State::Name => match b {
+                b':' => {
+                    acc.header = acc.name_kind();
+                    self.state = State::Value;
+                }
+                _ if is_tchar(b) => push_lower(&mut acc.name, &mut acc.name_len, &mut acc.name_overflow, b),
+                _ => return Some(self.not_http(cur)),
+            },
+            State::Value => match b {
+                b'\n' => {
+                    acc.finish_value();
+                    self.state = State::LineStart;
+                }
+                b'\r' => {}
+                _ => acc.value_byte(b),
+            },
+            State::Fold => {
+                if b == b'\n' {
+                    self.state = State::LineStart;
+                }
+            }
+            State::HeadEnd => match b {
+                b'\n' => return Some(self.head_event(true)),
+                _ => return Some(self.not_http(cur)),
+            },
+            State::ChunkSize { digits, value, ext } => match b {
+                b'\n' if digits > 0 && value == 0 => self.state = State::TrailerStart,
+                b'\n' if digits > 0 => self.state = State::ChunkData(value),
+                b'\r' | b';' | b' ' | b'\t' if digits > 0 => self.state = State::ChunkSize { digits, value, ext: true },
+                _ if ext && b != b'\n' => {}
+                _ => match (b as char).to_digit(16).and_then(|d| value.checked_mul(16)?.checked_add(u64::from(d))) {
+                    Some(value) => self.state = State::ChunkSize { digits: digits.saturating_add(1), value, ext },
+                    None => self.lose_sync(),
+                },
+            },
+            State::ChunkDataEnd { cr } => match b {
+                b'\r' if !cr => self.state = State::ChunkDataEnd { cr: true },
+                b'\n' => self.state = State::ChunkSize { digits: 0, value: 0, ext: false },
+                _ => self.lose_sync(),
+            },
+            State::TrailerStart => match b {
+                b'\r' => self.state = State::TrailerEnd,
+                b'\n' => return Some(self.end(cur.ts_ns, After::Idle)),
+                _ => self.state = State::TrailerLine,
+            },
+            State::TrailerLine => {
+                if b == b'\n' {
+                    self.state = State::TrailerStart;
+                }
+            }
+            State::TrailerEnd => match b {
+                b'\n' => return Some(self.end(cur.ts_ns, After::Idle)),
+                _ => self.state = State::TrailerLine,
+            },
+            // Handled in `consume` / `step`.
+            State::Idle
+            | State::AwaitBody
+            | State::EndNow(_)
+            | State::Body(_)
+            | State::ChunkData(_)
+            | State::UntilClose
+            | State::Unknown
+            | State::Held
+            | State::Stopped => {}
+        }
+        None
+    }
+
+    fn lose_sync(&mut self) {
+        self.lost_sync = self.lost_sync.saturating_add(1);
+        self.state = State::Unknown;
+    }
+}
+
+
+#[cfg(test)]
+mod tests;
