@@ -41,6 +41,19 @@ const TCP_ESTABLISHED: i32 = 1;
 const TCP_SYN_SENT: i32 = 2;
 const TCP_SYN_RECV: i32 = 3;
 const TCP_CLOSE: i32 = 7;
+/// Ring-buffer submit flags and query: records are committed without waking the daemon (a
+/// wakeup is an inter-processor interrupt, several microseconds in a VM, per record); the daemon
+/// drains the ring on a short timer, and is woken only when the ring is getting full.
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+const WAKE_AT_BYTES: u64 = SOCKET_RINGBUF_BYTES as u64 / 4;
+
+#[inline(always)]
+fn submit_flags() -> u64 {
+    if SOCKET_EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKE_AT_BYTES { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP }
+}
+
 /// Readv/writev of more buffers than this are not looked into (UIO_MAXIOV is 1024).
 const MAX_IOV: u64 = 1024;
 
@@ -216,7 +229,7 @@ fn emit_conn(kind: u32, sk: *const u8, tgid: u32, role: u32) {
         event.remote_addr[..4].copy_from_slice(&remote.to_ne_bytes());
     }
     entry.write(event);
-    entry.submit(0);
+    entry.submit(submit_flags());
 }
 
 /// sys_enter of a data syscall: note where its bytes are.
@@ -331,5 +344,5 @@ fn emit_data(state: &ThreadState, tid: u32, len: u64) {
         }
         (*event).tail_len = tail_copied;
     }
-    entry.submit(0);
+    entry.submit(submit_flags());
 }

@@ -4,7 +4,7 @@
 //! renders the metrics. It is the only module that holds a `Probes`.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
     time::Instant,
 };
 
@@ -19,6 +19,7 @@ use crate::{
         pool::SaturatedPool,
     },
     events::{Block, LongIteration, Record},
+    requests::RequestTracker,
     probes::{ProbeError, Probes},
     procfs,
     reason::reason_label,
@@ -39,6 +40,8 @@ const STACK_FRAMES: usize = 12;
 const EXIT_NAME_TICKS: u64 = 10;
 /// Re-read thread names every this many ticks (young threads: every tick).
 const NAME_REFRESH_TICKS: u64 = 5;
+/// Re-read the ports targets listen on every this many ticks (and whenever targets change).
+const LISTEN_REFRESH_TICKS: u64 = 5;
 
 /// Which per-thread histogram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -86,6 +89,12 @@ pub struct Collector {
     saturated_pools: Vec<SaturatedPool>,
     /// (tid, reason) → (process, thread, reason): blocked time of event loops.
     loop_blocked: DeltaCounters<(u32, u32), (String, String, u32)>,
+    /// HTTP requests from the socket ring buffer.
+    requests: RequestTracker,
+    /// Ports in the kernel's LISTEN_PORTS, and the targets they were read for.
+    listen_ports: BTreeSet<u16>,
+    listen_ports_of: HashSet<u32>,
+    socket_decode_errors: u64,
 }
 
 impl Collector {
@@ -115,7 +124,35 @@ impl Collector {
             blocked_loops: Vec::new(),
             saturated_pools: Vec::new(),
             loop_blocked: DeltaCounters::default(),
+            requests: RequestTracker::default(),
+            listen_ports: BTreeSet::new(),
+            listen_ports_of: HashSet::new(),
+            socket_decode_errors: 0,
         }
+    }
+
+    /// A record from the socket ring buffer; undecodable bytes are counted, never fatal.
+    pub fn handle_socket_bytes(&mut self, bytes: &[u8]) {
+        match crate::socket_events::decode(bytes) {
+            Ok(record) => self.requests.handle(record),
+            Err(_) => self.socket_decode_errors += 1,
+        }
+    }
+
+    /// Keeps the kernel's LISTEN_PORTS and the tracker's per-process ports in line with what the
+    /// targets listen on now.
+    fn sync_listen_ports(&mut self, live: &HashSet<u32>) -> Result<(), ProbeError> {
+        if *live == self.listen_ports_of && !self.collections.is_multiple_of(LISTEN_REFRESH_TICKS) {
+            return Ok(());
+        }
+        let per_process: HashMap<u32, BTreeSet<u16>> =
+            live.iter().map(|&tgid| (tgid, procfs::listening_ports(tgid))).collect();
+        let all: BTreeSet<u16> = per_process.values().flatten().copied().collect();
+        self.probes.set_listen_ports(&self.listen_ports, &all)?;
+        self.listen_ports = all;
+        self.listen_ports_of = live.clone();
+        self.requests.set_listen_ports(per_process);
+        Ok(())
     }
 
     pub fn handle_record(&mut self, record: Record) {
@@ -152,6 +189,7 @@ impl Collector {
     pub fn tick(&mut self) -> Result<(), ProbeError> {
         self.names.next_tick();
         let live_targets = self.sync_targets()?;
+        self.sync_listen_ports(&live_targets)?;
         let threads = self.drop_orphan_slots(self.probes.threads())?;
         let followed = threads.len();
         let now = Instant::now();
@@ -166,9 +204,15 @@ impl Collector {
         }
         self.count_pending_blocks();
         self.names.retain_processes(&owners);
+        self.requests.retain_processes(&owners);
+        self.requests.expire(now_mono);
         self.run_detectors(now, &latest);
         self.drops = self.probes.drops()?;
-        self.map_entries = BTreeMap::from([("targets", live_targets.len()), ("threads", followed)]);
+        self.map_entries = BTreeMap::from([
+            ("targets", live_targets.len()),
+            ("threads", followed),
+            ("sockets", self.probes.socket_count()?),
+        ]);
         self.collections += 1;
         Ok(())
     }
@@ -328,7 +372,31 @@ impl Collector {
         let loops = blocked.into_iter();
         let pools = self.saturated_pools.iter().map(crate::detect::findings::pool_saturated);
         let busy = self.busy_loops.iter().map(|found| crate::detect::findings::event_loop_busy(found, config));
-        loops.chain(busy).chain(pools).collect()
+        let mut findings: Vec<crate::alerts::Finding> = loops.chain(busy).chain(pools).collect();
+        self.add_client_impact(&mut findings);
+        findings
+    }
+
+    /// What the process's clients went through during a finding's window: requests delayed in
+    /// the socket (they waited while the loop was blocked) and refusals.
+    fn add_client_impact(&self, findings: &mut [crate::alerts::Finding]) {
+        let now = monotonic_ns();
+        let window = u64::try_from(self.detectors.event_loop.window.as_nanos()).unwrap_or(u64::MAX);
+        let since = now.saturating_sub(window);
+        for finding in findings {
+            let impact = self.requests.stats.impact_since(finding.pid, since);
+            let in_flight = self.requests.in_flight(now).remove(&finding.pid).map(|(n, oldest)| (n, oldest.first().map(|r| r.age_seconds)));
+            finding.evidence["requests"] = serde_json::json!({
+                "window_seconds": window as f64 / 1e9,
+                "completed": impact.requests,
+                "delayed_in_socket": impact.delayed_in_socket,
+                "delayed_threshold_seconds": crate::requests::stats::DELAYED_QUEUE_NS as f64 / 1e9,
+                "max_socket_queue_seconds": impact.max_socket_queue_seconds,
+                "in_flight": in_flight.map_or(0, |(n, _)| n),
+                "oldest_in_flight_seconds": in_flight.and_then(|(_, age)| age),
+            });
+            finding.evidence["refusals"] = serde_json::json!(impact.refused);
+        }
     }
 
     /// The current per-process state that `/api/v1/snapshot` serves (version 1).
@@ -343,11 +411,35 @@ impl Collector {
                 })
             })
             .collect();
+        let now = monotonic_ns();
+        let processes: Vec<serde_json::Value> = self
+            .requests
+            .per_process(now)
+            .into_iter()
+            .map(|(pid, requests)| {
+                let in_flight: Vec<serde_json::Value> = requests
+                    .in_flight_oldest
+                    .iter()
+                    .map(|r| {
+                        let mut value = serde_json::json!(r);
+                        value["thread_name"] = serde_json::json!(procfs::thread_comm(pid, r.thread));
+                        value
+                    })
+                    .collect();
+                serde_json::json!({
+                    "pid": pid, "comm": procfs::comm(pid), "inbound": requests.inbound,
+                    "outbound": requests.outbound, "in_flight": requests.in_flight,
+                    "in_flight_oldest": in_flight, "upstreams": requests.upstreams,
+                })
+            })
+            .collect();
         serde_json::json!({
             "version": 1,
             "targets": self.map_entries.get("targets").copied().unwrap_or(0),
             "threads": self.map_entries.get("threads").copied().unwrap_or(0),
             "event_loops": loops,
+            "processes": processes,
+            "slowest_requests": self.requests.slowest.list(),
         })
     }
 
@@ -412,13 +504,16 @@ impl Collector {
                 e.histogram(name, &[("process", process.as_str())], &hist);
             }
         }
+        self.requests.render(&mut e, monotonic_ns());
         let name = "gateway_observer_bpf_events_lost_total";
-        e.family(name, "counter", "Ring-buffer events the kernel could not reserve room for.");
-        e.sample(name, &[], self.drops[drop_index::RINGBUF as usize] as f64);
+        e.family(name, "counter", "Ring-buffer events the kernel could not reserve room for, by ring (threads: blocks and lifecycle; sockets: connections and data).");
+        e.sample(name, &[("ring", "threads")], self.drops[drop_index::RINGBUF as usize] as f64);
+        e.sample(name, &[("ring", "sockets")], self.drops[drop_index::SOCKET_RINGBUF as usize] as f64);
         let name = "gateway_observer_bpf_map_full_total";
-        e.family(name, "counter", "Threads or processes not followed because a kernel map was full.");
+        e.family(name, "counter", "Threads, processes or connections not followed because a kernel map was full.");
         e.sample(name, &[("map", "threads")], self.drops[drop_index::THREADS_FULL as usize] as f64);
         e.sample(name, &[("map", "targets")], self.drops[drop_index::TARGETS_FULL as usize] as f64);
+        e.sample(name, &[("map", "sockets")], self.drops[drop_index::SOCKS_FULL as usize] as f64);
         let name = "gateway_observer_bpf_missed_switches_total";
         e.family(name, "counter", "Switch-ins of target threads the sched_switch program did not see: closed late at the next syscall (closed_late) or lost (lost).");
         e.sample(name, &[("outcome", "closed_late")], self.drops[drop_index::MISSED_SWITCH_IN as usize] as f64);
@@ -438,7 +533,8 @@ impl Collector {
         e.sample(name, &[], self.collections as f64);
         let name = "gateway_observer_event_decode_errors_total";
         e.family(name, "counter", "Ring-buffer records that could not be decoded.");
-        e.sample(name, &[], self.decode_errors as f64);
+        e.sample(name, &[("ring", "threads")], self.decode_errors as f64);
+        e.sample(name, &[("ring", "sockets")], self.socket_decode_errors as f64);
         let stats = self.probes.program_stats();
         let name = "gateway_observer_bpf_program_run_seconds_total";
         e.family(name, "counter", "Kernel time spent in each program (needs kernel.bpf_stats_enabled=1).");

@@ -95,9 +95,67 @@ fn descendants_in(root: u32, parents: &[(u32, u32)]) -> Vec<u32> {
     found
 }
 
+/// Local ports the process listens on with TCP (its own sockets, in its network namespace).
+pub fn listening_ports(pid: u32) -> std::collections::BTreeSet<u16> {
+    let mut listening: std::collections::HashMap<u64, u16> = std::collections::HashMap::new();
+    for table in ["tcp", "tcp6"] {
+        if let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
+            listening.extend(parse_listening(&text));
+        }
+    }
+    if listening.is_empty() {
+        return Default::default();
+    }
+    socket_inodes(pid).into_iter().filter_map(|inode| listening.get(&inode).copied()).collect()
+}
+
+/// (socket inode, local port) of the LISTEN rows of a /proc/net/tcp{,6} table.
+fn parse_listening(table: &str) -> impl Iterator<Item = (u64, u16)> + '_ {
+    const TCP_LISTEN: &str = "0A";
+    table.lines().skip(1).filter_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (local, state, inode) = (fields.get(1)?, fields.get(3)?, fields.get(9)?);
+        if *state != TCP_LISTEN {
+            return None;
+        }
+        let port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+        Some((inode.parse().ok()?, port))
+    })
+}
+
+/// Inodes of the process's open sockets (`/proc/PID/fd/N -> socket:[INODE]`).
+fn socket_inodes(pid: u32) -> Vec<u64> {
+    let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| fs::read_link(entry.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_str()?;
+            target.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listening_rows_of_a_tcp_table() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 31337 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:D2F0 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 31338 1 0000000000000000 20 4 30 10 -1
+   2: garbage";
+        let rows: Vec<(u64, u16)> = parse_listening(table).collect();
+        assert_eq!(rows, vec![(31337, 8080)]);
+    }
+
+    #[test]
+    fn finds_a_port_this_process_listens_on() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        assert!(listening_ports(std::process::id()).contains(&port));
+    }
 
     #[test]
     fn ppid_survives_odd_comms() {

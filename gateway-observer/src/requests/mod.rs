@@ -1,0 +1,409 @@
+//! Requests seen from the outside: socket records from the kernel become per-connection HTTP/1.x
+//! exchanges (`crate::http`), which are folded into counters, latency histograms, the slowest
+//! recent requests and the requests still waiting, in flight or upstream.
+//!
+//! A connection is inbound (the gateway accepted it, so it reads requests) or outbound (the
+//! gateway opened it to an upstream). The kernel says which when it saw the handshake; for
+//! connections older than the daemon, a local port the process listens on means inbound.
+
+pub mod peers;
+pub mod slowest;
+pub mod stats;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+
+use serde::Serialize;
+
+use crate::http::{Connection, Direction, Exchange, Role, Segment};
+use crate::socket_events::{ConnInfo, DataRecord, Opened, SocketRecord};
+use crate::sinks::prometheus::Exposition;
+use peers::PeerLabels;
+use slowest::{Finished, Slowest, UpstreamCall};
+use stats::{RequestStats, Side, WindowSummary};
+
+/// Connections followed at once (the kernel's SOCKS map holds as many); past it the least
+/// recently active is forgotten (counted).
+const MAX_CONNECTIONS: usize = gateway_observer_common::MAX_SOCKETS as usize;
+/// In-flight requests listed per process in the snapshot.
+const IN_FLIGHT_LISTED: usize = 20;
+
+struct Tracked {
+    tgid: Option<u32>,
+    side: Option<Side>,
+    remote: Option<SocketAddr>,
+    /// Outbound: the peer's metric label (`ip:port`, or `other` past the cap), once the owner is known.
+    peer: Option<String>,
+    http: Option<Connection>,
+    last_active_ns: u64,
+}
+
+/// What a followed connection is doing, for metrics and snapshot.
+#[derive(Debug, Default)]
+pub struct TrackerCounts {
+    /// Data records for connections whose open was never seen and whose side the bytes did not
+    /// tell (kernel events lost): ignored.
+    pub unattributed_records: u64,
+    /// Connections forgotten because too many were open.
+    pub evicted_connections: u64,
+}
+
+#[derive(Default)]
+pub struct RequestTracker {
+    conns: HashMap<u64, Tracked>,
+    listen_ports: HashMap<u32, BTreeSet<u16>>,
+    names: HashMap<u32, String>,
+    peers: PeerLabels,
+    pub stats: RequestStats,
+    pub slowest: Slowest,
+    pub counts: TrackerCounts,
+    /// Bytes of connections that turned out not to speak HTTP/1.x, by process (closed ones).
+    non_http_bytes: BTreeMap<String, u64>,
+    scratch: Vec<Exchange>,
+}
+
+/// An upstream peer of one process, now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UpstreamPeer {
+    pub peer: String,
+    pub connections: usize,
+    pub outstanding: usize,
+    pub oldest_age_seconds: f64,
+}
+
+/// A request the gateway has read and not yet answered in full.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InFlightRequest {
+    pub thread: u32,
+    pub method: &'static str,
+    pub path: String,
+    pub age_seconds: f64,
+    pub socket_queue_seconds: Option<f64>,
+    pub response_started: bool,
+}
+
+/// Requests of one process for the snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessRequests {
+    pub inbound: WindowSummary,
+    pub outbound: WindowSummary,
+    pub in_flight: usize,
+    /// The oldest in-flight requests, oldest first.
+    pub in_flight_oldest: Vec<InFlightRequest>,
+    pub upstreams: Vec<UpstreamPeer>,
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// The side of a connection whose handshake was not seen, from its first bytes: a request line
+/// read means inbound, a request line written or a status line read means outbound.
+fn side_from_bytes(read: bool, head: &[u8]) -> Option<Side> {
+    const METHODS: [&[u8]; 9] = [b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"PATCH ", b"OPTIONS ", b"CONNECT ", b"TRACE "];
+    let request = METHODS.iter().any(|m| head.starts_with(m));
+    match (read, request, head.starts_with(b"HTTP/1.")) {
+        (true, true, _) => Some(Side::Inbound),
+        (false, true, _) | (true, false, true) => Some(Side::Outbound),
+        _ => None,
+    }
+}
+
+impl RequestTracker {
+    /// The ports each target listens on, for connections whose handshake was not seen.
+    pub fn set_listen_ports(&mut self, ports: HashMap<u32, BTreeSet<u16>>) {
+        self.listen_ports = ports;
+    }
+
+    /// Forgets names and peers of processes that are gone.
+    pub fn retain_processes(&mut self, live: &std::collections::HashSet<u32>) {
+        self.names.retain(|tgid, _| live.contains(tgid));
+        self.peers.retain(|tgid| live.contains(&tgid));
+    }
+
+    pub fn handle(&mut self, record: SocketRecord) {
+        match record {
+            SocketRecord::Open(info) => self.open(&info),
+            SocketRecord::Close(info) => self.close(info.sk, info.timestamp_ns),
+            SocketRecord::Data(data) => self.data(&data),
+        }
+    }
+
+    fn open(&mut self, info: &ConnInfo) {
+        let side = match info.opened {
+            Opened::Accepted => Some(Side::Inbound),
+            Opened::Connected => Some(Side::Outbound),
+            Opened::Unknown => info.tgid.map(|tgid| {
+                let listened = self.listen_ports.get(&tgid).is_some_and(|p| p.contains(&info.local.port()));
+                if listened { Side::Inbound } else { Side::Outbound }
+            }),
+        };
+        if self.conns.len() >= MAX_CONNECTIONS && !self.conns.contains_key(&info.sk) {
+            self.evict_least_active();
+        }
+        self.conns.insert(
+            info.sk,
+            Tracked {
+                tgid: info.tgid,
+                side,
+                remote: Some(info.remote),
+                peer: None,
+                http: side.map(new_connection),
+                last_active_ns: info.timestamp_ns,
+            },
+        );
+    }
+
+    fn evict_least_active(&mut self) {
+        if let Some(sk) = self.conns.iter().min_by_key(|(_, c)| c.last_active_ns).map(|(sk, _)| *sk) {
+            self.conns.remove(&sk);
+            self.counts.evicted_connections += 1;
+        }
+    }
+
+    fn data(&mut self, data: &DataRecord) {
+        if !self.conns.contains_key(&data.sk) {
+            // Its open was lost: follow it if the bytes tell its side.
+            let Some(side) = side_from_bytes(data.read, &data.head) else {
+                self.counts.unattributed_records += 1;
+                return;
+            };
+            if self.conns.len() >= MAX_CONNECTIONS {
+                self.evict_least_active();
+            }
+            let tracked =
+                Tracked { tgid: None, side: Some(side), remote: None, peer: None, http: Some(new_connection(side)), last_active_ns: 0 };
+            self.conns.insert(data.sk, tracked);
+        }
+        self.names
+            .entry(data.tgid)
+            .or_insert_with(|| crate::procfs::comm(data.tgid).unwrap_or_else(|| data.tgid.to_string()));
+        let Some(conn) = self.conns.get_mut(&data.sk) else { return };
+        conn.tgid = Some(data.tgid);
+        conn.last_active_ns = data.timestamp_ns;
+        if conn.side.is_none() {
+            conn.side = side_from_bytes(data.read, &data.head);
+            conn.http = conn.side.map(new_connection);
+        }
+        let Some(http) = conn.http.as_mut() else {
+            self.counts.unattributed_records += 1;
+            return;
+        };
+        let segment = Segment {
+            ts_ns: data.timestamp_ns,
+            tid: data.tid,
+            len: data.len,
+            head: &data.head,
+            tail: &data.tail,
+            queued_since_ns: data.queued_since_ns,
+        };
+        let direction = if data.read { Direction::Read } else { Direction::Write };
+        let mut done = std::mem::take(&mut self.scratch);
+        http.on_segment(direction, &segment, &mut done);
+        if conn.peer.is_none()
+            && conn.side == Some(Side::Outbound)
+            && let Some(remote) = conn.remote
+        {
+            conn.peer = Some(self.peers.label(data.tgid, remote));
+        }
+        let (side, peer) = (conn.side, conn.peer.clone());
+        for exchange in done.drain(..) {
+            self.finished(data.tgid, side, peer.as_deref(), &exchange);
+        }
+        self.scratch = done;
+    }
+
+    fn close(&mut self, sk: u64, ts_ns: u64) {
+        let Some(mut conn) = self.conns.remove(&sk) else { return };
+        let Some(tgid) = conn.tgid else { return };
+        let Some(http) = conn.http.as_mut() else { return };
+        let mut done = std::mem::take(&mut self.scratch);
+        http.on_close(ts_ns, &mut done);
+        for exchange in done.drain(..) {
+            self.finished(tgid, conn.side, conn.peer.as_deref(), &exchange);
+        }
+        self.scratch = done;
+        if !http.is_http() {
+            let process = self.process_name(tgid);
+            *self.non_http_bytes.entry(process).or_default() += http.non_http_bytes();
+        }
+    }
+
+    /// The process's name, read from /proc when its first data record arrived.
+    fn process_name(&self, tgid: u32) -> String {
+        self.names.get(&tgid).cloned().unwrap_or_else(|| tgid.to_string())
+    }
+
+    fn finished(&mut self, tgid: u32, side: Option<Side>, peer: Option<&str>, exchange: &Exchange) {
+        let Some(side) = side else { return };
+        let process = self.process_name(tgid);
+        let duration = exchange.response_end_ns.saturating_sub(exchange.request_start_ns);
+        let queue = exchange.queued_since_ns.map(|q| exchange.request_start_ns.saturating_sub(q));
+        let method = exchange.method.as_str();
+        self.stats.record(&process, tgid, side, method, exchange.status, duration, exchange.response_end_ns, queue);
+        match side {
+            Side::Inbound => self.slowest.inbound_finished(&Finished {
+                pid: tgid,
+                process: &process,
+                thread: exchange.tid,
+                method,
+                path: &exchange.path,
+                status: exchange.status,
+                queued_since_ns: exchange.queued_since_ns,
+                request_start_ns: exchange.request_start_ns,
+                response_start_ns: exchange.response_start_ns,
+                response_end_ns: exchange.response_end_ns,
+            }),
+            Side::Outbound => {
+                let call = UpstreamCall {
+                    peer: peer.unwrap_or("unknown").to_owned(),
+                    status: exchange.status,
+                    request_start_ns: exchange.request_start_ns,
+                    response_end_ns: exchange.response_end_ns,
+                };
+                self.slowest.upstream_finished(tgid, call);
+            }
+        }
+    }
+
+    /// Drops what is too old for the windows.
+    pub fn expire(&mut self, now_ns: u64) {
+        self.stats.expire(now_ns);
+        self.slowest.expire(now_ns);
+    }
+
+    /// Upstream peers of every process: (pid, peers), peers by label.
+    pub fn upstreams(&self, now_ns: u64) -> BTreeMap<u32, Vec<UpstreamPeer>> {
+        let mut by_peer: BTreeMap<(u32, &str), UpstreamPeer> = BTreeMap::new();
+        for conn in self.conns.values() {
+            let (Some(tgid), Some(Side::Outbound), Some(peer), Some(http)) = (conn.tgid, conn.side, &conn.peer, &conn.http) else {
+                continue;
+            };
+            let oldest = http.in_flight().map(|r| r.request_start_ns).min();
+            let outstanding = http.in_flight().count();
+            let entry = by_peer.entry((tgid, peer.as_str())).or_insert(UpstreamPeer {
+                peer: peer.clone(),
+                connections: 0,
+                outstanding: 0,
+                oldest_age_seconds: 0.0,
+            });
+            entry.connections += 1;
+            entry.outstanding += outstanding;
+            if let Some(start) = oldest {
+                entry.oldest_age_seconds = entry.oldest_age_seconds.max(seconds(now_ns.saturating_sub(start)));
+            }
+        }
+        let mut out: BTreeMap<u32, Vec<UpstreamPeer>> = BTreeMap::new();
+        for ((tgid, _), peer) in by_peer {
+            out.entry(tgid).or_default().push(peer);
+        }
+        out
+    }
+
+    /// Inbound requests in flight per process, oldest first (at most `IN_FLIGHT_LISTED`), and
+    /// their total.
+    pub fn in_flight(&self, now_ns: u64) -> BTreeMap<u32, (usize, Vec<InFlightRequest>)> {
+        let mut out: BTreeMap<u32, (usize, Vec<(u64, InFlightRequest)>)> = BTreeMap::new();
+        for conn in self.conns.values() {
+            let (Some(tgid), Some(Side::Inbound), Some(http)) = (conn.tgid, conn.side, &conn.http) else { continue };
+            let entry = out.entry(tgid).or_default();
+            for request in http.in_flight() {
+                entry.0 += 1;
+                entry.1.push((
+                    request.request_start_ns,
+                    InFlightRequest {
+                        thread: request.tid,
+                        method: request.method.as_str(),
+                        path: request.path.clone(),
+                        age_seconds: seconds(now_ns.saturating_sub(request.request_start_ns)),
+                        socket_queue_seconds: request.queued_since_ns.map(|q| seconds(request.request_start_ns.saturating_sub(q))),
+                        response_started: request.response_started,
+                    },
+                ));
+            }
+        }
+        out.into_iter()
+            .map(|(tgid, (count, mut list))| {
+                list.sort_by_key(|(start, _)| *start);
+                list.truncate(IN_FLIGHT_LISTED);
+                (tgid, (count, list.into_iter().map(|(_, r)| r).collect()))
+            })
+            .collect()
+    }
+
+    /// Per process: window summaries, in-flight and upstreams.
+    pub fn per_process(&self, now_ns: u64) -> BTreeMap<u32, ProcessRequests> {
+        let mut upstreams = self.upstreams(now_ns);
+        let mut in_flight = self.in_flight(now_ns);
+        let mut pids: BTreeSet<u32> = upstreams.keys().chain(in_flight.keys()).copied().collect();
+        pids.extend(self.conns.values().filter_map(|c| c.tgid));
+        pids.into_iter()
+            .map(|tgid| {
+                let (count, oldest) = in_flight.remove(&tgid).unwrap_or_default();
+                let requests = ProcessRequests {
+                    inbound: self.stats.window(tgid, Side::Inbound, now_ns),
+                    outbound: self.stats.window(tgid, Side::Outbound, now_ns),
+                    in_flight: count,
+                    in_flight_oldest: oldest,
+                    upstreams: upstreams.remove(&tgid).unwrap_or_default(),
+                };
+                (tgid, requests)
+            })
+            .collect()
+    }
+
+    /// The request metrics.
+    pub fn render(&self, e: &mut Exposition, now_ns: u64) {
+        let name = "gateway_observer_http_requests_total";
+        e.family(name, "counter", "HTTP/1.x requests seen on targets' sockets, by direction (inbound: served; outbound: sent upstream), method and status class.");
+        for ((process, side, method, class), count) in &self.stats.counts {
+            let labels = [("process", process.as_str()), ("direction", side.as_str()), ("method", method), ("status_class", class)];
+            e.sample(name, &labels, *count as f64);
+        }
+        let name = "gateway_observer_http_request_duration_seconds";
+        e.family(name, "histogram", "From a request's first byte read (inbound) or written (outbound) to its response's last byte.");
+        for ((process, side), hist) in &self.stats.durations {
+            e.histogram(name, &[("process", process.as_str()), ("direction", side.as_str())], hist);
+        }
+        let name = "gateway_observer_http_socket_queue_seconds";
+        e.family(name, "histogram", "How long inbound requests' first bytes waited in the socket before the gateway read them.");
+        for (process, hist) in &self.stats.socket_queue {
+            e.histogram(name, &[("process", process.as_str())], hist);
+        }
+        let upstreams = self.upstreams(now_ns);
+        let label = |tgid: &u32, peer: &UpstreamPeer| [("process", self.process_name(*tgid)), ("peer", peer.peer.clone())];
+        let name = "gateway_observer_upstream_outstanding_requests";
+        e.family(name, "gauge", "Requests written to an upstream peer whose response is not complete.");
+        for (tgid, peer) in upstreams.iter().flat_map(|(tgid, peers)| peers.iter().map(move |p| (tgid, p))) {
+            let [(k1, v1), (k2, v2)] = label(tgid, peer);
+            e.sample(name, &[(k1, v1.as_str()), (k2, v2.as_str())], peer.outstanding as f64);
+        }
+        let name = "gateway_observer_upstream_oldest_request_age_seconds";
+        e.family(name, "gauge", "Age of the oldest request still waiting for an upstream peer's response (0: none waiting).");
+        for (tgid, peer) in upstreams.iter().flat_map(|(tgid, peers)| peers.iter().map(move |p| (tgid, p))) {
+            let [(k1, v1), (k2, v2)] = label(tgid, peer);
+            e.sample(name, &[(k1, v1.as_str()), (k2, v2.as_str())], peer.oldest_age_seconds);
+        }
+        let name = "gateway_observer_http_non_http_bytes_total";
+        e.family(name, "counter", "Bytes on targets' TCP connections that were not HTTP/1.x (TLS, other protocols), from closed connections.");
+        for (process, bytes) in &self.non_http_bytes {
+            e.sample(name, &[("process", process.as_str())], *bytes as f64);
+        }
+        let name = "gateway_observer_http_connections";
+        e.family(name, "gauge", "TCP connections of targets followed now.");
+        e.sample(name, &[], self.conns.len() as f64);
+        let name = "gateway_observer_http_unattributed_records_total";
+        e.family(name, "counter", "Socket data records of connections whose handshake was lost and whose bytes did not tell their direction.");
+        e.sample(name, &[], self.counts.unattributed_records as f64);
+    }
+}
+
+fn new_connection(side: Side) -> Connection {
+    Connection::new(match side {
+        Side::Inbound => Role::Server,
+        Side::Outbound => Role::Client,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,198 @@
+//! The slowest recent inbound requests, each with where its time went: waiting in the socket,
+//! the gateway's own work before it called an upstream, the upstream, and writing the response.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::Serialize;
+
+/// Requests listed.
+pub const SLOWEST: usize = 20;
+/// How long a request stays in the list.
+const KEEP_NS: u64 = 60_000_000_000;
+/// Upstream exchanges kept per process to explain slow requests (the newest few seconds).
+const UPSTREAM_MEMORY: usize = 4096;
+const UPSTREAM_KEEP_NS: u64 = 5_000_000_000;
+
+/// An upstream exchange, as far as a slow request's breakdown needs it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UpstreamCall {
+    pub peer: String,
+    pub status: Option<u16>,
+    #[serde(skip)]
+    pub request_start_ns: u64,
+    #[serde(skip)]
+    pub response_end_ns: u64,
+}
+
+/// Where a slow request's time went (seconds); `None` where it cannot be told.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Breakdown {
+    pub socket_queue_seconds: Option<f64>,
+    /// From reading the request to writing the first byte to the upstream.
+    pub before_upstream_seconds: Option<f64>,
+    /// From writing to the upstream to its response being read in full.
+    pub upstream_seconds: Option<f64>,
+    /// From the first response byte written to the last.
+    pub response_write_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlowRequest {
+    pub pid: u32,
+    pub process: String,
+    pub thread: u32,
+    pub method: &'static str,
+    pub path: String,
+    pub status: Option<u16>,
+    pub duration_seconds: f64,
+    /// Seconds since it completed.
+    pub age_seconds: f64,
+    pub breakdown: Breakdown,
+    pub upstream: Option<UpstreamCall>,
+    #[serde(skip)]
+    pub end_ns: u64,
+}
+
+/// What the tracker hands over about a finished inbound request.
+pub struct Finished<'a> {
+    pub pid: u32,
+    pub process: &'a str,
+    pub thread: u32,
+    pub method: &'static str,
+    pub path: &'a str,
+    pub status: Option<u16>,
+    pub queued_since_ns: Option<u64>,
+    pub request_start_ns: u64,
+    pub response_start_ns: Option<u64>,
+    pub response_end_ns: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Slowest {
+    list: Vec<SlowRequest>,
+    upstream: HashMap<u32, VecDeque<UpstreamCall>>,
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+impl Slowest {
+    pub fn upstream_finished(&mut self, pid: u32, call: UpstreamCall) {
+        let calls = self.upstream.entry(pid).or_default();
+        if calls.len() == UPSTREAM_MEMORY {
+            calls.pop_front();
+        }
+        calls.push_back(call);
+    }
+
+    /// Considers a finished inbound request for the list.
+    pub fn inbound_finished(&mut self, done: &Finished) {
+        let duration = done.response_end_ns.saturating_sub(done.request_start_ns);
+        let slow_enough = self.list.len() < SLOWEST
+            || self.list.last().is_some_and(|fastest| seconds(duration) > fastest.duration_seconds);
+        if !slow_enough {
+            return;
+        }
+        let upstream = self.upstream_of(done);
+        let breakdown = Breakdown {
+            socket_queue_seconds: done.queued_since_ns.map(|q| seconds(done.request_start_ns.saturating_sub(q))),
+            before_upstream_seconds: upstream.as_ref().map(|u| seconds(u.request_start_ns.saturating_sub(done.request_start_ns))),
+            upstream_seconds: upstream.as_ref().map(|u| seconds(u.response_end_ns.saturating_sub(u.request_start_ns))),
+            response_write_seconds: done.response_start_ns.map(|s| seconds(done.response_end_ns.saturating_sub(s))),
+        };
+        self.list.push(SlowRequest {
+            pid: done.pid,
+            process: done.process.to_owned(),
+            thread: done.thread,
+            method: done.method,
+            path: done.path.to_owned(),
+            status: done.status,
+            duration_seconds: seconds(duration),
+            age_seconds: 0.0,
+            breakdown,
+            upstream,
+            end_ns: done.response_end_ns,
+        });
+        self.list.sort_by(|a, b| b.duration_seconds.total_cmp(&a.duration_seconds));
+        self.list.truncate(SLOWEST);
+    }
+
+    /// The upstream call made for this request: the first one of the same process that started
+    /// after the request was read and was answered before the response began.
+    fn upstream_of(&self, done: &Finished) -> Option<UpstreamCall> {
+        let answered_by = done.response_start_ns.unwrap_or(done.response_end_ns);
+        self.upstream
+            .get(&done.pid)?
+            .iter()
+            .filter(|c| c.request_start_ns >= done.request_start_ns && c.response_end_ns <= answered_by)
+            .min_by_key(|c| c.request_start_ns)
+            .cloned()
+    }
+
+    /// Drops requests and upstream calls too old to matter and sets ages.
+    pub fn expire(&mut self, now_ns: u64) {
+        self.list.retain(|r| now_ns.saturating_sub(r.end_ns) < KEEP_NS);
+        for r in &mut self.list {
+            r.age_seconds = seconds(now_ns.saturating_sub(r.end_ns));
+        }
+        let oldest = now_ns.saturating_sub(UPSTREAM_KEEP_NS);
+        self.upstream.retain(|_, calls| {
+            while calls.front().is_some_and(|c| c.response_end_ns < oldest) {
+                calls.pop_front();
+            }
+            !calls.is_empty()
+        });
+    }
+
+    pub fn list(&self) -> &[SlowRequest] {
+        &self.list
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(pid: u32, start: u64, end: u64) -> Finished<'static> {
+        Finished {
+            pid,
+            process: "gw",
+            thread: pid + 1,
+            method: "GET",
+            path: "/x",
+            status: Some(200),
+            queued_since_ns: Some(start - 2_000),
+            request_start_ns: start,
+            response_start_ns: Some(end - 1_000),
+            response_end_ns: end,
+        }
+    }
+
+    #[test]
+    fn keeps_the_slowest_with_their_upstream_breakdown() {
+        let mut slowest = Slowest::default();
+        let call = UpstreamCall { peer: "10.0.0.1:80".into(), status: Some(200), request_start_ns: 1_300_000, response_end_ns: 9_000_000 };
+        slowest.upstream_finished(1, call.clone());
+        // Another process's call is never matched.
+        slowest.upstream_finished(2, UpstreamCall { request_start_ns: 1_100_000, ..call.clone() });
+        slowest.inbound_finished(&finished(1, 1_000_000, 10_000_000));
+        let top = &slowest.list()[0];
+        assert_eq!(top.upstream.as_ref(), Some(&call));
+        let b = &top.breakdown;
+        assert!((b.socket_queue_seconds.unwrap() - 2e-6).abs() < 1e-12);
+        assert!((b.before_upstream_seconds.unwrap() - 0.3e-3).abs() < 1e-12);
+        assert!((b.upstream_seconds.unwrap() - 7.7e-3).abs() < 1e-12);
+        assert!((b.response_write_seconds.unwrap() - 1e-6).abs() < 1e-12);
+        assert!((top.duration_seconds - 9e-3).abs() < 1e-12);
+
+        for i in 0..30u64 {
+            slowest.inbound_finished(&finished(3, 1_000_000, 1_000_000 + (i + 1) * 100_000));
+        }
+        assert_eq!(slowest.list().len(), SLOWEST);
+        assert!((slowest.list()[0].duration_seconds - 9e-3).abs() < 1e-12, "the slowest stays first");
+        assert!(slowest.list().windows(2).all(|w| w[0].duration_seconds >= w[1].duration_seconds));
+        slowest.expire(10_000_000 + KEEP_NS);
+        assert!(slowest.list().iter().all(|r| r.end_ns > 10_000_000));
+    }
+}

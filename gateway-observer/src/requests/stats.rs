@@ -1,0 +1,233 @@
+//! Finished exchanges folded into what the metrics and the snapshot show: counters by method and
+//! status class, latency histograms, and a bounded window of recent latencies for rates and
+//! exact quantiles.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::sinks::prometheus::Log2Histogram;
+
+/// How far back the snapshot's rates and quantiles look.
+pub const WINDOW_NS: u64 = 10_000_000_000;
+/// Latencies kept for the window: bounded whatever the request rate (100k/s fills it in 2 s,
+/// after which rates and quantiles describe the newest 200k requests).
+const MAX_RECENT: usize = 200_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Side {
+    /// Requests the gateway served (accepted connections).
+    Inbound,
+    /// Requests the gateway sent upstream (connections it opened).
+    Outbound,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Inbound => "inbound",
+            Side::Outbound => "outbound",
+        }
+    }
+}
+
+/// `2xx`…, `1xx` for upgrades, `none` when the connection closed before a response.
+pub fn status_class(status: Option<u16>) -> &'static str {
+    match status {
+        Some(100..=199) => "1xx",
+        Some(200..=299) => "2xx",
+        Some(300..=399) => "3xx",
+        Some(400..=499) => "4xx",
+        Some(500..=599) => "5xx",
+        Some(_) => "other",
+        None => "none",
+    }
+}
+
+/// One finished exchange as the window keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Recent {
+    end_ns: u64,
+    tgid: u32,
+    side: Side,
+    duration_ns: u64,
+    /// The request got no good answer: a 5xx, or no response before the connection closed.
+    refused: bool,
+    /// Inbound: how long its first bytes waited in the socket.
+    queue_ns: Option<u64>,
+}
+
+/// Queue waits at least this long count as requests delayed by the gateway (a healthy gateway
+/// reads a request well under a millisecond after it arrives).
+pub const DELAYED_QUEUE_NS: u64 = 10_000_000;
+
+/// What a process's clients went through over a recent stretch: the evidence detectors attach.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ClientImpact {
+    /// Inbound requests completed in the stretch.
+    pub requests: u64,
+    /// Of them, those whose first bytes waited at least `DELAYED_QUEUE_NS` in the socket.
+    pub delayed_in_socket: u64,
+    pub max_socket_queue_seconds: f64,
+    /// 5xx responses, or connections closed before a response.
+    pub refused: u64,
+}
+
+/// Rate and latency of one process and side over the window.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct WindowSummary {
+    pub requests: u64,
+    pub per_second: f64,
+    pub refused: u64,
+    pub p50_seconds: f64,
+    pub p90_seconds: f64,
+    pub p99_seconds: f64,
+    pub max_seconds: f64,
+}
+
+#[derive(Debug, Default)]
+pub struct RequestStats {
+    /// (process, side, method, status class) → requests.
+    pub counts: BTreeMap<(String, Side, &'static str, &'static str), u64>,
+    /// (process, side) → latency histogram.
+    pub durations: BTreeMap<(String, Side), Log2Histogram>,
+    /// process → how long inbound requests waited in the socket before the gateway read them.
+    pub socket_queue: BTreeMap<String, Log2Histogram>,
+    recent: VecDeque<Recent>,
+}
+
+/// Bucket of a value in a `Log2Histogram`: 0 for 0, else 1 + floor(log2(value)).
+pub fn log2_bucket(value: u64) -> usize {
+    (u64::BITS - value.leading_zeros()) as usize
+}
+
+fn observe(hist: &mut Log2Histogram, value_ns: u64) {
+    hist.add(log2_bucket(value_ns), 1);
+    hist.sum_ns = hist.sum_ns.saturating_add(value_ns);
+}
+
+impl RequestStats {
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &mut self,
+        process: &str,
+        tgid: u32,
+        side: Side,
+        method: &'static str,
+        status: Option<u16>,
+        duration_ns: u64,
+        end_ns: u64,
+        queue_ns: Option<u64>,
+    ) {
+        *self.counts.entry((process.to_owned(), side, method, status_class(status))).or_default() += 1;
+        observe(self.durations.entry((process.to_owned(), side)).or_default(), duration_ns);
+        if let Some(queue) = queue_ns {
+            observe(self.socket_queue.entry(process.to_owned()).or_default(), queue);
+        }
+        if self.recent.len() == MAX_RECENT {
+            self.recent.pop_front();
+        }
+        let refused = status.is_none_or(|s| s >= 500);
+        self.recent.push_back(Recent { end_ns, tgid, side, duration_ns, refused, queue_ns });
+    }
+
+    /// Drops window entries older than `now - WINDOW_NS`.
+    pub fn expire(&mut self, now_ns: u64) {
+        let oldest = now_ns.saturating_sub(WINDOW_NS);
+        while self.recent.front().is_some_and(|r| r.end_ns < oldest) {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Rate and quantiles of `tgid`'s `side` over the window ending at `now_ns`.
+    pub fn window(&self, tgid: u32, side: Side, now_ns: u64) -> WindowSummary {
+        let oldest = now_ns.saturating_sub(WINDOW_NS);
+        let mut durations: Vec<u64> = Vec::new();
+        let mut refused = 0;
+        for r in self.recent.iter().filter(|r| r.tgid == tgid && r.side == side && r.end_ns >= oldest) {
+            durations.push(r.duration_ns);
+            refused += u64::from(r.refused);
+        }
+        if durations.is_empty() {
+            return WindowSummary::default();
+        }
+        durations.sort_unstable();
+        let quantile = |q: f64| {
+            let rank = ((durations.len() as f64 * q).ceil() as usize).clamp(1, durations.len());
+            durations[rank - 1] as f64 / 1e9
+        };
+        WindowSummary {
+            requests: durations.len() as u64,
+            per_second: durations.len() as f64 / (WINDOW_NS as f64 / 1e9),
+            refused,
+            p50_seconds: quantile(0.50),
+            p90_seconds: quantile(0.90),
+            p99_seconds: quantile(0.99),
+            max_seconds: quantile(1.0),
+        }
+    }
+
+    /// The inbound requests of `tgid` that completed since `since_ns`, as clients saw them.
+    pub fn impact_since(&self, tgid: u32, since_ns: u64) -> ClientImpact {
+        let mut impact = ClientImpact::default();
+        let recent = self.recent.iter().rev().take_while(|r| r.end_ns >= since_ns);
+        for r in recent.filter(|r| r.tgid == tgid && r.side == Side::Inbound) {
+            impact.requests += 1;
+            impact.refused += u64::from(r.refused);
+            let queue = r.queue_ns.unwrap_or(0);
+            impact.delayed_in_socket += u64::from(queue >= DELAYED_QUEUE_NS);
+            impact.max_socket_queue_seconds = impact.max_socket_queue_seconds.max(queue as f64 / 1e9);
+        }
+        impact
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_histograms_and_window_quantiles() {
+        let mut stats = RequestStats::default();
+        // 100 requests of 1..=100 ms, ending 10 ms apart, the last at 1 s.
+        for i in 1..=100u64 {
+            let status = if i % 10 == 0 { Some(503) } else { Some(200) };
+            stats.record("gw", 7, Side::Inbound, "GET", status, i * 1_000_000, i * 10_000_000, Some(1000));
+        }
+        assert_eq!(stats.counts[&("gw".to_owned(), Side::Inbound, "GET", "2xx")], 90);
+        assert_eq!(stats.counts[&("gw".to_owned(), Side::Inbound, "GET", "5xx")], 10);
+        assert_eq!(stats.durations[&("gw".to_owned(), Side::Inbound)].count(), 100);
+        assert_eq!(stats.socket_queue["gw"].sum_ns, 100_000);
+        let w = stats.window(7, Side::Inbound, 1_000_000_000);
+        assert_eq!((w.requests, w.refused), (100, 10));
+        assert!((w.p50_seconds - 0.050).abs() < 1e-9, "{w:?}");
+        assert!((w.p99_seconds - 0.099).abs() < 1e-9, "{w:?}");
+        assert!((w.per_second - 10.0).abs() < 1e-9);
+        assert_eq!(stats.window(7, Side::Outbound, 1_000_000_000), WindowSummary::default());
+        assert_eq!(stats.window(8, Side::Inbound, 1_000_000_000).requests, 0);
+        // 10.5 s later only the requests that ended in the last 10 s remain.
+        stats.expire(10_500_000_000);
+        assert_eq!(stats.window(7, Side::Inbound, 10_500_000_000).requests, 51);
+        let impact = stats.impact_since(7, 0);
+        assert_eq!((impact.requests, impact.refused, impact.delayed_in_socket), (51, 6, 0));
+        stats.record("gw", 7, Side::Inbound, "GET", None, 1, 10_600_000_000, Some(DELAYED_QUEUE_NS));
+        stats.record("gw", 8, Side::Inbound, "GET", None, 1, 10_600_000_000, Some(DELAYED_QUEUE_NS));
+        let impact = stats.impact_since(7, 10_550_000_000);
+        assert_eq!((impact.requests, impact.refused, impact.delayed_in_socket), (1, 1, 1));
+        assert!((impact.max_socket_queue_seconds - 0.010).abs() < 1e-12);
+    }
+
+    #[test]
+    fn status_classes() {
+        assert_eq!(status_class(Some(101)), "1xx");
+        assert_eq!(status_class(Some(404)), "4xx");
+        assert_eq!(status_class(Some(999)), "other");
+        assert_eq!(status_class(None), "none");
+    }
+
+    #[test]
+    fn log2_buckets_match_the_kernels() {
+        assert_eq!(log2_bucket(0), 0);
+        assert_eq!(log2_bucket(1), 1);
+        assert_eq!(log2_bucket(1023), 10);
+        assert_eq!(log2_bucket(1024), 11);
+    }
+}

@@ -1,0 +1,154 @@
+//! The tracker on socket records as the kernel sends them: a gateway serving a request while it
+//! calls an upstream, a hanging upstream, and connections whose handshake was not seen.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use super::*;
+use crate::socket_events::{ConnInfo, DataRecord, Opened, SocketRecord};
+
+const GW: u32 = u32::MAX - 7; // a pid that does not exist: its name is the number
+
+fn open(sk: u64, opened: Opened, tgid: Option<u32>, local: &str, remote: &str, ts: u64) -> SocketRecord {
+    SocketRecord::Open(ConnInfo { sk, tgid, opened, local: local.parse().unwrap(), remote: remote.parse().unwrap(), timestamp_ns: ts })
+}
+
+fn close(sk: u64, ts: u64) -> SocketRecord {
+    SocketRecord::Close(ConnInfo {
+        sk,
+        tgid: Some(GW),
+        opened: Opened::Unknown,
+        local: "0.0.0.0:0".parse().unwrap(),
+        remote: "0.0.0.0:0".parse().unwrap(),
+        timestamp_ns: ts,
+    })
+}
+
+fn data(sk: u64, read: bool, bytes: &[u8], ts: u64, queued: Option<u64>) -> SocketRecord {
+    SocketRecord::Data(DataRecord {
+        sk,
+        tid: GW + 1,
+        tgid: GW,
+        fd: 5,
+        read,
+        len: bytes.len() as u64,
+        timestamp_ns: ts,
+        queued_since_ns: queued,
+        head: bytes.to_vec(),
+        tail: bytes[bytes.len().saturating_sub(16)..].to_vec(),
+    })
+}
+
+const MS: u64 = 1_000_000;
+const REQUEST: &[u8] = b"GET /api/users?token=secret HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer abc\r\n\r\n";
+const UPSTREAM_REQUEST: &[u8] = b"GET /api/users HTTP/1.1\r\nHost: upstream\r\n\r\n";
+const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+
+/// Inbound request read at 100 ms (queued since 99 ms), upstream called at 101 ms and answering
+/// at 121 ms, response written at 122 ms.
+fn proxied_request(tracker: &mut RequestTracker) {
+    tracker.handle(open(1, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50000", 90 * MS));
+    tracker.handle(open(2, Opened::Connected, Some(GW), "127.0.0.1:40000", "10.0.0.1:80", 95 * MS));
+    tracker.handle(data(1, true, REQUEST, 100 * MS, Some(99 * MS)));
+    tracker.handle(data(2, false, UPSTREAM_REQUEST, 101 * MS, None));
+    tracker.handle(data(2, true, RESPONSE, 121 * MS, Some(120 * MS)));
+    tracker.handle(data(1, false, RESPONSE, 122 * MS, None));
+}
+
+#[test]
+fn a_proxied_request_is_counted_timed_and_explained() {
+    let mut tracker = RequestTracker::default();
+    proxied_request(&mut tracker);
+    let process = GW.to_string();
+    assert_eq!(tracker.stats.counts[&(process.clone(), Side::Inbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.stats.counts[&(process.clone(), Side::Outbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.stats.socket_queue[&process].sum_ns, MS);
+    let summary = &tracker.per_process(130 * MS)[&GW];
+    assert_eq!(summary.inbound.requests, 1);
+    assert!((summary.inbound.p50_seconds - 0.022).abs() < 1e-9, "{summary:?}");
+    assert!((summary.outbound.p50_seconds - 0.020).abs() < 1e-9, "{summary:?}");
+    assert_eq!(summary.in_flight, 0);
+    assert_eq!(summary.upstreams[0].peer, "10.0.0.1:80");
+    assert_eq!(summary.upstreams[0].outstanding, 0);
+
+    let slow = &tracker.slowest.list()[0];
+    assert_eq!(slow.path, "/api/users", "the query string is never kept");
+    let b = &slow.breakdown;
+    assert!((b.socket_queue_seconds.unwrap() - 0.001).abs() < 1e-9);
+    assert!((b.before_upstream_seconds.unwrap() - 0.001).abs() < 1e-9);
+    assert!((b.upstream_seconds.unwrap() - 0.020).abs() < 1e-9);
+    let json = serde_json::to_string(&tracker.slowest.list()).unwrap();
+    assert!(!json.contains("secret") && !json.contains("Bearer"), "no header values or query: {json}");
+}
+
+#[test]
+fn a_hanging_upstream_is_outstanding_with_a_growing_age() {
+    let mut tracker = RequestTracker::default();
+    tracker.handle(open(1, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50000", 0));
+    tracker.handle(open(2, Opened::Connected, Some(GW), "127.0.0.1:40000", "10.0.0.1:80", 0));
+    tracker.handle(data(1, true, REQUEST, 100 * MS, None));
+    tracker.handle(data(2, false, UPSTREAM_REQUEST, 101 * MS, None));
+    let early = &tracker.per_process(1_101 * MS)[&GW];
+    assert_eq!((early.in_flight, early.upstreams[0].outstanding), (1, 1));
+    assert!((early.upstreams[0].oldest_age_seconds - 1.0).abs() < 1e-9);
+    assert!((early.in_flight_oldest[0].age_seconds - 1.001).abs() < 1e-9);
+    assert_eq!(early.in_flight_oldest[0].thread, GW + 1);
+    let later = &tracker.per_process(5_101 * MS)[&GW];
+    assert!((later.upstreams[0].oldest_age_seconds - 5.0).abs() < 1e-9);
+
+    let mut e = Exposition::default();
+    tracker.render(&mut e, 5_101 * MS);
+    let text = e.finish();
+    let line = format!("gateway_observer_upstream_outstanding_requests{{process=\"{GW}\",peer=\"10.0.0.1:80\"}} 1");
+    assert!(text.contains(&line), "{text}");
+
+    // The upstream connection closes: the request ends with no response.
+    tracker.handle(close(2, 6_000 * MS));
+    assert_eq!(tracker.stats.counts[&(GW.to_string(), Side::Outbound, "GET", "none")], 1);
+    assert!(tracker.per_process(6_001 * MS)[&GW].upstreams.is_empty());
+}
+
+#[test]
+fn connections_older_than_the_daemon_take_their_side_from_the_listening_ports() {
+    let mut tracker = RequestTracker::default();
+    tracker.set_listen_ports(HashMap::from([(GW, BTreeSet::from([8080]))]));
+    tracker.handle(open(1, Opened::Unknown, Some(GW), "127.0.0.1:8080", "127.0.0.1:50000", 0));
+    tracker.handle(open(2, Opened::Unknown, Some(GW), "127.0.0.1:40000", "10.0.0.1:80", 0));
+    tracker.handle(data(1, true, REQUEST, 10 * MS, None));
+    tracker.handle(data(1, false, RESPONSE, 12 * MS, None));
+    tracker.handle(data(2, false, UPSTREAM_REQUEST, 13 * MS, None));
+    tracker.handle(data(2, true, RESPONSE, 14 * MS, None));
+    let process = GW.to_string();
+    assert_eq!(tracker.stats.counts[&(process.clone(), Side::Inbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.stats.counts[&(process, Side::Outbound, "GET", "2xx")], 1);
+}
+
+#[test]
+fn lost_handshakes_are_followed_from_their_bytes_or_counted() {
+    let mut tracker = RequestTracker::default();
+    tracker.handle(data(7, true, REQUEST, 10 * MS, None));
+    tracker.handle(data(7, false, RESPONSE, 11 * MS, None));
+    tracker.handle(data(8, true, b"\x16\x03\x01\x02\x00", 12 * MS, None));
+    assert_eq!(tracker.stats.counts[&(GW.to_string(), Side::Inbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.counts.unattributed_records, 1);
+}
+
+#[test]
+fn closed_connections_are_forgotten() {
+    let mut tracker = RequestTracker::default();
+    proxied_request(&mut tracker);
+    tracker.handle(close(1, 200 * MS));
+    tracker.handle(close(2, 200 * MS));
+    tracker.handle(close(3, 200 * MS)); // never seen: ignored
+    assert!(tracker.conns.is_empty());
+    tracker.retain_processes(&HashSet::new());
+    assert!(tracker.names.is_empty());
+}
+
+#[test]
+fn side_from_first_bytes() {
+    assert_eq!(side_from_bytes(true, b"GET / HTTP/1.1"), Some(Side::Inbound));
+    assert_eq!(side_from_bytes(false, b"POST /x HTTP/1.1"), Some(Side::Outbound));
+    assert_eq!(side_from_bytes(true, b"HTTP/1.1 200 OK"), Some(Side::Outbound));
+    assert_eq!(side_from_bytes(false, b"HTTP/1.1 200 OK"), None);
+    assert_eq!(side_from_bytes(true, b"*1\r\n$4\r\nPING"), None);
+}

@@ -1,0 +1,224 @@
+//! Socket ring-buffer bytes to typed records (connections opened and closed, data moved). Like
+//! `events`, it decodes byte slices and touches no kernel handle.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use gateway_observer_common::{
+    CONN_EVENT_SIZE, ConnEvent, DATA_EVENT_SIZE, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, conn_role, data_shape,
+    event_kind,
+};
+
+const AF_INET6: u16 = 10;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SocketRecord {
+    Open(ConnInfo),
+    Close(ConnInfo),
+    Data(DataRecord),
+}
+
+/// Who opened a connection, as the kernel saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opened {
+    /// Accepted on a port a target listens on.
+    Accepted,
+    /// Connected by a target.
+    Connected,
+    /// First seen moving data (it predates the daemon).
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// The kernel's `struct sock` address: the connection's identity while it lives.
+    pub sk: u64,
+    /// Owner, if known yet.
+    pub tgid: Option<u32>,
+    pub opened: Opened,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub timestamp_ns: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataRecord {
+    pub sk: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    pub fd: u32,
+    /// True for reads (the target received the bytes).
+    pub read: bool,
+    pub len: u64,
+    pub timestamp_ns: u64,
+    /// Reads: when the bytes first arrived in the socket.
+    pub queued_since_ns: Option<u64>,
+    pub head: Vec<u8>,
+    pub tail: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("socket event of {0} bytes is too short")]
+    Size(usize),
+    #[error("unknown socket event kind {0}")]
+    Kind(u32),
+}
+
+/// Decodes one record; the buffer need not be aligned.
+pub fn decode(bytes: &[u8]) -> Result<SocketRecord, DecodeError> {
+    let kind_bytes: [u8; 4] = bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or(DecodeError::Size(bytes.len()))?;
+    match u32::from_ne_bytes(kind_bytes) {
+        event_kind::SOCKET_DATA => {
+            let event: DataEvent = read_struct(bytes, DATA_EVENT_SIZE)?;
+            Ok(SocketRecord::Data(data_record(&event)))
+        }
+        kind @ (event_kind::SOCKET_OPEN | event_kind::SOCKET_CLOSE) => {
+            let event: ConnEvent = read_struct(bytes, CONN_EVENT_SIZE)?;
+            let info = conn_info(&event);
+            Ok(if kind == event_kind::SOCKET_OPEN { SocketRecord::Open(info) } else { SocketRecord::Close(info) })
+        }
+        other => Err(DecodeError::Kind(other)),
+    }
+}
+
+fn read_struct<T: Copy>(bytes: &[u8], size: usize) -> Result<T, DecodeError> {
+    if bytes.len() < size || size != std::mem::size_of::<T>() {
+        return Err(DecodeError::Size(bytes.len()));
+    }
+    // SAFETY: T is one of the common crate's repr(C) integer-only records (every bit pattern is
+    // valid) and the slice holds at least size_of::<T>() bytes; read_unaligned needs no alignment.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+fn data_record(event: &DataEvent) -> DataRecord {
+    let head_len = usize::from(event.head_len).min(DATA_HEAD_BYTES);
+    let tail_len = usize::from(event.tail_len).min(DATA_TAIL_BYTES);
+    DataRecord {
+        sk: event.sk,
+        tid: event.tid,
+        tgid: event.tgid,
+        fd: event.fd,
+        read: data_shape::is_read(event.shape),
+        len: event.len,
+        timestamp_ns: event.timestamp_ns,
+        queued_since_ns: (event.queued_since_ns != 0).then_some(event.queued_since_ns),
+        head: event.head[..head_len].to_vec(),
+        tail: event.tail[..tail_len].to_vec(),
+    }
+}
+
+fn conn_info(event: &ConnEvent) -> ConnInfo {
+    let ip = |raw: &[u8; 16]| -> IpAddr {
+        if event.family == AF_INET6 {
+            let v6 = Ipv6Addr::from(*raw);
+            // A v4 peer of a dual-stack socket reads better as v4.
+            v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+        } else {
+            IpAddr::V4(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]))
+        }
+    };
+    ConnInfo {
+        sk: event.sk,
+        tgid: (event.tgid != 0).then_some(event.tgid),
+        opened: match event.role {
+            conn_role::SERVER => Opened::Accepted,
+            conn_role::CLIENT => Opened::Connected,
+            _ => Opened::Unknown,
+        },
+        local: SocketAddr::new(ip(&event.local_addr), event.local_port),
+        remote: SocketAddr::new(ip(&event.remote_addr), event.remote_port),
+        timestamp_ns: event.timestamp_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes_of<T>(value: &T) -> Vec<u8> {
+        // SAFETY: the records are repr(C) integers with explicit padding.
+        unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), std::mem::size_of::<T>()) }.to_vec()
+    }
+
+    #[test]
+    fn data_event_keeps_only_the_valid_bytes() {
+        let mut head = [0u8; DATA_HEAD_BYTES];
+        head[..5].copy_from_slice(b"GET /");
+        let mut tail = [0u8; DATA_TAIL_BYTES];
+        tail[..2].copy_from_slice(b"\r\n");
+        let event = DataEvent {
+            kind: event_kind::SOCKET_DATA,
+            tid: 7,
+            tgid: 5,
+            fd: 9,
+            sk: 0xffff_8880_1234_5678,
+            timestamp_ns: 1000,
+            len: 700,
+            queued_since_ns: 900,
+            shape: data_shape::READ_BUF,
+            _pad: 0,
+            head_len: 5,
+            tail_len: 2,
+            _pad2: 0,
+            head,
+            tail,
+        };
+        let mut shifted = vec![0u8];
+        shifted.extend(bytes_of(&event));
+        let Ok(SocketRecord::Data(data)) = decode(&shifted[1..]) else { panic!("data record") };
+        assert_eq!(data.head, b"GET /");
+        assert_eq!(data.tail, b"\r\n");
+        assert!(data.read);
+        assert_eq!((data.len, data.queued_since_ns, data.tid), (700, Some(900), 7));
+    }
+
+    #[test]
+    fn lengths_past_the_arrays_are_clamped() {
+        let event = DataEvent {
+            kind: event_kind::SOCKET_DATA,
+            tid: 1, tgid: 1, fd: 1, sk: 1, timestamp_ns: 1, len: 1, queued_since_ns: 0,
+            shape: data_shape::WRITE_IOV, _pad: 0, head_len: 9999, tail_len: 9999, _pad2: 0,
+            head: [b'x'; DATA_HEAD_BYTES], tail: [b'y'; DATA_TAIL_BYTES],
+        };
+        let Ok(SocketRecord::Data(data)) = decode(&bytes_of(&event)) else { panic!("data record") };
+        assert_eq!((data.head.len(), data.tail.len()), (DATA_HEAD_BYTES, DATA_TAIL_BYTES));
+        assert!(!data.read);
+        assert_eq!(data.queued_since_ns, None);
+    }
+
+    #[test]
+    fn ipv4_and_mapped_ipv6_connections() {
+        let mut event = ConnEvent {
+            kind: event_kind::SOCKET_OPEN,
+            tgid: 0,
+            sk: 42,
+            role: conn_role::SERVER,
+            family: 2,
+            local_port: 8080,
+            remote_port: 51000,
+            ..ConnEvent::default()
+        };
+        event.local_addr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        event.remote_addr[..4].copy_from_slice(&[127, 0, 0, 2]);
+        let Ok(SocketRecord::Open(info)) = decode(&bytes_of(&event)) else { panic!("open record") };
+        assert_eq!(info.local, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(info.remote, "127.0.0.2:51000".parse().unwrap());
+        assert_eq!((info.tgid, info.opened), (None, Opened::Accepted));
+
+        event.kind = event_kind::SOCKET_CLOSE;
+        event.family = AF_INET6;
+        event.role = conn_role::CLIENT;
+        event.tgid = 3;
+        event.remote_addr = Ipv4Addr::new(10, 0, 0, 9).to_ipv6_mapped().octets();
+        let Ok(SocketRecord::Close(info)) = decode(&bytes_of(&event)) else { panic!("close record") };
+        assert_eq!(info.remote.ip(), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)));
+        assert_eq!((info.tgid, info.opened), (Some(3), Opened::Connected));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert_eq!(decode(&[1, 2]), Err(DecodeError::Size(2)));
+        assert_eq!(decode(&16u32.to_ne_bytes()), Err(DecodeError::Size(4)));
+        assert_eq!(decode(&99u32.to_ne_bytes()), Err(DecodeError::Kind(99)));
+    }
+}
