@@ -132,16 +132,23 @@ pub fn run(args: &[String]) -> Result<()> {
     result
 }
 
-fn bench(opts: &Options, gateway_bin: &Path, dir: &Path) -> Result<()> {
+/// The two proxies under test, running behind one upstream: pid (the process to observe) and port.
+pub(crate) struct Proxies {
+    pub(crate) gateway: (u32, u16),
+    pub(crate) nginx: (u32, u16),
+}
+
+/// Writes the configs into `dir`, starts the upstream nginx, the proxy nginx and
+/// reference-gateway (each with `workers` workers) into `procs`, and waits until all answer 200.
+pub(crate) fn start_proxies(dir: &Path, gateway_bin: &Path, workers: usize, procs: &mut Procs) -> Result<Proxies> {
     let (up_port, nginx_port, gw_port, admin_port) = (free_port()?, free_port()?, free_port()?, free_port()?);
-    let mut procs = Procs::default();
 
     let up_conf = dir.join("upstream.conf");
     std::fs::write(&up_conf, nginx_conf(dir, "upstream", 1, &format!(
         "server {{ listen 127.0.0.1:{up_port}; keepalive_requests 10000000; location / {{ return 200 \"ok\\n\"; }} }}"
     )))?;
     let proxy_conf = dir.join("proxy.conf");
-    std::fs::write(&proxy_conf, nginx_conf(dir, "proxy", opts.workers, &format!(
+    std::fs::write(&proxy_conf, nginx_conf(dir, "proxy", workers, &format!(
         r#"upstream backend {{ server 127.0.0.1:{up_port}; keepalive 64; keepalive_requests 10000000; }}
     server {{
         listen 127.0.0.1:{nginx_port} backlog=1024;
@@ -160,18 +167,26 @@ fn bench(opts: &Options, gateway_bin: &Path, dir: &Path) -> Result<()> {
     let gw_conf = dir.join("gateway.toml");
     std::fs::write(&gw_conf, format!(
         "[server]\nlisten = [\"127.0.0.1:{gw_port}\"]\nworkers = {}\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n[access_log]\noutput = \"off\"\n[upstreams.backend]\nservers = [\"127.0.0.1:{up_port}\"]\nkeepalive = 64\n[[routes]]\nupstream = \"backend\"\n",
-        opts.workers
+        workers
     ))?;
 
+    let mut nginx_pid = 0;
     for (name, conf) in [("upstream nginx", &up_conf), ("proxy nginx", &proxy_conf)] {
-        procs.spawn(name, Command::new("nginx").arg("-p").arg(dir).arg("-c").arg(conf).args(["-g", "daemon off;"])
+        nginx_pid = procs.spawn(name, Command::new("nginx").arg("-p").arg(dir).arg("-c").arg(conf).args(["-g", "daemon off;"])
             .stdout(Stdio::null()).stderr(Stdio::inherit()))?;
     }
-    procs.spawn("reference-gateway", Command::new(gateway_bin).arg("--config").arg(&gw_conf)
+    let gw_pid = procs.spawn("reference-gateway", Command::new(gateway_bin).arg("--config").arg(&gw_conf)
         .stdout(Stdio::null()).stderr(Stdio::null()))?;
     for (name, port) in [("upstream nginx", up_port), ("proxy nginx", nginx_port), ("reference-gateway", gw_port)] {
-        wait_ready(name, port, &mut procs)?;
+        wait_ready(name, port, procs)?;
     }
+    Ok(Proxies { gateway: (gw_pid, gw_port), nginx: (nginx_pid, nginx_port) })
+}
+
+fn bench(opts: &Options, gateway_bin: &Path, dir: &Path) -> Result<()> {
+    let mut procs = Procs::default();
+    let proxies = start_proxies(dir, gateway_bin, opts.workers, &mut procs)?;
+    let (gw_port, nginx_port) = (proxies.gateway.1, proxies.nginx.1);
 
     println!(
         "wrk -t{} -c{} -d{}s --latency, {} rounds, {} workers each, loopback upstream nginx (static 200)",
@@ -263,7 +278,7 @@ fn duration_ms(s: &str) -> Option<f64> {
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => f64::NAN,

@@ -23,9 +23,15 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         None => 5.0,
     };
     cargo(&["build", "--release", "-p", "gateway-observer", "-p", "tests", "--bins"])?;
+    with_bpf_stats(|| phases(seconds))
+}
+
+/// Runs `f` with kernel.bpf_stats_enabled=1 (the kernel then times every program run), and puts
+/// the previous value back afterwards, also when `f` fails.
+pub(crate) fn with_bpf_stats<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     let previous = std::fs::read_to_string(STATS_SYSCTL).context("cannot read bpf_stats_enabled (root?)")?;
     std::fs::write(STATS_SYSCTL, "1").context("cannot enable kernel.bpf_stats_enabled (run as root)")?;
-    let result = phases(seconds);
+    let result = f();
     let _ = std::fs::write(STATS_SYSCTL, previous.trim());
     result
 }
@@ -88,7 +94,7 @@ fn floor(observer: &std::path::Path, load: &std::path::Path, seconds: f64) -> an
     Ok(stats)
 }
 
-type Stats = BTreeMap<String, (f64, f64)>; // program → (run seconds, runs)
+pub(crate) type Stats = BTreeMap<String, (f64, f64)>; // program → (run seconds, runs)
 
 /// Waits for the daemon, then takes program stats twice, `window` seconds apart.
 fn measure(port: u16, window: f64) -> anyhow::Result<(Stats, f64)> {
@@ -118,6 +124,11 @@ fn measure(port: u16, window: f64) -> anyhow::Result<(Stats, f64)> {
 
 fn program_stats(port: u16) -> anyhow::Result<Stats> {
     let (_, body) = scrape(port, "/metrics").context("scrape /metrics")?;
+    Ok(parse_program_stats(&body))
+}
+
+/// Every program the daemon reports, whatever its name, from a /metrics body.
+pub(crate) fn parse_program_stats(body: &str) -> Stats {
     let mut stats = Stats::new();
     for line in body.lines() {
         for (metric, is_time) in
@@ -130,7 +141,7 @@ fn program_stats(port: u16) -> anyhow::Result<Stats> {
             if is_time { entry.0 = value } else { entry.1 = value }
         }
     }
-    Ok(stats)
+    stats
 }
 
 fn print_table(rows: &[(&str, Stats, f64)]) {
@@ -169,7 +180,7 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn scrape(port: u16, path: &str) -> Option<(u16, String)> {
+pub(crate) fn scrape(port: u16, path: &str) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).ok()?;

@@ -6,7 +6,7 @@
 //! Every child is stopped on exit (SIGTERM, then SIGKILL), also on error and Ctrl-C, through
 //! `Procs`' Drop; load and fault threads stop through their own Drops first.
 
-mod net;
+pub(crate) mod net;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,15 +1,19 @@
-//! `cargo xtask setup | build | test | bench probes | demo`: the project's own commands. Each installs
-//! what it needs first, so a fresh machine goes from clone to green with `cargo xtask test`.
+//! `cargo xtask setup | build | test | bench probes|gateway|overhead | demo`: the project's own
+//! commands. Each installs what it needs first, so a fresh machine goes from clone to green with
+//! `cargo xtask test`.
 
 mod bench_gateway;
+mod bench_overhead;
 mod bench_probes;
 mod demo;
+mod fuzz;
+mod loadgen;
 mod setup;
 mod util;
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build | test | bench probes [--seconds N] | bench gateway [--rounds N] | demo [--phase-seconds N] [--keep]>";
+const USAGE: &str = "usage: cargo xtask <setup | build | test | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--rounds N] [--duration S] [--rate R] [--connections N] [--gateway reference|nginx|both] | demo [--phase-seconds N] [--keep]>";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -24,6 +28,10 @@ fn main() -> anyhow::Result<()> {
             setup::run()?;
             test(rest)
         }
+        Some("fuzz") => {
+            setup::run()?;
+            fuzz::run(rest)
+        }
         Some("demo") => {
             demo::require_root()?;
             setup::run()?;
@@ -34,6 +42,7 @@ fn main() -> anyhow::Result<()> {
             match rest.first().map(String::as_str) {
                 Some("probes") => bench_probes::run(&rest[1..]),
                 Some("gateway") => bench_gateway::run(&rest[1..]),
+                Some("overhead") => bench_overhead::run(&rest[1..]),
                 _ => bail!("{USAGE}"),
             }
         }
@@ -47,10 +56,15 @@ fn build() -> anyhow::Result<()> {
 
 /// Builds the binaries the end-to-end tests start, then runs every test of the default members
 /// (all but the kernel crate, which only builds for the BPF target).
-/// Extra arguments go to `cargo test` (e.g. a test name filter).
+/// Extra arguments go to `cargo test` (e.g. a test name filter). Then fuzzes the HTTP parser for
+/// `FUZZ_SECONDS` (default 30; 0 skips it).
 fn test(extra: &[String]) -> anyhow::Result<()> {
     build()?;
     let mut args = vec!["test"];
     args.extend(extra.iter().map(String::as_str));
-    util::cargo(&args).context("tests failed")
+    util::cargo(&args).context("tests failed")?;
+    match fuzz::seconds_from_env()? {
+        0 => Ok(()),
+        seconds => fuzz::fuzz(seconds),
+    }
 }

@@ -14,10 +14,10 @@ use anyhow::{Context as _, Result, bail};
 
 const MAX_BODY: usize = 16 << 20;
 
-pub(super) struct Response {
+pub(crate) struct Response {
     pub status: u16,
     pub body: String,
-    keep_alive: bool,
+    pub(crate) keep_alive: bool,
 }
 
 fn loopback(port: u16) -> SocketAddr {
@@ -29,7 +29,7 @@ fn invalid(what: &str) -> io::Error {
 }
 
 /// Reads one response: Content-Length, chunked, or close-delimited bodies.
-fn read_response(r: &mut impl BufRead) -> io::Result<Response> {
+pub(crate) fn read_response(r: &mut impl BufRead) -> io::Result<Response> {
     let mut line = String::new();
     if r.read_line(&mut line)? == 0 {
         return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed before a response"));
@@ -112,7 +112,7 @@ pub(super) fn request(port: u16, method: &str, path: &str, body: &str, timeout: 
 
 /// Polls `GET path` until it answers 200, failing after `within` or when `alive` fails (a child
 /// that exited) or `interrupted` says so.
-pub(super) fn wait_http_200(
+pub(crate) fn wait_http_200(
     name: &str,
     port: u16,
     path: &str,
