@@ -30,6 +30,9 @@ pub struct Config {
     pub alertmanager: Option<String>,
     /// Thread-name patterns that add or remove event loops.
     pub event_loops: EventLoopPatterns,
+    /// The daemon's nice value: by default it yields the CPU to the gateways it watches, so
+    /// its bursts of decoding do not show in their tail latency.
+    pub nice: i32,
 }
 
 /// `[event_loops]`: `include` names threads that are event loops even before they are seen
@@ -53,6 +56,7 @@ impl Default for Config {
             busy_iteration: Duration::from_millis(100),
             alertmanager: None,
             event_loops: EventLoopPatterns::default(),
+            nice: 10,
         }
     }
 }
@@ -105,6 +109,9 @@ impl Config {
         }
         if self.busy_iteration < Duration::from_millis(1) {
             return Err(ConfigError::Invalid(format!("busy_iteration {:?} is below 1ms", self.busy_iteration)));
+        }
+        if !(-20..=19).contains(&self.nice) {
+            return Err(ConfigError::Invalid(format!("nice {} is outside -20..=19", self.nice)));
         }
         if !(16..=1 << 20).contains(&self.max_threads) {
             return Err(ConfigError::Invalid(format!("max_threads {} is outside 16..=1048576", self.max_threads)));

@@ -34,6 +34,7 @@ fn main() -> ExitCode {
                 Ok(config) => config,
                 Err(err) => return fail(&err),
             };
+            run::set_nice(config.nice);
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime,
                 Err(err) => {

@@ -10,11 +10,12 @@ use gateway_observer_common::{
 
 const AF_INET6: u16 = 10;
 
+/// A decoded record; data records borrow their bytes from the ring buffer (no copy per record).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SocketRecord {
+pub enum SocketRecord<'a> {
     Open(ConnInfo),
     Close(ConnInfo),
-    Data(DataRecord),
+    Data(DataRecord<'a>),
 }
 
 /// Who opened a connection, as the kernel saw it.
@@ -41,7 +42,7 @@ pub struct ConnInfo {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DataRecord {
+pub struct DataRecord<'a> {
     pub sk: u64,
     pub tid: u32,
     pub tgid: u32,
@@ -52,8 +53,8 @@ pub struct DataRecord {
     pub timestamp_ns: u64,
     /// Reads: when the bytes first arrived in the socket.
     pub queued_since_ns: Option<u64>,
-    pub head: Vec<u8>,
-    pub tail: Vec<u8>,
+    pub head: &'a [u8],
+    pub tail: &'a [u8],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,12 +66,12 @@ pub enum DecodeError {
 }
 
 /// Decodes one record; the buffer need not be aligned.
-pub fn decode(bytes: &[u8]) -> Result<SocketRecord, DecodeError> {
+pub fn decode(bytes: &[u8]) -> Result<SocketRecord<'_>, DecodeError> {
     let kind_bytes: [u8; 4] = bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or(DecodeError::Size(bytes.len()))?;
     match u32::from_ne_bytes(kind_bytes) {
         event_kind::SOCKET_DATA => {
             let event: DataEvent = read_struct(bytes, DATA_EVENT_SIZE)?;
-            Ok(SocketRecord::Data(data_record(&event)))
+            Ok(SocketRecord::Data(data_record(&event, bytes)))
         }
         kind @ (event_kind::SOCKET_OPEN | event_kind::SOCKET_CLOSE) => {
             let event: ConnEvent = read_struct(bytes, CONN_EVENT_SIZE)?;
@@ -90,9 +91,12 @@ fn read_struct<T: Copy>(bytes: &[u8], size: usize) -> Result<T, DecodeError> {
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
-fn data_record(event: &DataEvent) -> DataRecord {
+/// The record's fields, with head and tail borrowed from `bytes` (which holds the whole event).
+fn data_record<'a>(event: &DataEvent, bytes: &'a [u8]) -> DataRecord<'a> {
     let head_len = usize::from(event.head_len).min(DATA_HEAD_BYTES);
     let tail_len = usize::from(event.tail_len).min(DATA_TAIL_BYTES);
+    let head_at = std::mem::offset_of!(DataEvent, head);
+    let tail_at = std::mem::offset_of!(DataEvent, tail);
     DataRecord {
         sk: event.sk,
         tid: event.tid,
@@ -102,8 +106,8 @@ fn data_record(event: &DataEvent) -> DataRecord {
         len: event.len,
         timestamp_ns: event.timestamp_ns,
         queued_since_ns: (event.queued_since_ns != 0).then_some(event.queued_since_ns),
-        head: event.head[..head_len].to_vec(),
-        tail: event.tail[..tail_len].to_vec(),
+        head: &bytes[head_at..head_at + head_len],
+        tail: &bytes[tail_at..tail_at + tail_len],
     }
 }
 
@@ -180,7 +184,8 @@ mod tests {
             shape: data_shape::WRITE_IOV, _pad: 0, head_len: 9999, tail_len: 9999, _pad2: 0,
             head: [b'x'; DATA_HEAD_BYTES], tail: [b'y'; DATA_TAIL_BYTES],
         };
-        let Ok(SocketRecord::Data(data)) = decode(&bytes_of(&event)) else { panic!("data record") };
+        let bytes = bytes_of(&event);
+        let Ok(SocketRecord::Data(data)) = decode(&bytes) else { panic!("data record") };
         assert_eq!((data.head.len(), data.tail.len()), (DATA_HEAD_BYTES, DATA_TAIL_BYTES));
         assert!(!data.read);
         assert_eq!(data.queued_since_ns, None);

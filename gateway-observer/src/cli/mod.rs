@@ -55,6 +55,9 @@ pub struct RunArgs {
     /// Push alerts to this Alertmanager (v2 API), e.g. http://127.0.0.1:9093.
     #[arg(long, value_name = "URL")]
     pub alertmanager: Option<String>,
+    /// The daemon's nice value, -20..19 [default: 10: the gateways come first].
+    #[arg(long, allow_hyphen_values = true)]
+    pub nice: Option<i32>,
 }
 
 #[cfg(test)]

@@ -63,6 +63,9 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
     if let Some(url) = &args.alertmanager {
         config.alertmanager = Some(url.clone());
     }
+    if let Some(nice) = args.nice {
+        config.nice = nice;
+    }
     config.validate().map_err(|e| RunError::Usage(e.to_string()))?;
     if config.targets.is_empty() {
         return Err(RunError::Usage("no target: pass --target pid=N or --target comm=NAME".into()));
@@ -128,6 +131,14 @@ fn alert_metrics(book: &AlertBook) -> String {
         e.sample(name, &labels, f64::from(u8::from(alert.state() == AlertState::Firing)));
     }
     e.finish()
+}
+
+/// Sets the daemon's nice value. Called before any other thread starts: threads inherit it.
+pub fn set_nice(nice: i32) {
+    // SAFETY: setpriority with constant arguments; it only changes this process's priority.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
+        eprintln!("gateway-observer: cannot set nice {nice}: {}", std::io::Error::last_os_error());
+    }
 }
 
 pub async fn run(config: Config) -> Result<(), RunError> {

@@ -12,6 +12,7 @@ pub mod stats;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -52,13 +53,13 @@ pub struct TrackerCounts {
 pub struct RequestTracker {
     conns: HashMap<u64, Tracked>,
     listen_ports: HashMap<u32, BTreeSet<u16>>,
-    names: HashMap<u32, String>,
+    names: HashMap<u32, Arc<str>>,
     peers: PeerLabels,
     pub stats: RequestStats,
     pub slowest: Slowest,
     pub counts: TrackerCounts,
     /// Bytes of connections that turned out not to speak HTTP/1.x, by process (closed ones).
-    non_http_bytes: BTreeMap<String, u64>,
+    non_http_bytes: BTreeMap<Arc<str>, u64>,
     scratch: Vec<Exchange>,
 }
 
@@ -164,7 +165,7 @@ impl RequestTracker {
     fn data(&mut self, data: &DataRecord) {
         if !self.conns.contains_key(&data.sk) {
             // Its open was lost: follow it if the bytes tell its side.
-            let Some(side) = side_from_bytes(data.read, &data.head) else {
+            let Some(side) = side_from_bytes(data.read, data.head) else {
                 self.counts.unattributed_records += 1;
                 return;
             };
@@ -177,12 +178,12 @@ impl RequestTracker {
         }
         self.names
             .entry(data.tgid)
-            .or_insert_with(|| crate::procfs::comm(data.tgid).unwrap_or_else(|| data.tgid.to_string()));
+            .or_insert_with(|| Arc::from(crate::procfs::comm(data.tgid).unwrap_or_else(|| data.tgid.to_string())));
         let Some(conn) = self.conns.get_mut(&data.sk) else { return };
         conn.tgid = Some(data.tgid);
         conn.last_active_ns = data.timestamp_ns;
         if conn.side.is_none() {
-            conn.side = side_from_bytes(data.read, &data.head);
+            conn.side = side_from_bytes(data.read, data.head);
             conn.http = conn.side.map(new_connection);
         }
         let Some(http) = conn.http.as_mut() else {
@@ -193,8 +194,8 @@ impl RequestTracker {
             ts_ns: data.timestamp_ns,
             tid: data.tid,
             len: data.len,
-            head: &data.head,
-            tail: &data.tail,
+            head: data.head,
+            tail: data.tail,
             queued_since_ns: data.queued_since_ns,
         };
         let direction = if data.read { Direction::Read } else { Direction::Write };
@@ -230,8 +231,8 @@ impl RequestTracker {
     }
 
     /// The process's name, read from /proc when its first data record arrived.
-    fn process_name(&self, tgid: u32) -> String {
-        self.names.get(&tgid).cloned().unwrap_or_else(|| tgid.to_string())
+    fn process_name(&self, tgid: u32) -> Arc<str> {
+        self.names.get(&tgid).cloned().unwrap_or_else(|| Arc::from(tgid.to_string()))
     }
 
     fn finished(&mut self, tgid: u32, side: Option<Side>, peer: Option<&str>, exchange: &Exchange) {
@@ -357,21 +358,21 @@ impl RequestTracker {
         let name = "gateway_observer_http_requests_total";
         e.family(name, "counter", "HTTP/1.x requests seen on targets' sockets, by direction (inbound: served; outbound: sent upstream), method and status class.");
         for ((process, side, method, class), count) in &self.stats.counts {
-            let labels = [("process", process.as_str()), ("direction", side.as_str()), ("method", method), ("status_class", class)];
+            let labels = [("process", &**process), ("direction", side.as_str()), ("method", method), ("status_class", class)];
             e.sample(name, &labels, *count as f64);
         }
         let name = "gateway_observer_http_request_duration_seconds";
         e.family(name, "histogram", "From a request's first byte read (inbound) or written (outbound) to its response's last byte.");
         for ((process, side), hist) in &self.stats.durations {
-            e.histogram(name, &[("process", process.as_str()), ("direction", side.as_str())], hist);
+            e.histogram(name, &[("process", process), ("direction", side.as_str())], hist);
         }
         let name = "gateway_observer_http_socket_queue_seconds";
         e.family(name, "histogram", "How long inbound requests' first bytes waited in the socket before the gateway read them.");
         for (process, hist) in &self.stats.socket_queue {
-            e.histogram(name, &[("process", process.as_str())], hist);
+            e.histogram(name, &[("process", process)], hist);
         }
         let upstreams = self.upstreams(now_ns);
-        let label = |tgid: &u32, peer: &UpstreamPeer| [("process", self.process_name(*tgid)), ("peer", peer.peer.clone())];
+        let label = |tgid: &u32, peer: &UpstreamPeer| [("process", self.process_name(*tgid).to_string()), ("peer", peer.peer.clone())];
         let name = "gateway_observer_upstream_outstanding_requests";
         e.family(name, "gauge", "Requests written to an upstream peer whose response is not complete.");
         for (tgid, peer) in upstreams.iter().flat_map(|(tgid, peers)| peers.iter().map(move |p| (tgid, p))) {
@@ -387,7 +388,7 @@ impl RequestTracker {
         let name = "gateway_observer_http_non_http_bytes_total";
         e.family(name, "counter", "Bytes on targets' TCP connections that were not HTTP/1.x (TLS, other protocols), from closed connections.");
         for (process, bytes) in &self.non_http_bytes {
-            e.sample(name, &[("process", process.as_str())], *bytes as f64);
+            e.sample(name, &[("process", process)], *bytes as f64);
         }
         let name = "gateway_observer_http_connections";
         e.family(name, "gauge", "TCP connections of targets followed now.");

@@ -3,6 +3,7 @@
 //! exact quantiles.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use crate::sinks::prometheus::Log2Histogram;
 
@@ -85,12 +86,13 @@ pub struct WindowSummary {
 
 #[derive(Debug, Default)]
 pub struct RequestStats {
-    /// (process, side, method, status class) → requests.
-    pub counts: BTreeMap<(String, Side, &'static str, &'static str), u64>,
+    /// (process, side, method, status class) → requests. Process names are shared (`Arc`), so
+    /// counting a request allocates nothing.
+    pub counts: BTreeMap<(Arc<str>, Side, &'static str, &'static str), u64>,
     /// (process, side) → latency histogram.
-    pub durations: BTreeMap<(String, Side), Log2Histogram>,
+    pub durations: BTreeMap<(Arc<str>, Side), Log2Histogram>,
     /// process → how long inbound requests waited in the socket before the gateway read them.
-    pub socket_queue: BTreeMap<String, Log2Histogram>,
+    pub socket_queue: BTreeMap<Arc<str>, Log2Histogram>,
     recent: VecDeque<Recent>,
 }
 
@@ -108,7 +110,7 @@ impl RequestStats {
     #[allow(clippy::too_many_arguments)]
     pub fn record(
         &mut self,
-        process: &str,
+        process: &Arc<str>,
         tgid: u32,
         side: Side,
         method: &'static str,
@@ -117,10 +119,10 @@ impl RequestStats {
         end_ns: u64,
         queue_ns: Option<u64>,
     ) {
-        *self.counts.entry((process.to_owned(), side, method, status_class(status))).or_default() += 1;
-        observe(self.durations.entry((process.to_owned(), side)).or_default(), duration_ns);
+        *self.counts.entry((process.clone(), side, method, status_class(status))).or_default() += 1;
+        observe(self.durations.entry((process.clone(), side)).or_default(), duration_ns);
         if let Some(queue) = queue_ns {
-            observe(self.socket_queue.entry(process.to_owned()).or_default(), queue);
+            observe(self.socket_queue.entry(process.clone()).or_default(), queue);
         }
         if self.recent.len() == MAX_RECENT {
             self.recent.pop_front();
@@ -187,15 +189,16 @@ mod tests {
     #[test]
     fn counts_histograms_and_window_quantiles() {
         let mut stats = RequestStats::default();
+        let gw: Arc<str> = Arc::from("gw");
         // 100 requests of 1..=100 ms, ending 10 ms apart, the last at 1 s.
         for i in 1..=100u64 {
             let status = if i % 10 == 0 { Some(503) } else { Some(200) };
-            stats.record("gw", 7, Side::Inbound, "GET", status, i * 1_000_000, i * 10_000_000, Some(1000));
+            stats.record(&gw, 7, Side::Inbound, "GET", status, i * 1_000_000, i * 10_000_000, Some(1000));
         }
-        assert_eq!(stats.counts[&("gw".to_owned(), Side::Inbound, "GET", "2xx")], 90);
-        assert_eq!(stats.counts[&("gw".to_owned(), Side::Inbound, "GET", "5xx")], 10);
-        assert_eq!(stats.durations[&("gw".to_owned(), Side::Inbound)].count(), 100);
-        assert_eq!(stats.socket_queue["gw"].sum_ns, 100_000);
+        assert_eq!(stats.counts[&(gw.clone(), Side::Inbound, "GET", "2xx")], 90);
+        assert_eq!(stats.counts[&(gw.clone(), Side::Inbound, "GET", "5xx")], 10);
+        assert_eq!(stats.durations[&(gw.clone(), Side::Inbound)].count(), 100);
+        assert_eq!(stats.socket_queue[&gw].sum_ns, 100_000);
         let w = stats.window(7, Side::Inbound, 1_000_000_000);
         assert_eq!((w.requests, w.refused), (100, 10));
         assert!((w.p50_seconds - 0.050).abs() < 1e-9, "{w:?}");
@@ -208,8 +211,8 @@ mod tests {
         assert_eq!(stats.window(7, Side::Inbound, 10_500_000_000).requests, 51);
         let impact = stats.impact_since(7, 0);
         assert_eq!((impact.requests, impact.refused, impact.delayed_in_socket), (51, 6, 0));
-        stats.record("gw", 7, Side::Inbound, "GET", None, 1, 10_600_000_000, Some(DELAYED_QUEUE_NS));
-        stats.record("gw", 8, Side::Inbound, "GET", None, 1, 10_600_000_000, Some(DELAYED_QUEUE_NS));
+        stats.record(&gw, 7, Side::Inbound, "GET", None, 1, 10_600_000_000, Some(DELAYED_QUEUE_NS));
+        stats.record(&gw, 8, Side::Inbound, "GET", None, 1, 10_600_000_000, Some(DELAYED_QUEUE_NS));
         let impact = stats.impact_since(7, 10_550_000_000);
         assert_eq!((impact.requests, impact.refused, impact.delayed_in_socket), (1, 1, 1));
         assert!((impact.max_socket_queue_seconds - 0.010).abs() < 1e-12);

@@ -8,11 +8,11 @@ use crate::socket_events::{ConnInfo, DataRecord, Opened, SocketRecord};
 
 const GW: u32 = u32::MAX - 7; // a pid that does not exist: its name is the number
 
-fn open(sk: u64, opened: Opened, tgid: Option<u32>, local: &str, remote: &str, ts: u64) -> SocketRecord {
+fn open(sk: u64, opened: Opened, tgid: Option<u32>, local: &str, remote: &str, ts: u64) -> SocketRecord<'static> {
     SocketRecord::Open(ConnInfo { sk, tgid, opened, local: local.parse().unwrap(), remote: remote.parse().unwrap(), timestamp_ns: ts })
 }
 
-fn close(sk: u64, ts: u64) -> SocketRecord {
+fn close(sk: u64, ts: u64) -> SocketRecord<'static> {
     SocketRecord::Close(ConnInfo {
         sk,
         tgid: Some(GW),
@@ -23,7 +23,7 @@ fn close(sk: u64, ts: u64) -> SocketRecord {
     })
 }
 
-fn data(sk: u64, read: bool, bytes: &[u8], ts: u64, queued: Option<u64>) -> SocketRecord {
+fn data(sk: u64, read: bool, bytes: &[u8], ts: u64, queued: Option<u64>) -> SocketRecord<'_> {
     SocketRecord::Data(DataRecord {
         sk,
         tid: GW + 1,
@@ -33,8 +33,8 @@ fn data(sk: u64, read: bool, bytes: &[u8], ts: u64, queued: Option<u64>) -> Sock
         len: bytes.len() as u64,
         timestamp_ns: ts,
         queued_since_ns: queued,
-        head: bytes.to_vec(),
-        tail: bytes[bytes.len().saturating_sub(16)..].to_vec(),
+        head: bytes,
+        tail: &bytes[bytes.len().saturating_sub(16)..],
     })
 }
 
@@ -58,7 +58,7 @@ fn proxied_request(tracker: &mut RequestTracker) {
 fn a_proxied_request_is_counted_timed_and_explained() {
     let mut tracker = RequestTracker::default();
     proxied_request(&mut tracker);
-    let process = GW.to_string();
+    let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
     assert_eq!(tracker.stats.counts[&(process.clone(), Side::Inbound, "GET", "2xx")], 1);
     assert_eq!(tracker.stats.counts[&(process.clone(), Side::Outbound, "GET", "2xx")], 1);
     assert_eq!(tracker.stats.socket_queue[&process].sum_ns, MS);
@@ -103,7 +103,7 @@ fn a_hanging_upstream_is_outstanding_with_a_growing_age() {
 
     // The upstream connection closes: the request ends with no response.
     tracker.handle(close(2, 6_000 * MS));
-    assert_eq!(tracker.stats.counts[&(GW.to_string(), Side::Outbound, "GET", "none")], 1);
+    assert_eq!(tracker.stats.counts[&(std::sync::Arc::from(GW.to_string()), Side::Outbound, "GET", "none")], 1);
     assert!(tracker.per_process(6_001 * MS)[&GW].upstreams.is_empty());
 }
 
@@ -117,7 +117,7 @@ fn connections_older_than_the_daemon_take_their_side_from_the_listening_ports() 
     tracker.handle(data(1, false, RESPONSE, 12 * MS, None));
     tracker.handle(data(2, false, UPSTREAM_REQUEST, 13 * MS, None));
     tracker.handle(data(2, true, RESPONSE, 14 * MS, None));
-    let process = GW.to_string();
+    let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
     assert_eq!(tracker.stats.counts[&(process.clone(), Side::Inbound, "GET", "2xx")], 1);
     assert_eq!(tracker.stats.counts[&(process, Side::Outbound, "GET", "2xx")], 1);
 }
@@ -128,7 +128,7 @@ fn lost_handshakes_are_followed_from_their_bytes_or_counted() {
     tracker.handle(data(7, true, REQUEST, 10 * MS, None));
     tracker.handle(data(7, false, RESPONSE, 11 * MS, None));
     tracker.handle(data(8, true, b"\x16\x03\x01\x02\x00", 12 * MS, None));
-    assert_eq!(tracker.stats.counts[&(GW.to_string(), Side::Inbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.stats.counts[&(std::sync::Arc::from(GW.to_string()), Side::Inbound, "GET", "2xx")], 1);
     assert_eq!(tracker.counts.unattributed_records, 1);
 }
 
