@@ -1,9 +1,10 @@
-//! `cargo xtask setup | build | test | bench probes|gateway|overhead | demo`: the project's own
+//! `cargo xtask setup | build | test | bench probes|gateway|overhead|parser | demo`: the project's own
 //! commands. Each installs what it needs first, so a fresh machine goes from clone to green with
 //! `cargo xtask test`.
 
 mod bench_gateway;
 mod bench_overhead;
+mod bench_parser;
 mod bench_probes;
 mod demo;
 mod fuzz;
@@ -13,7 +14,7 @@ mod util;
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build | test | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--rounds N] [--duration S] [--rate R] [--connections N] [--gateway reference|nginx|both] | demo [--phase-seconds N] [--keep]>";
+const USAGE: &str = "usage: cargo xtask <setup | build | test | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--rounds N] [--duration S] [--rate R] [--connections N] [--gateway reference|nginx|both] | bench parser | demo [--phase-seconds N] [--keep]>";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -43,6 +44,7 @@ fn main() -> anyhow::Result<()> {
                 Some("probes") => bench_probes::run(&rest[1..]),
                 Some("gateway") => bench_gateway::run(&rest[1..]),
                 Some("overhead") => bench_overhead::run(&rest[1..]),
+                Some("parser") => bench_parser::run(&rest[1..]),
                 _ => bail!("{USAGE}"),
             }
         }

@@ -111,15 +111,49 @@ impl Accumulated {
         if self.name_overflow {
             return HeaderKind::Other;
         }
-        match self.name.get(..usize::from(self.name_len)).unwrap_or_default() {
-            b"content-length" => HeaderKind::ContentLength,
-            b"transfer-encoding" => HeaderKind::TransferEncoding,
-            b"connection" => HeaderKind::Connection,
-            b"upgrade" => HeaderKind::Upgrade,
-            _ => HeaderKind::Other,
+        header_kind(self.name.get(..usize::from(self.name_len)).unwrap_or_default())
+    }
+
+    /// A whole header line at the start of `bytes` (name, colon, value, LF) or a whole obs-fold
+    /// continuation line, taken in one go without copying the name. Returns its length, or 0 when
+    /// `bytes` hold no whole line or it is not well-formed: the per-byte state machine then takes
+    /// it (carrying a line cut by a segment end over to the next, in its fixed-size fields) and
+    /// reports what is wrong.
+    pub(super) fn header_line(&mut self, bytes: &[u8]) -> usize {
+        let Some(lf) = find_lf(bytes) else { return 0 };
+        let line = bytes.get(..lf).unwrap_or_default();
+        match line.first() {
+            Some(b' ' | b'\t') => return lf + 1,
+            Some(&b) if is_tchar(b) => {}
+            _ => return 0,
+        }
+        let colon = line.iter().position(|&b| !is_tchar(b)).unwrap_or(line.len());
+        let (name, value) = line.split_at(colon);
+        let Some((b':', value)) = value.split_first() else { return 0 };
+        self.header = header_kind(name);
+        // Other headers leave nothing to finish: their values are never read.
+        if self.header != HeaderKind::Other {
+            self.value_bytes(value);
+            self.finish_value();
+        }
+        lf + 1
+    }
+
+    /// [`Self::value_byte`] over each byte of `value` but CR, the header's kind matched once.
+    fn value_bytes(&mut self, value: &[u8]) {
+        match self.header {
+            HeaderKind::Other | HeaderKind::Upgrade => {}
+            HeaderKind::ContentLength | HeaderKind::TransferEncoding | HeaderKind::Connection => {
+                for &b in value {
+                    if b != b'\r' {
+                        self.value_byte(b);
+                    }
+                }
+            }
         }
     }
 
+    #[inline]
     pub(super) fn value_byte(&mut self, b: u8) {
         match self.header {
             HeaderKind::Other | HeaderKind::Upgrade => {}
@@ -151,6 +185,98 @@ impl Accumulated {
                 },
             },
         }
+    }
+
+    /// A whole request line but its LF at the start of `bytes` (`METHOD SP target SP HTTP/1.x`
+    /// and a CR if one follows), for a message with nothing accumulated yet. Returns its length,
+    /// or 0 (nothing taken) when `bytes` do not hold it whole and well-formed.
+    pub(super) fn request_line(&mut self, bytes: &[u8]) -> usize {
+        let Some(sp) = bytes.iter().take(MAX_METHOD + 1).position(|&b| !is_method_byte(b)) else { return 0 };
+        let (method, rest) = bytes.split_at(sp);
+        let Some(rest) = rest.strip_prefix(b" ") else { return 0 };
+        let Some(sp) = rest.iter().position(|&b| b <= b' ' || b == 0x7f) else { return 0 };
+        let (target, rest) = rest.split_at(sp);
+        let version = rest.strip_prefix(b" ").and_then(|v| v.get(..VERSION_PREFIX.len() + 1)).unwrap_or_default();
+        if method.is_empty() || target.is_empty() || !is_version(version) {
+            return 0;
+        }
+        self.method_run(method);
+        self.target_run(target);
+        let taken = method.len() + target.len() + version.len() + 2;
+        if bytes.get(taken) == Some(&b'\r') { taken + 1 } else { taken }
+    }
+
+    /// `HTTP/1.x SP` and a three-digit status code and the space or CR after it, at the start of
+    /// `bytes`, for a message with nothing accumulated yet. Returns its length, or 0 (nothing
+    /// taken) when `bytes` do not hold it whole and well-formed.
+    pub(super) fn status_line(&mut self, bytes: &[u8]) -> usize {
+        let Some(line) = bytes.get(..VERSION_PREFIX.len() + 6) else { return 0 };
+        let (version, rest) = line.split_at(VERSION_PREFIX.len() + 1);
+        let [b' ', d0 @ b'1'..=b'9', d1 @ b'0'..=b'9', d2 @ b'0'..=b'9', b' ' | b'\r'] = *rest else { return 0 };
+        if !is_version(version) {
+            return 0;
+        }
+        self.status = u16::from(d0 - b'0') * 100 + u16::from(d1 - b'0') * 10 + u16::from(d2 - b'0');
+        self.status_digits = 3;
+        line.len()
+    }
+
+    /// Takes the longest prefix of `bytes` that continues the method token and fits; the byte
+    /// that ends it (or would overflow) is left for the per-byte state machine.
+    pub(super) fn method_run(&mut self, bytes: &[u8]) -> usize {
+        let len = usize::from(self.method_len);
+        let Some(space) = self.method.get_mut(len..) else { return 0 };
+        let run = bytes.iter().take(space.len()).position(|&b| !is_method_byte(b)).unwrap_or(bytes.len().min(space.len()));
+        if let (Some(dst), Some(src)) = (space.get_mut(..run), bytes.get(..run)) {
+            dst.copy_from_slice(src);
+            self.method_len += run as u8; // run <= MAX_METHOD
+        }
+        run
+    }
+
+    /// Takes the longest prefix of `bytes` that continues the request target (up to a space or
+    /// control byte), keeping its path part up to [`MAX_PATH`] bytes.
+    pub(super) fn target_run(&mut self, bytes: &[u8]) -> usize {
+        let run = bytes.iter().position(|&b| b <= b' ' || b == 0x7f).unwrap_or(bytes.len());
+        let target = bytes.get(..run).unwrap_or_default();
+        self.target_len = self.target_len.saturating_add(run as u64);
+        if !self.path_done {
+            let end = target.iter().position(|&b| b == b'?' || b == b'#');
+            let path = target.get(..end.unwrap_or(target.len())).unwrap_or_default();
+            let len = usize::from(self.path_len);
+            let space = self.path.get_mut(len..).unwrap_or_default();
+            let take = path.len().min(space.len());
+            if let (Some(dst), Some(src)) = (space.get_mut(..take), path.get(..take)) {
+                dst.copy_from_slice(src);
+                self.path_len += take as u8; // take <= MAX_PATH
+            }
+            self.path_done = end.is_some() || path.len() > take;
+        }
+        run
+    }
+
+    /// Takes the longest prefix of `bytes` that continues a header name, lower-cased into the
+    /// name buffer while it fits.
+    pub(super) fn name_run(&mut self, bytes: &[u8]) -> usize {
+        let run = bytes.iter().position(|&b| !is_tchar(b)).unwrap_or(bytes.len());
+        let name = bytes.get(..run).unwrap_or_default();
+        let len = usize::from(self.name_len);
+        let space = self.name.get_mut(len..).unwrap_or_default();
+        let take = name.len().min(space.len());
+        for (slot, b) in space.iter_mut().zip(name) {
+            *slot = b.to_ascii_lowercase();
+        }
+        self.name_len += take as u8; // take <= MAX_NAME
+        self.name_overflow |= name.len() > take;
+        run
+    }
+
+    /// Takes the bytes of a header value up to its LF: values of headers other than the framing
+    /// ones are skipped unread.
+    pub(super) fn value_run(&mut self, bytes: &[u8]) -> usize {
+        let run = find_lf(bytes).unwrap_or(bytes.len());
+        self.value_bytes(bytes.get(..run).unwrap_or_default());
+        run
     }
 
     fn finish_token(&mut self) {
@@ -191,6 +317,26 @@ impl Accumulated {
     }
 }
 
+/// `HTTP/1.` and a digit.
+pub(super) fn is_version(bytes: &[u8]) -> bool {
+    bytes.len() == VERSION_PREFIX.len() + 1
+        && bytes.starts_with(VERSION_PREFIX)
+        && bytes.last().is_some_and(u8::is_ascii_digit)
+}
+
+/// Which framing header `name` is (case-insensitive).
+fn header_kind(name: &[u8]) -> HeaderKind {
+    // Longer names are none of them; their first byte tells the candidates apart.
+    let candidate = match name.first().map(u8::to_ascii_lowercase) {
+        Some(b'c') if name.len() == 14 => (&b"content-length"[..], HeaderKind::ContentLength),
+        Some(b'c') if name.len() == 10 => (&b"connection"[..], HeaderKind::Connection),
+        Some(b't') if name.len() == 17 => (&b"transfer-encoding"[..], HeaderKind::TransferEncoding),
+        Some(b'u') if name.len() == 7 => (&b"upgrade"[..], HeaderKind::Upgrade),
+        _ => return HeaderKind::Other,
+    };
+    if name.eq_ignore_ascii_case(candidate.0) { candidate.1 } else { HeaderKind::Other }
+}
+
 /// Request methods are upper-case tokens (`M-SEARCH`, `BASELINE_CONTROL`).
 pub(super) fn is_method_byte(b: u8) -> bool {
     b.is_ascii_uppercase() || b == b'-' || b == b'_'
@@ -198,7 +344,39 @@ pub(super) fn is_method_byte(b: u8) -> bool {
 
 /// RFC 9110 tchar.
 pub(super) fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    TCHAR[usize::from(b)]
+}
+
+const TCHAR: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric() || matches!(c, b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~');
+        b += 1;
+    }
+    table
+};
+
+/// The first LF in `bytes`, eight bytes at a time (header lines are mostly tens of bytes, and
+/// this runs on every line of every head).
+pub(super) fn find_lf(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const LFS: u64 = u64::from_ne_bytes([b'\n'; 8]);
+    let mut chunks = bytes.chunks_exact(8);
+    let mut offset = 0;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_ne_bytes(word) ^ LFS;
+        // Non-zero iff some byte of x is zero, i.e. some byte was an LF.
+        if x.wrapping_sub(ONES) & !x & HIGHS != 0 {
+            return chunk.iter().position(|&b| b == b'\n').map(|i| offset + i);
+        }
+        offset += 8;
+    }
+    chunks.remainder().iter().position(|&b| b == b'\n').map(|i| offset + i)
 }
 
 /// Whether `bytes` begin with a whole, valid start line of a `kind` message: used to find the

@@ -13,7 +13,7 @@
 
 use super::{
     connection::{Method, Segment},
-    head::{Accumulated, VERSION_PREFIX, is_method_byte, is_tchar, push_lower},
+    head::{Accumulated, VERSION_PREFIX, find_lf, is_method_byte, is_tchar, is_version, push_lower},
 };
 pub use super::head::looks_like_start;
 
@@ -546,6 +546,12 @@ impl Parser {
                 State::Held | State::Stopped => cur.vis = &[],
                 State::AwaitBody | State::EndNow(_) => return None,
                 _ => {
+                    let run = self.run(cur.vis);
+                    if run > 0 {
+                        cur.vis = cur.vis.get(run..).unwrap_or_default();
+                        self.count(run as u64, cur);
+                        continue;
+                    }
                     cur.vis = rest;
                     if let Some(event) = self.byte(b, cur) {
                         return Some(event);
@@ -554,6 +560,56 @@ impl Parser {
             }
         }
         None
+    }
+
+    /// Takes, as one slice, a prefix of `vis` that [`Self::byte`] would walk without an event:
+    /// whole header lines, a whole start line but its LF, the inside of a method, target,
+    /// header name or value, reason phrase, folded or trailer line, or a whole `HTTP/1.x` at the
+    /// start of a version. The bytes that end them are left to `byte`. Returns how many it took.
+    fn run(&mut self, vis: &[u8]) -> usize {
+        match self.state {
+            State::LineStart => {
+                let mut taken = 0;
+                while let Some(n) = vis.get(taken..).map(|rest| self.acc.header_line(rest)).filter(|&n| n > 0) {
+                    taken += n;
+                }
+                taken
+            }
+            State::Method if self.acc.method_len == 0 => match self.acc.request_line(vis) {
+                0 => self.acc.method_run(vis),
+                n => {
+                    self.state = State::ReqLineEnd;
+                    n
+                }
+            },
+            State::RespVersion(0) => match self.acc.status_line(vis) {
+                0 => self.version_run(vis),
+                n => {
+                    self.state = State::Reason;
+                    n
+                }
+            },
+            State::Method => self.acc.method_run(vis),
+            State::Target => self.acc.target_run(vis),
+            State::Name => self.acc.name_run(vis),
+            State::Value => self.acc.value_run(vis),
+            State::Reason | State::Fold | State::TrailerLine => find_lf(vis).unwrap_or(vis.len()),
+            State::ReqVersion(0) => self.version_run(vis),
+            _ => 0,
+        }
+    }
+
+    /// A whole `HTTP/1.x` at the start of a version.
+    fn version_run(&mut self, vis: &[u8]) -> usize {
+        let Some(version) = vis.get(..VERSION_PREFIX.len() + 1) else { return 0 };
+        if !is_version(version) {
+            return 0;
+        }
+        self.state = match self.state {
+            State::ReqVersion(_) => State::ReqLineEnd,
+            _ => State::RespSpace,
+        };
+        version.len()
     }
 
     /// One byte of a start line, header block, chunk-size line or trailer.
