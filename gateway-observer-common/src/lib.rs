@@ -153,6 +153,10 @@ pub mod event_kind {
     pub const SOCKET_OPEN: u32 = 17;
     /// Socket ring buffer: a TCP connection of a target closed (`ConnEvent`).
     pub const SOCKET_CLOSE: u32 = 18;
+    /// Socket ring buffer: the kernel retransmitted a segment of a target's connection (`FlowEvent`).
+    pub const SOCKET_RETRANSMIT: u32 = 19;
+    /// Socket ring buffer: a target's connection was reset, by the peer or by us (`FlowEvent`).
+    pub const SOCKET_RESET: u32 = 20;
 }
 
 /// Bounds on the kernel maps.
@@ -320,8 +324,13 @@ pub struct SockState {
     pub role: u32,
     /// When bytes arrived that no read has taken yet; 0 when the socket was drained.
     pub unread_since_ns: u64,
+    /// When data last arrived (any, read or not).
+    pub rx_last_ns: u64,
+    /// Retransmitted segments so far.
+    pub retransmits: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(core::mem::size_of::<SockState>() == 16);
+const _: () = assert!(core::mem::size_of::<SockState>() == 32);
 
 /// Socket ring-buffer record `SOCKET_DATA`: one read or write on a target's TCP socket. Too big
 /// for the BPF stack, so the kernel fills it field by field in the reserved ring-buffer space.
@@ -376,6 +385,28 @@ pub struct ConnEvent {
 pub const CONN_EVENT_SIZE: usize = 72;
 const _: () = assert!(core::mem::size_of::<ConnEvent>() == CONN_EVENT_SIZE);
 
+/// Socket ring-buffer record `SOCKET_RETRANSMIT` / `SOCKET_RESET`: what a stalled or broken
+/// flow looks like from the kernel's TCP state.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct FlowEvent {
+    pub kind: u32,
+    pub tgid: u32,
+    pub sk: u64,
+    pub timestamp_ns: u64,
+    /// When data last arrived on the connection (0: never since followed).
+    pub rx_last_ns: u64,
+    /// Bytes sent and not acknowledged (snd_nxt - snd_una).
+    pub unacked_bytes: u32,
+    /// Retransmits of this connection so far.
+    pub retransmits: u32,
+    /// RESET: 1 when the peer reset it, 0 when we sent the reset.
+    pub by_peer: u32,
+    pub _pad: u32,
+}
+pub const FLOW_EVENT_SIZE: usize = 48;
+const _: () = assert!(core::mem::size_of::<FlowEvent>() == FLOW_EVENT_SIZE);
+
 /// Load-time constants for the kernel programs, read from the running kernel's BTF and set with
 /// `EbpfLoader::override_global`. Rust eBPF gets no CO-RE relocations, so struct offsets come here.
 #[repr(C)]
@@ -404,9 +435,12 @@ pub struct ProbeConfig {
     pub sock_local_addr6_offset: u32,
     pub sock_remote_addr6_offset: u32,
     pub sock_protocol_offset: u32,
+    /// Offsets in `struct tcp_sock` of snd_una and snd_nxt.
+    pub tcp_snd_una_offset: u32,
+    pub tcp_snd_nxt_offset: u32,
     pub _pad: u32,
 }
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 80);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 88);
 
 #[cfg(feature = "user")]
 mod pod {

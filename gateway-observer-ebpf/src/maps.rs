@@ -34,6 +34,8 @@ static PROBE_CONFIG: ProbeConfig = ProbeConfig {
     sock_local_addr6_offset: 0,
     sock_remote_addr6_offset: 0,
     sock_protocol_offset: 0,
+    tcp_snd_una_offset: 0,
+    tcp_snd_nxt_offset: 0,
     _pad: 0,
 };
 

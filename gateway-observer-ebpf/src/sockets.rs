@@ -15,7 +15,7 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use gateway_observer_common::{
-    ConnEvent, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, MAX_SOCKETS, SOCKET_RINGBUF_BYTES, SockState,
+    ConnEvent, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FlowEvent, MAX_SOCKETS, SOCKET_RINGBUF_BYTES, SockState,
     ThreadState, conn_role, data_shape, drop_index, event_kind,
 };
 
@@ -100,7 +100,7 @@ fn on_transfer(ctx: &BtfTracePointContext, recv: bool) {
             if !is_tcp(sk) {
                 return;
             }
-            let sock = SockState { tgid, role: conn_role::UNKNOWN, unread_since_ns: 0 };
+            let sock = SockState { tgid, role: conn_role::UNKNOWN, ..SockState::default() };
             if SOCKS.insert(&key, &sock, 0).is_err() {
                 count_drop(drop_index::SOCKS_FULL);
                 return;
@@ -118,8 +118,10 @@ pub fn sk_data_ready(ctx: BtfTracePointContext) -> u32 {
     if let Some(sock) = SOCKS.get_ptr_mut(&(sk as u64)) {
         // SAFETY: a map value pointer, valid for this program run.
         let sock = unsafe { &mut *sock };
+        let now = now_ns();
+        sock.rx_last_ns = now;
         if sock.unread_since_ns == 0 {
-            sock.unread_since_ns = now_ns();
+            sock.unread_since_ns = now;
         }
     }
     0
@@ -139,7 +141,7 @@ pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> u32 {
             let (_, tgid) = current_ids();
             // SAFETY: a map value read; TargetInfo is plain data.
             if unsafe { TARGETS.get(tgid) }.is_some() {
-                let sock = SockState { tgid, role: conn_role::CLIENT, unread_since_ns: 0 };
+                let sock = SockState { tgid, role: conn_role::CLIENT, ..SockState::default() };
                 if SOCKS.insert(&key, &sock, 0).is_err() {
                     count_drop(drop_index::SOCKS_FULL);
                 }
@@ -151,7 +153,7 @@ pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> u32 {
                 emit_conn(event_kind::SOCKET_OPEN, sk, sock.tgid, sock.role);
             } else if old == TCP_SYN_RECV && listened_on(sk) {
                 // Accepted on a target's port: which worker will accept it is not known yet.
-                let sock = SockState { tgid: 0, role: conn_role::SERVER, unread_since_ns: 0 };
+                let sock = SockState { tgid: 0, role: conn_role::SERVER, ..SockState::default() };
                 if SOCKS.insert(&key, &sock, 0).is_err() {
                     count_drop(drop_index::SOCKS_FULL);
                     return 0;
@@ -170,6 +172,80 @@ pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> u32 {
         _ => {}
     }
     0
+}
+
+/// tcp_retransmit_skb(const struct sock *sk, const struct sk_buff *skb, int err): data went
+/// unacknowledged long enough to be sent again. Rare on a healthy flow, the signature of a dead
+/// return path.
+#[btf_tracepoint(function = "tcp_retransmit_skb")]
+pub fn tcp_retransmit_skb(ctx: BtfTracePointContext) -> u32 {
+    let sk: *const u8 = ctx.arg(0);
+    let Some(sock) = SOCKS.get_ptr_mut(&(sk as u64)) else { return 0 };
+    // SAFETY: a map value pointer, valid for this program run.
+    let sock = unsafe { &mut *sock };
+    sock.retransmits = sock.retransmits.wrapping_add(1);
+    let cfg = config();
+    let una: u32 = read_kernel(sk, cfg.tcp_snd_una_offset);
+    let nxt: u32 = read_kernel(sk, cfg.tcp_snd_nxt_offset);
+    emit_flow(event_kind::SOCKET_RETRANSMIT, sk, sock, nxt.wrapping_sub(una), 0);
+    0
+}
+
+/// tcp_receive_reset(struct sock *sk): the peer reset the connection.
+#[btf_tracepoint(function = "tcp_receive_reset")]
+pub fn tcp_receive_reset(ctx: BtfTracePointContext) -> u32 {
+    on_reset(ctx.arg(0), 1);
+    0
+}
+
+/// tcp_send_reset(const struct sock *sk, const struct sk_buff *skb, enum sk_rst_reason reason)
+#[btf_tracepoint(function = "tcp_send_reset")]
+pub fn tcp_send_reset(ctx: BtfTracePointContext) -> u32 {
+    on_reset(ctx.arg(0), 0);
+    0
+}
+
+#[inline(always)]
+fn on_reset(sk: *const u8, by_peer: u32) {
+    // SAFETY: a map value read; SockState is plain data.
+    if let Some(sock) = unsafe { SOCKS.get(&(sk as u64)) } {
+        let sock = *sock;
+        emit_flow(event_kind::SOCKET_RESET, sk, &sock, 0, by_peer);
+    }
+}
+
+#[inline(always)]
+fn emit_flow(kind: u32, sk: *const u8, sock: &SockState, unacked_bytes: u32, by_peer: u32) {
+    let event = FlowEvent {
+        kind,
+        tgid: sock.tgid,
+        sk: sk as u64,
+        timestamp_ns: now_ns(),
+        rx_last_ns: sock.rx_last_ns,
+        unacked_bytes,
+        retransmits: sock.retransmits,
+        by_peer,
+        _pad: 0,
+    };
+    match SOCKET_EVENTS.reserve::<FlowEvent>(0) {
+        Some(mut entry) => {
+            entry.write(event);
+            // Rare and urgent: wake the daemon.
+            entry.submit(0);
+        }
+        None => count_drop(drop_index::SOCKET_RINGBUF),
+    }
+}
+
+/// A field of the `struct tcp_sock` that `sk` is (past `struct sock`, so not a BTF-checked load).
+#[inline(always)]
+fn read_kernel(sk: *const u8, offset: u32) -> u32 {
+    let mut value = 0u32;
+    // SAFETY: a 4-byte read of kernel memory into a local; a fault leaves 0.
+    unsafe {
+        bpf_probe_read_kernel((&mut value as *mut u32).cast(), 4, sk.wrapping_add(offset as usize).cast());
+    }
+    value
 }
 
 #[inline(always)]

@@ -100,16 +100,15 @@ fn close_missed_span(state: &mut ThreadState, tid: u32) {
     }
 }
 
-/// Off-CPU time spent waiting for something (all reasons but the run queue: a loop waiting for a
-/// CPU still has work to do, so that time counts as busy).
+/// All off-CPU time, run-queue waits included: an iteration's on-CPU time is its length less
+/// this, so a loop that only waited for a CPU on a crowded host is not reported as busy.
 #[inline(always)]
 fn offcpu_total(state: &ThreadState) -> u64 {
-    let all = state.offcpu_ns.iter().fold(0u64, |sum, ns| sum.wrapping_add(*ns));
-    all.wrapping_sub(state.offcpu_ns[gateway_observer_common::reason::RUNQUEUE as usize])
+    state.offcpu_ns.iter().fold(0u64, |sum, ns| sum.wrapping_add(*ns))
 }
 
 /// The thread polls again: the iteration since its last poll is over. Its busy part is its
-/// length less the time it waited for something meanwhile; a long one goes to userspace.
+/// length less the time it spent off the CPU meanwhile; a long one goes to userspace.
 #[inline(always)]
 fn end_iteration(state: &mut ThreadState, tid: u32, busy_ns: u64) {
     let now = now_ns();

@@ -374,6 +374,10 @@ impl Collector {
         let busy = self.busy_loops.iter().map(|found| crate::detect::findings::event_loop_busy(found, config));
         let mut findings: Vec<crate::alerts::Finding> = loops.chain(busy).chain(pools).collect();
         self.add_client_impact(&mut findings);
+        let peers = self.requests.peer_facts(monotonic_ns());
+        let upstream = &self.detectors.upstream;
+        findings.extend(crate::detect::upstream::upstream_no_response(&peers, upstream));
+        findings.extend(crate::detect::upstream::one_way_stall(&peers, upstream));
         findings
     }
 

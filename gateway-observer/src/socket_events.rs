@@ -4,8 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use gateway_observer_common::{
-    CONN_EVENT_SIZE, ConnEvent, DATA_EVENT_SIZE, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, conn_role, data_shape,
-    event_kind,
+    CONN_EVENT_SIZE, ConnEvent, DATA_EVENT_SIZE, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FLOW_EVENT_SIZE, FlowEvent,
+    conn_role, data_shape, event_kind,
 };
 
 const AF_INET6: u16 = 10;
@@ -16,6 +16,22 @@ pub enum SocketRecord<'a> {
     Open(ConnInfo),
     Close(ConnInfo),
     Data(DataRecord<'a>),
+    Retransmit(FlowRecord),
+    Reset(FlowRecord),
+}
+
+/// TCP state of a connection when the kernel retransmitted on it or it was reset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowRecord {
+    pub sk: u64,
+    pub timestamp_ns: u64,
+    /// When data last arrived on it, if ever since it was followed.
+    pub rx_last_ns: Option<u64>,
+    pub unacked_bytes: u32,
+    /// Retransmits so far on this connection.
+    pub retransmits: u32,
+    /// Reset: by the peer (true) or by this host.
+    pub by_peer: bool,
 }
 
 /// Who opened a connection, as the kernel saw it.
@@ -77,6 +93,18 @@ pub fn decode(bytes: &[u8]) -> Result<SocketRecord<'_>, DecodeError> {
             let event: ConnEvent = read_struct(bytes, CONN_EVENT_SIZE)?;
             let info = conn_info(&event);
             Ok(if kind == event_kind::SOCKET_OPEN { SocketRecord::Open(info) } else { SocketRecord::Close(info) })
+        }
+        kind @ (event_kind::SOCKET_RETRANSMIT | event_kind::SOCKET_RESET) => {
+            let event: FlowEvent = read_struct(bytes, FLOW_EVENT_SIZE)?;
+            let flow = FlowRecord {
+                sk: event.sk,
+                timestamp_ns: event.timestamp_ns,
+                rx_last_ns: (event.rx_last_ns != 0).then_some(event.rx_last_ns),
+                unacked_bytes: event.unacked_bytes,
+                retransmits: event.retransmits,
+                by_peer: event.by_peer != 0,
+            };
+            Ok(if kind == event_kind::SOCKET_RETRANSMIT { SocketRecord::Retransmit(flow) } else { SocketRecord::Reset(flow) })
         }
         other => Err(DecodeError::Kind(other)),
     }
@@ -218,6 +246,27 @@ mod tests {
         let Ok(SocketRecord::Close(info)) = decode(&bytes_of(&event)) else { panic!("close record") };
         assert_eq!(info.remote.ip(), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)));
         assert_eq!((info.tgid, info.opened), (Some(3), Opened::Connected));
+    }
+
+    #[test]
+    fn retransmits_and_resets() {
+        let event = FlowEvent {
+            kind: event_kind::SOCKET_RETRANSMIT,
+            tgid: 4,
+            sk: 9,
+            timestamp_ns: 500,
+            rx_last_ns: 0,
+            unacked_bytes: 77,
+            retransmits: 3,
+            by_peer: 0,
+            _pad: 0,
+        };
+        let Ok(SocketRecord::Retransmit(flow)) = decode(&bytes_of(&event)) else { panic!("retransmit") };
+        assert_eq!((flow.sk, flow.rx_last_ns, flow.unacked_bytes, flow.retransmits), (9, None, 77, 3));
+        let reset = FlowEvent { kind: event_kind::SOCKET_RESET, by_peer: 1, rx_last_ns: 400, ..event };
+        let Ok(SocketRecord::Reset(flow)) = decode(&bytes_of(&reset)) else { panic!("reset") };
+        assert!(flow.by_peer);
+        assert_eq!(flow.rx_last_ns, Some(400));
     }
 
     #[test]

@@ -4,19 +4,21 @@
 //! and its p50 (socket queue wait + read-to-written) matches wrk's p50 within 10 %; an upstream
 //! that never answers shows up as outstanding requests whose age grows.
 
+mod nginx_support;
 mod observer_support;
 mod reference_gateway_support;
 
 use std::{
     io::Write as _,
     net::TcpStream,
-    path::Path,
-    process::{Child, Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
+use nginx_support::Nginx;
+
 use observer_support::{Observer, privileged};
-use reference_gateway_support::{Behavior, Gateway, Upstream, free_port, temp_dir, wait_until};
+use reference_gateway_support::{Behavior, Gateway, Upstream, free_port, wait_until};
 use serde_json::Value;
 
 /// The upstream's think time: long enough that the loopback hops wrk sees and the observer does
@@ -182,50 +184,6 @@ fn reference_gateway_requests_match_wrk_and_a_hanging_upstream_is_outstanding() 
     assert_hanging_upstream_is_outstanding(&observer, gw.port, &black_hole);
 }
 
-/// Debian's nginx as a reverse proxy (2 workers, upstream keep-alive), run from a temp dir.
-struct Nginx {
-    child: Child,
-    port: u16,
-}
-
-impl Nginx {
-    fn start(upstream: &str, black_hole: &str) -> Nginx {
-        let port = free_port();
-        let dir = temp_dir("nginx");
-        let conf = format!(
-            "worker_processes 2;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\nevents {{ worker_connections 1024; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {dir};\n  proxy_temp_path {dir};\n  fastcgi_temp_path {dir};\n  uwsgi_temp_path {dir};\n  scgi_temp_path {dir};\n\
-               upstream items {{ server {upstream}; keepalive 32; }}\n  upstream hole {{ server {black_hole}; }}\n\
-               server {{\n    listen 127.0.0.1:{port};\n\
-                 location /hang/ {{ proxy_pass http://hole; proxy_read_timeout 1800s; }}\n\
-                 location / {{ proxy_pass http://items; proxy_http_version 1.1; proxy_set_header Connection \"\"; }}\n  }}\n}}\n",
-            dir = dir.display()
-        );
-        let path = dir.join("nginx.conf");
-        std::fs::write(&path, conf).expect("write nginx.conf");
-        let child = Command::new(nginx_binary())
-            .args(["-p", &dir.display().to_string(), "-c", &path.display().to_string(), "-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start nginx (cargo xtask setup installs it)");
-        wait_until("nginx to listen", Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", port)).is_ok());
-        Nginx { child, port }
-    }
-}
-
-fn nginx_binary() -> &'static str {
-    if Path::new("/usr/sbin/nginx").exists() { "/usr/sbin/nginx" } else { "nginx" }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SAFETY: our child's pid and a valid signal; SIGTERM makes nginx stop its workers too.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn nginx_requests_match_wrk_and_a_hanging_upstream_is_outstanding() {
     if !privileged() {
@@ -233,8 +191,14 @@ fn nginx_requests_match_wrk_and_a_hanging_upstream_is_outstanding() {
     }
     let upstream = Upstream::start("items", Behavior::Delay(UPSTREAM_DELAY));
     let black_hole = Upstream::start("hole", Behavior::BlackHole);
-    let nginx = Nginx::start(&upstream.addr(), &black_hole.addr());
-    let observer = Observer::start(nginx.child.id());
-    assert_matches_wrk(&observer, nginx.port);
-    assert_hanging_upstream_is_outstanding(&observer, nginx.port, &black_hole);
+    let port = free_port();
+    let nginx = Nginx::proxy(
+        port,
+        &format!("  upstream items {{ server {}; keepalive 32; }}\n  upstream hole {{ server {}; }}", upstream.addr(), black_hole.addr()),
+        "    location /hang/ { proxy_pass http://hole; proxy_read_timeout 1800s; }\n    \
+         location / { proxy_pass http://items; proxy_http_version 1.1; proxy_set_header Connection \"\"; }",
+    );
+    let observer = Observer::start(nginx.pid());
+    assert_matches_wrk(&observer, port);
+    assert_hanging_upstream_is_outstanding(&observer, port, &black_hole);
 }

@@ -7,6 +7,7 @@ pub mod event_loop;
 pub mod findings;
 pub mod history;
 pub mod pool;
+pub mod upstream;
 
 use std::time::Instant;
 
@@ -25,6 +26,7 @@ const IDLE_REASONS: [u32; 2] = [reason::POLL, reason::FUTEX];
 pub struct Detectors {
     pub event_loop: EventLoopConfig,
     pub pool: PoolConfig,
+    pub upstream: upstream::UpstreamConfig,
     history: History,
 }
 
@@ -42,6 +44,7 @@ impl Detectors {
             history: History::new(event_loop.loop_memory.max(event_loop.window) * 2),
             event_loop,
             pool: PoolConfig::default(),
+            upstream: upstream::UpstreamConfig::default(),
         }
     }
 

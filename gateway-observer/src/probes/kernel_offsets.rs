@@ -38,6 +38,8 @@ pub struct KernelOffsets {
     pub sock_local_addr6: u32,
     pub sock_remote_addr6: u32,
     pub sock_protocol: u32,
+    pub tcp_snd_una: u32,
+    pub tcp_snd_nxt: u32,
 }
 
 impl KernelOffsets {
@@ -60,6 +62,8 @@ impl KernelOffsets {
             sock_local_addr6: sock_common_offset(&btf, "skc_v6_rcv_saddr")?,
             sock_remote_addr6: sock_common_offset(&btf, "skc_v6_daddr")?,
             sock_protocol: field_offset(&btf, "sock", "sk_protocol")?,
+            tcp_snd_una: field_offset(&btf, "tcp_sock", "snd_una")?,
+            tcp_snd_nxt: field_offset(&btf, "tcp_sock", "snd_nxt")?,
         })
     }
 }

@@ -28,6 +28,9 @@ pub const PROGRAMS: &[(&str, &str)] = &[
     ("sock_send_length", "sock_send_length"),
     ("sk_data_ready", "sk_data_ready"),
     ("inet_sock_set_state", "inet_sock_set_state"),
+    ("tcp_retransmit_skb", "tcp_retransmit_skb"),
+    ("tcp_receive_reset", "tcp_receive_reset"),
+    ("tcp_send_reset", "tcp_send_reset"),
 ];
 
 /// Empty programs for `calibrate`: (program, tracepoint).
@@ -129,6 +132,8 @@ impl Probes {
             sock_local_addr6_offset: offsets.sock_local_addr6,
             sock_remote_addr6_offset: offsets.sock_remote_addr6,
             sock_protocol_offset: offsets.sock_protocol,
+            tcp_snd_una_offset: offsets.tcp_snd_una,
+            tcp_snd_nxt_offset: offsets.tcp_snd_nxt,
             _pad: 0,
         };
         let max_threads = settings.max_threads.max(1);

@@ -6,6 +6,7 @@
 //! gateway opened it to an upstream). The kernel says which when it saw the handshake; for
 //! connections older than the daemon, a local port the process listens on means inbound.
 
+pub mod flows;
 pub mod peers;
 pub mod slowest;
 pub mod stats;
@@ -17,7 +18,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::http::{Connection, Direction, Exchange, Role, Segment};
-use crate::socket_events::{ConnInfo, DataRecord, Opened, SocketRecord};
+use crate::socket_events::{ConnInfo, DataRecord, FlowRecord, Opened, SocketRecord};
+use flows::{FlowState, PeerFacts};
 use crate::sinks::prometheus::Exposition;
 use peers::PeerLabels;
 use slowest::{Finished, Slowest, UpstreamCall};
@@ -36,6 +38,7 @@ struct Tracked {
     /// Outbound: the peer's metric label (`ip:port`, or `other` past the cap), once the owner is known.
     peer: Option<String>,
     http: Option<Connection>,
+    flow: FlowState,
     last_active_ns: u64,
 }
 
@@ -60,6 +63,8 @@ pub struct RequestTracker {
     pub counts: TrackerCounts,
     /// Bytes of connections that turned out not to speak HTTP/1.x, by process (closed ones).
     non_http_bytes: BTreeMap<Arc<str>, u64>,
+    /// Retransmitted segments by (process, peer label; `clients` for inbound connections).
+    retransmits: BTreeMap<(Arc<str>, String), u64>,
     scratch: Vec<Exchange>,
 }
 
@@ -127,7 +132,25 @@ impl RequestTracker {
             SocketRecord::Open(info) => self.open(&info),
             SocketRecord::Close(info) => self.close(info.sk, info.timestamp_ns),
             SocketRecord::Data(data) => self.data(&data),
+            SocketRecord::Retransmit(flow) => self.retransmit(&flow),
+            SocketRecord::Reset(flow) => {
+                if let Some(conn) = self.conns.get_mut(&flow.sk) {
+                    conn.flow.on_reset(&flow);
+                }
+            }
         }
+    }
+
+    fn retransmit(&mut self, flow: &FlowRecord) {
+        let Some(conn) = self.conns.get_mut(&flow.sk) else { return };
+        conn.flow.on_retransmit(flow);
+        let Some(tgid) = conn.tgid else { return };
+        let peer = match conn.side {
+            Some(Side::Inbound) => "clients".to_owned(),
+            _ => conn.peer.clone().unwrap_or_else(|| "unknown".to_owned()),
+        };
+        let process = self.names.get(&tgid).cloned().unwrap_or_else(|| Arc::from(tgid.to_string()));
+        *self.retransmits.entry((process, peer)).or_default() += 1;
     }
 
     fn open(&mut self, info: &ConnInfo) {
@@ -150,6 +173,7 @@ impl RequestTracker {
                 remote: Some(info.remote),
                 peer: None,
                 http: side.map(new_connection),
+                flow: FlowState::default(),
                 last_active_ns: info.timestamp_ns,
             },
         );
@@ -172,8 +196,15 @@ impl RequestTracker {
             if self.conns.len() >= MAX_CONNECTIONS {
                 self.evict_least_active();
             }
-            let tracked =
-                Tracked { tgid: None, side: Some(side), remote: None, peer: None, http: Some(new_connection(side)), last_active_ns: 0 };
+            let tracked = Tracked {
+                tgid: None,
+                side: Some(side),
+                remote: None,
+                peer: None,
+                http: Some(new_connection(side)),
+                flow: FlowState::default(),
+                last_active_ns: 0,
+            };
             self.conns.insert(data.sk, tracked);
         }
         self.names
@@ -199,8 +230,16 @@ impl RequestTracker {
             queued_since_ns: data.queued_since_ns,
         };
         let direction = if data.read { Direction::Read } else { Direction::Write };
+        if data.read {
+            conn.flow.on_read(data.timestamp_ns, data.len);
+        } else {
+            conn.flow.on_write(data.timestamp_ns, data.len);
+        }
         let mut done = std::mem::take(&mut self.scratch);
         http.on_segment(direction, &segment, &mut done);
+        if done.iter().any(|e| e.status.is_some()) {
+            conn.flow.on_response();
+        }
         if conn.peer.is_none()
             && conn.side == Some(Side::Outbound)
             && let Some(remote) = conn.remote
@@ -301,6 +340,59 @@ impl RequestTracker {
         out
     }
 
+    /// Every upstream peer of every process, with what the upstream detectors need.
+    pub fn peer_facts(&self, now_ns: u64) -> Vec<PeerFacts> {
+        let mut by_peer: BTreeMap<(u32, &str), PeerFacts> = BTreeMap::new();
+        for conn in self.conns.values() {
+            let (Some(tgid), Some(Side::Outbound), Some(peer), Some(http)) = (conn.tgid, conn.side, &conn.peer, &conn.http) else {
+                continue;
+            };
+            let facts = by_peer.entry((tgid, peer.as_str())).or_insert_with(|| {
+                let (answered_recently, recent_p99_ns) = self.slowest.peer_recent(tgid, peer);
+                PeerFacts {
+                    pid: tgid,
+                    comm: self.process_name(tgid).to_string(),
+                    peer: peer.clone(),
+                    answered_recently,
+                    recent_p99_ns,
+                    ..PeerFacts::default()
+                }
+            });
+            facts.connections += 1;
+            let waiting: Vec<_> = http.in_flight().collect();
+            if !waiting.is_empty() {
+                facts.outstanding += waiting.len();
+                facts.connections_waiting += 1;
+                let oldest = waiting.iter().map(|r| now_ns.saturating_sub(r.request_start_ns)).max();
+                facts.oldest_age_ns = facts.oldest_age_ns.max(oldest);
+                facts.threads_waiting.extend(waiting.iter().map(|r| r.tid));
+                facts.bytes_sent_since += conn.flow.tx_since_response;
+                facts.bytes_received_since += conn.flow.rx_since_response;
+            }
+            let flow = &conn.flow;
+            facts.retransmits += flow.stall_retransmits;
+            if let Some(stalled) = flow.one_way_for(now_ns) {
+                facts.one_way_flows += 1;
+                if stalled >= facts.longest_one_way_ns {
+                    facts.longest_one_way_ns = stalled;
+                    facts.stall_retransmits = flow.stall_retransmits;
+                    facts.backoff_ns = flow.backoff_ns;
+                    facts.unacked_bytes = flow.unacked_bytes;
+                    facts.last_rx_age_ns = flow.rx_last_ns.map(|t| now_ns.saturating_sub(t));
+                    facts.last_tx_age_ns = flow.tx_last_ns.map(|t| now_ns.saturating_sub(t));
+                }
+            }
+        }
+        by_peer
+            .into_values()
+            .map(|mut f| {
+                f.threads_waiting.sort_unstable();
+                f.threads_waiting.dedup();
+                f
+            })
+            .collect()
+    }
+
     /// Inbound requests in flight per process, oldest first (at most `IN_FLIGHT_LISTED`), and
     /// their total.
     pub fn in_flight(&self, now_ns: u64) -> BTreeMap<u32, (usize, Vec<InFlightRequest>)> {
@@ -384,6 +476,16 @@ impl RequestTracker {
         for (tgid, peer) in upstreams.iter().flat_map(|(tgid, peers)| peers.iter().map(move |p| (tgid, p))) {
             let [(k1, v1), (k2, v2)] = label(tgid, peer);
             e.sample(name, &[(k1, v1.as_str()), (k2, v2.as_str())], peer.oldest_age_seconds);
+        }
+        let name = "gateway_observer_tcp_retransmits_total";
+        e.family(name, "counter", "Segments the kernel retransmitted on targets' connections, by upstream peer (clients: inbound connections).");
+        for ((process, peer), count) in &self.retransmits {
+            e.sample(name, &[("process", process), ("peer", peer)], *count as f64);
+        }
+        let name = "gateway_observer_tcp_one_way_flows";
+        e.family(name, "gauge", "Upstream connections retransmitting into silence now (nothing comes back).");
+        for facts in self.peer_facts(now_ns) {
+            e.sample(name, &[("process", &facts.comm), ("peer", &facts.peer)], facts.one_way_flows as f64);
         }
         let name = "gateway_observer_http_non_http_bytes_total";
         e.family(name, "counter", "Bytes on targets' TCP connections that were not HTTP/1.x (TLS, other protocols), from closed connections.");

@@ -130,6 +130,22 @@ impl Slowest {
             .cloned()
     }
 
+    /// Responses from `peer` to process `pid` in the last few seconds, and their p99 duration.
+    pub fn peer_recent(&self, pid: u32, peer: &str) -> (usize, Option<u64>) {
+        let Some(calls) = self.upstream.get(&pid) else { return (0, None) };
+        let mut durations: Vec<u64> = calls
+            .iter()
+            .filter(|c| c.peer == peer && c.status.is_some())
+            .map(|c| c.response_end_ns.saturating_sub(c.request_start_ns))
+            .collect();
+        if durations.is_empty() {
+            return (0, None);
+        }
+        durations.sort_unstable();
+        let rank = (durations.len() * 99).div_ceil(100).clamp(1, durations.len());
+        (durations.len(), Some(durations[rank - 1]))
+    }
+
     /// Drops requests and upstream calls too old to matter and sets ages.
     pub fn expire(&mut self, now_ns: u64) {
         self.list.retain(|r| now_ns.saturating_sub(r.end_ns) < KEEP_NS);
@@ -192,6 +208,8 @@ mod tests {
         assert_eq!(slowest.list().len(), SLOWEST);
         assert!((slowest.list()[0].duration_seconds - 9e-3).abs() < 1e-12, "the slowest stays first");
         assert!(slowest.list().windows(2).all(|w| w[0].duration_seconds >= w[1].duration_seconds));
+        assert_eq!(slowest.peer_recent(1, "10.0.0.1:80"), (1, Some(7_700_000)));
+        assert_eq!(slowest.peer_recent(1, "10.0.0.2:80"), (0, None));
         slowest.expire(10_000_000 + KEEP_NS);
         assert!(slowest.list().iter().all(|r| r.end_ns > 10_000_000));
     }
