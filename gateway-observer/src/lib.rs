@@ -21,6 +21,7 @@ pub mod state;
 pub mod symbolize;
 pub mod syscalls;
 pub mod thread_group;
+pub mod top;
 
 /// The compiled kernel programs, built by build.rs with aya-build.
 pub static EBPF_OBJECT: &[u8] =

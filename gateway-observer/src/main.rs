@@ -1,7 +1,10 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use gateway_observer::cli::{Cli, Command, calibrate::calibrate as check_calibrate, check, run};
+use gateway_observer::{
+    cli::{Cli, Command, calibrate::calibrate as check_calibrate, check, run},
+    top,
+};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -26,6 +29,20 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Top(args) => {
+            let result = if args.once {
+                top::once(&args.connect, args.format)
+            } else {
+                top::run(&args.connect, args.interval)
+            };
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("gateway-observer top: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Check => {
             if check::check() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
         }

@@ -23,6 +23,8 @@ pub enum Command {
     Run(RunArgs),
     /// Check kernel features and privileges, one line per requirement, with a verdict.
     Check,
+    /// The live view of a running daemon (reads its local API; needs no privileges).
+    Top(TopArgs),
     /// Attach empty programs to the hottest hooks and print their kernel cost per event (the
     /// floor under our programs' cost); used by `cargo xtask bench probes`.
     #[command(hide = true)]
@@ -60,6 +62,22 @@ pub struct RunArgs {
     pub nice: Option<i32>,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct TopArgs {
+    /// The daemon's --listen address.
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9464")]
+    pub connect: String,
+    /// Refresh interval, e.g. 1s, 500ms.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+    /// Print one snapshot and exit (for scripts and bug reports).
+    #[arg(long)]
+    pub once: bool,
+    /// Output of --once.
+    #[arg(long, value_enum, default_value_t = crate::top::Format::Text)]
+    pub format: crate::top::Format,
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -77,6 +95,21 @@ mod tests {
         assert_eq!(args.targets, vec![TargetSpec::Pid(5), TargetSpec::Comm("nginx".into())]);
         assert_eq!(args.listen.map(|a| a.port()), Some(1234));
         assert_eq!(args.interval, Some(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn top_flags_parse() {
+        let cli = Cli::try_parse_from(["gateway-observer", "top"]).expect("parses");
+        let Command::Top(args) = cli.command else { panic!("top") };
+        assert_eq!((args.connect.as_str(), args.interval, args.once), ("http://127.0.0.1:9464", Duration::from_secs(1), false));
+        assert_eq!(args.format, crate::top::Format::Text);
+        let cli = Cli::try_parse_from(["gateway-observer", "top", "--once", "--format", "json", "--interval", "250ms", "--connect", "http://[::1]:1"])
+            .expect("parses");
+        let Command::Top(args) = cli.command else { panic!("top") };
+        assert_eq!((args.connect.as_str(), args.interval, args.once), ("http://[::1]:1", Duration::from_millis(250), true));
+        assert_eq!(args.format, crate::top::Format::Json);
+        let err = Cli::try_parse_from(["gateway-observer", "top", "--format", "yaml"]).expect_err("rejected");
+        assert_eq!(err.exit_code(), 2);
     }
 
     #[test]

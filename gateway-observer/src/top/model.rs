@@ -1,0 +1,319 @@
+//! What `top` reads from the daemon: a typed, tolerant view of `/api/v1/snapshot` and
+//! `/api/v1/alerts`. Every field has a default and unknown fields are ignored, so an older or a
+//! newer daemon still renders: a missing value shows as "-" (hence the `Option`s), never as an
+//! error. Fields the daemon may add later (thread groups, CPU, retransmits, one-way flows) are
+//! modelled here already and simply stay empty until it sends them.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// `/api/v1/snapshot`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Snapshot {
+    pub version: Option<u32>,
+    pub targets: Option<u64>,
+    pub threads: Option<u64>,
+    pub event_loops: Vec<EventLoop>,
+    pub processes: Vec<Process>,
+    pub slowest_requests: Vec<SlowRequest>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct EventLoop {
+    pub pid: u32,
+    pub comm: String,
+    pub thread: String,
+    pub tid: Option<u32>,
+    /// 0..1 over the daemon's window.
+    pub utilization: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Process {
+    pub pid: u32,
+    pub comm: String,
+    pub inbound: Window,
+    pub outbound: Window,
+    pub in_flight: Option<u64>,
+    pub in_flight_oldest: Vec<InFlight>,
+    pub upstreams: Vec<Upstream>,
+    /// CPUs used (cores, e.g. 0.35), when the daemon reports it.
+    pub cpu: Option<f64>,
+    /// Per thread group state mix, when the daemon reports it.
+    pub thread_groups: Vec<ThreadGroup>,
+}
+
+/// Rate and latency of one side over the daemon's window.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Window {
+    pub requests: Option<u64>,
+    pub per_second: Option<f64>,
+    pub refused: Option<u64>,
+    pub p50_seconds: Option<f64>,
+    pub p90_seconds: Option<f64>,
+    pub p99_seconds: Option<f64>,
+    pub max_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct InFlight {
+    pub thread: Option<u32>,
+    pub thread_name: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub age_seconds: Option<f64>,
+    pub socket_queue_seconds: Option<f64>,
+    pub response_started: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Upstream {
+    pub peer: String,
+    pub connections: Option<u64>,
+    pub outstanding: Option<u64>,
+    pub oldest_age_seconds: Option<f64>,
+    pub retransmits: Option<u64>,
+    /// Connections whose bytes flow one way only (sent, nothing back).
+    pub one_way: Option<u64>,
+}
+
+/// Threads of one group (`pool-3-thread-*`) by state, now.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct ThreadGroup {
+    #[serde(alias = "thread_group", alias = "group")]
+    pub name: String,
+    pub threads: Option<u64>,
+    pub running: Option<u64>,
+    pub runnable: Option<u64>,
+    pub blocked: Option<u64>,
+    pub idle: Option<u64>,
+    /// Off-CPU seconds in work per reason over the window (socket, sleep, futex_timed…).
+    pub blocked_seconds_by_reason: BTreeMap<String, f64>,
+    pub cpu: Option<f64>,
+}
+
+impl ThreadGroup {
+    pub fn blocked_seconds(&self) -> f64 {
+        self.blocked_seconds_by_reason.values().sum()
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct SlowRequest {
+    pub pid: u32,
+    pub process: String,
+    pub thread: Option<u32>,
+    pub method: String,
+    pub path: String,
+    pub status: Option<u16>,
+    pub duration_seconds: Option<f64>,
+    pub age_seconds: Option<f64>,
+    pub breakdown: Breakdown,
+    pub upstream: Option<UpstreamCall>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Breakdown {
+    pub socket_queue_seconds: Option<f64>,
+    pub before_upstream_seconds: Option<f64>,
+    pub upstream_seconds: Option<f64>,
+    pub response_write_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct UpstreamCall {
+    pub peer: String,
+    pub status: Option<u16>,
+}
+
+/// `/api/v1/alerts`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Alerts {
+    pub alerts: Vec<Alert>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Alert {
+    pub id: String,
+    pub kind: String,
+    pub state: String,
+    pub since: Option<String>,
+    pub resolved_at: Option<String>,
+    pub process: AlertProcess,
+    pub subject: String,
+    pub summary: String,
+    /// Kind-specific; shown as `key: value` lines.
+    pub evidence: serde_json::Value,
+}
+
+impl Alert {
+    /// Pending or firing.
+    pub fn is_open(&self) -> bool {
+        self.state != "resolved"
+    }
+
+    /// Firing first, then pending, then resolved.
+    pub fn state_rank(&self) -> u8 {
+        match self.state.as_str() {
+            "firing" => 0,
+            "pending" => 1,
+            "resolved" => 3,
+            _ => 2,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct AlertProcess {
+    pub pid: u32,
+    pub comm: String,
+}
+
+/// One refresh: what the daemon said at one instant.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Data {
+    pub snapshot: Snapshot,
+    pub alerts: Vec<Alert>,
+}
+
+impl Data {
+    /// Both bodies as JSON; an error names which one did not parse.
+    pub fn parse(snapshot: &str, alerts: &str) -> Result<Data, serde_json::Error> {
+        Ok(Data {
+            snapshot: serde_json::from_str(snapshot)?,
+            alerts: serde_json::from_str::<Alerts>(alerts)?.alerts,
+        })
+    }
+}
+
+/// Evidence flattened into `key: value` lines: nested objects as dotted keys, arrays of scalars
+/// on one line, arrays of strings (stacks) one element per line, indented.
+/// Keys that say most about an alert come first, the rest in name order.
+pub fn evidence_lines(evidence: &serde_json::Value) -> Vec<(String, String)> {
+    const HEADLINE: [&str; 5] = ["reason", "syscall", "blocked_share", "longest_block_seconds", "peer"];
+    let mut out = Vec::new();
+    match evidence.as_object() {
+        Some(map) => {
+            for key in HEADLINE {
+                if let Some(value) = map.get(key) {
+                    flatten(key, value, &mut out);
+                }
+            }
+            for (key, value) in map.iter().filter(|(k, _)| !HEADLINE.contains(&k.as_str())) {
+                flatten(key, value, &mut out);
+            }
+        }
+        None => flatten("evidence", evidence, &mut out),
+    }
+    out
+}
+
+fn flatten(prefix: &str, value: &serde_json::Value, out: &mut Vec<(String, String)>) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                let key = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+                flatten(&key, value, out);
+            }
+        }
+        Value::Array(items) if items.iter().all(Value::is_string) && !items.is_empty() => {
+            out.push((prefix.to_owned(), String::new()));
+            for item in items {
+                out.push((String::new(), item.as_str().unwrap_or_default().to_owned()));
+            }
+        }
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(scalar).collect();
+            out.push((prefix.to_owned(), format!("[{}]", parts.join(", "))));
+        }
+        other => out.push((prefix.to_owned(), scalar(other))),
+    }
+}
+
+fn scalar(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() => format!("{}", (f * 1e4).round() / 1e4),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_and_unknown_fields_are_tolerated() {
+        let data = Data::parse(
+            r#"{"processes":[{"pid":7,"comm":"nginx","inbound":{"per_second":3.5},"brand_new":{"x":1}}],"future":[1]}"#,
+            r#"{"alerts":[{"kind":"PoolSaturated","extra":true}]}"#,
+        )
+        .expect("parses");
+        let p = &data.snapshot.processes[0];
+        assert_eq!((p.pid, p.comm.as_str(), p.inbound.per_second), (7, "nginx", Some(3.5)));
+        assert_eq!(p.inbound.p99_seconds, None);
+        assert_eq!(p.in_flight, None);
+        assert_eq!(data.alerts[0].kind, "PoolSaturated");
+        assert_eq!(data.snapshot.version, None);
+    }
+
+    #[test]
+    fn null_fields_are_missing_values() {
+        let data = Data::parse(
+            r#"{"slowest_requests":[{"pid":1,"status":null,"upstream":null,"breakdown":{"upstream_seconds":null}}]}"#,
+            r#"{"alerts":[]}"#,
+        )
+        .expect("parses");
+        let r = &data.snapshot.slowest_requests[0];
+        assert_eq!((r.status, r.upstream.as_ref(), r.breakdown.upstream_seconds), (None, None, None));
+    }
+
+    #[test]
+    fn evidence_flattens_to_lines() {
+        let evidence = serde_json::json!({
+            "reason": "socket", "blocked_share": 0.865437523992535, "futex_uaddr": null,
+            "blocked_seconds_by_reason": {"socket": 1.35}, "stack": ["recv+0x64 (libc.so.6)", "main"],
+            "hot": [1, 2],
+        });
+        let lines = evidence_lines(&evidence);
+        assert_eq!(lines[0], ("reason".to_owned(), "socket".to_owned()), "headline keys first");
+        let find = |k: &str| lines.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        assert_eq!(find("reason"), Some("socket"));
+        assert_eq!(find("blocked_share"), Some("0.8654"));
+        assert_eq!(find("futex_uaddr"), Some("-"));
+        assert_eq!(find("blocked_seconds_by_reason.socket"), Some("1.35"));
+        assert_eq!(find("hot"), Some("[1, 2]"));
+        let stack_at = lines.iter().position(|(k, _)| k == "stack").expect("stack header");
+        assert_eq!(lines[stack_at + 1], (String::new(), "recv+0x64 (libc.so.6)".to_owned()));
+    }
+
+    #[test]
+    fn recorded_fixtures_parse() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/top");
+        let read = |name: &str| std::fs::read_to_string(format!("{dir}/{name}")).expect("fixture");
+        let data = Data::parse(&read("blocked_snapshot.json"), &read("blocked_alerts.json")).expect("parses");
+        assert_eq!(data.snapshot.processes[0].comm, "reference-gatew");
+        assert!(data.snapshot.event_loops.iter().any(|l| l.thread == "gw-worker-0"));
+        assert!(data.alerts.iter().any(|a| a.kind == "EventLoopBlocked" && a.subject == "gw-worker-0"));
+    }
+}
