@@ -82,12 +82,17 @@ fn on_transfer(ctx: &BtfTracePointContext, recv: bool) {
     }
     let sk: *const u8 = ctx.arg(0);
     let key = sk as u64;
+    let flags: i32 = ctx.arg(2);
+    if recv && flags & MSG_PEEK != 0 {
+        // A peek leaves the bytes in the socket (nginx checks idle upstream connections this
+        // way): the read that takes them is the one to report.
+        return;
+    }
     match SOCKS.get_ptr_mut(&key) {
         Some(sock) => {
             // SAFETY: a map value pointer, valid for this program run.
             let sock = unsafe { &mut *sock };
-            let flags: i32 = ctx.arg(2);
-            if recv && flags & MSG_PEEK == 0 {
+            if recv {
                 state.data_queued_ns = sock.unread_since_ns;
                 sock.unread_since_ns = 0;
             }

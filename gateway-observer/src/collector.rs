@@ -207,7 +207,12 @@ impl Collector {
         self.requests.retain_processes(&owners);
         self.requests.expire(now_mono);
         self.run_detectors(now, &latest);
-        self.drops = self.probes.drops()?;
+        let drops = self.probes.drops()?;
+        let socket_loss = drops[drop_index::SOCKET_RINGBUF as usize] > self.drops[drop_index::SOCKET_RINGBUF as usize];
+        if socket_loss {
+            self.requests.resync_after_loss();
+        }
+        self.drops = drops;
         self.map_entries = BTreeMap::from([
             ("targets", live_targets.len()),
             ("threads", followed),

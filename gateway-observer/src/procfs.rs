@@ -123,6 +123,45 @@ fn parse_listening(table: &str) -> impl Iterator<Item = (u64, u16)> + '_ {
     })
 }
 
+/// (local, remote) addresses of the TCP socket open as `fd` in process `pid`: for a connection
+/// whose handshake the daemon did not see (its event was lost), from the process's own tables.
+pub fn tcp_addresses(pid: u32, fd: u32) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
+    let link = fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    let inode: u64 = link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()?;
+    ["tcp", "tcp6"].iter().find_map(|table| {
+        let text = fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?;
+        text.lines().skip(1).find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(9)?.parse::<u64>().ok()? != inode {
+                return None;
+            }
+            Some((parse_proc_addr(fields.get(1)?)?, parse_proc_addr(fields.get(2)?)?))
+        })
+    })
+}
+
+/// `0100007F:1F90` (IPv4) or 32 hex digits + port (IPv6), each 32-bit word in host order.
+fn parse_proc_addr(field: &str) -> Option<std::net::SocketAddr> {
+    let (ip_hex, port_hex) = field.split_once(':')?;
+    let port = u16::from_str_radix(port_hex, 16).ok()?;
+    let words: Vec<u32> = (0..ip_hex.len() / 8)
+        .map(|i| u32::from_str_radix(ip_hex.get(i * 8..i * 8 + 8)?, 16).ok())
+        .collect::<Option<_>>()?;
+    let ip = match words.as_slice() {
+        [v4] => std::net::IpAddr::from(v4.to_ne_bytes()),
+        [a, b, c, d] => {
+            let mut octets = [0u8; 16];
+            for (chunk, word) in octets.chunks_mut(4).zip([a, b, c, d]) {
+                chunk.copy_from_slice(&word.to_ne_bytes());
+            }
+            let v6 = std::net::Ipv6Addr::from(octets);
+            v6.to_ipv4_mapped().map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4)
+        }
+        _ => return None,
+    };
+    Some(std::net::SocketAddr::new(ip, port))
+}
+
 /// Inodes of the process's open sockets (`/proc/PID/fd/N -> socket:[INODE]`).
 fn socket_inodes(pid: u32) -> Vec<u64> {
     let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
@@ -148,6 +187,23 @@ mod tests {
    2: garbage";
         let rows: Vec<(u64, u16)> = parse_listening(table).collect();
         assert_eq!(rows, vec![(31337, 8080)]);
+    }
+
+    #[test]
+    fn proc_net_addresses() {
+        assert_eq!(parse_proc_addr("0100007F:1F90"), Some("127.0.0.1:8080".parse().unwrap()));
+        assert_eq!(parse_proc_addr("0000000000000000FFFF00000100007F:0050"), Some("127.0.0.1:80".parse().unwrap()));
+        assert_eq!(parse_proc_addr("zz:1"), None);
+    }
+
+    #[test]
+    fn finds_the_addresses_of_a_connected_socket() {
+        use std::os::fd::AsRawFd as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).expect("connect");
+        let (local, remote) = tcp_addresses(std::process::id(), client.as_raw_fd() as u32).expect("found");
+        assert_eq!(local, client.local_addr().unwrap());
+        assert_eq!(remote, listener.local_addr().unwrap());
     }
 
     #[test]

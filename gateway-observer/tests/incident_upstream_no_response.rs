@@ -46,14 +46,17 @@ fn wait_all_firing(observer: &Observer, kinds: &[&str], subject: &str, within: D
                 *slot = Some((alert, start.elapsed()));
             }
         }
-        if start.elapsed() >= within {
-            let metrics = observer.get("/metrics").map(|(_, m)| m).unwrap_or_default();
-            let flows: Vec<&str> = metrics.lines().filter(|l| l.starts_with("gateway_observer_tcp") || l.starts_with("gateway_observer_upstream")).collect();
-            panic!("not all of {kinds:?} fired for {subject} within {within:?}: {alerts:#?}\n{}", flows.join("\n"));
-        }
+        assert!(start.elapsed() < within, "not all of {kinds:?} fired for {subject} within {within:?}: {alerts:#?}\n{}", flow_metrics(observer));
         thread::sleep(Duration::from_millis(100));
     }
     found.into_iter().flatten().collect()
+}
+
+/// The observer's flow, request-tracking and loss metrics, for the log.
+fn flow_metrics(observer: &Observer) -> String {
+    let metrics = observer.get("/metrics").map(|(_, m)| m).unwrap_or_default();
+    let wanted = ["gateway_observer_tcp", "gateway_observer_upstream", "gateway_observer_http_connections", "gateway_observer_http_unattributed", "gateway_observer_http_parse", "gateway_observer_bpf_events_lost"];
+    metrics.lines().filter(|l| wanted.iter().any(|w| l.starts_with(w))).collect::<Vec<_>>().join("\n")
 }
 
 /// No alert about `peer` of any kind.
@@ -78,6 +81,7 @@ fn run_scenario(observer: &Observer, port: u16, ns: &NetNs, healthy_peer: &str) 
     let [(no_response, no_response_after), (one_way, one_way_after)] = [fired[0].clone(), fired[1].clone()];
     eprintln!("UpstreamNoResponse firing {no_response_after:?} into the fault: {no_response:#}");
     eprintln!("OneWayStall firing {one_way_after:?} into the fault: {one_way:#}");
+    eprintln!("{}", flow_metrics(observer));
     let evidence = &no_response["evidence"];
     assert!(evidence["outstanding"].as_u64().is_some_and(|n| n >= 1), "{evidence:#}");
     assert!(evidence["oldest_age_seconds"].as_f64().is_some_and(|s| s >= 5.0), "{evidence:#}");

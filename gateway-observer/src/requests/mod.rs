@@ -50,6 +50,10 @@ pub struct TrackerCounts {
     pub unattributed_records: u64,
     /// Connections forgotten because too many were open.
     pub evicted_connections: u64,
+    /// Times closed connections' framing was lost and found again heuristically.
+    pub closed_resyncs: u64,
+    /// In-flight requests forgotten because the kernel lost socket records meanwhile.
+    pub abandoned_after_loss: u64,
 }
 
 #[derive(Default)]
@@ -199,7 +203,7 @@ impl RequestTracker {
             let tracked = Tracked {
                 tgid: None,
                 side: Some(side),
-                remote: None,
+                remote: crate::procfs::tcp_addresses(data.tgid, data.fd).map(|(_, remote)| remote),
                 peer: None,
                 http: Some(new_connection(side)),
                 flow: FlowState::default(),
@@ -263,6 +267,7 @@ impl RequestTracker {
             self.finished(tgid, conn.side, conn.peer.as_deref(), &exchange);
         }
         self.scratch = done;
+        self.counts.closed_resyncs += http.lost_sync();
         if !http.is_http() {
             let process = self.process_name(tgid);
             *self.non_http_bytes.entry(process).or_default() += http.non_http_bytes();
@@ -304,6 +309,22 @@ impl RequestTracker {
                 self.slowest.upstream_finished(tgid, call);
             }
         }
+    }
+
+    /// The kernel lost socket records: responses may be among them, so every connection's
+    /// requests in flight are forgotten (they would look unanswered forever) and parsing starts
+    /// again at the next message. Returns how many requests were abandoned.
+    pub fn resync_after_loss(&mut self) -> u64 {
+        let mut abandoned = 0;
+        for conn in self.conns.values_mut() {
+            if let (Some(side), Some(http)) = (conn.side, conn.http.as_mut()) {
+                abandoned += http.in_flight().count() as u64;
+                self.counts.closed_resyncs += http.lost_sync();
+                *http = new_connection(side);
+            }
+        }
+        self.counts.abandoned_after_loss += abandoned;
+        abandoned
     }
 
     /// Drops what is too old for the windows.
@@ -492,6 +513,13 @@ impl RequestTracker {
         for (process, bytes) in &self.non_http_bytes {
             e.sample(name, &[("process", process)], *bytes as f64);
         }
+        let name = "gateway_observer_http_parse_resyncs_total";
+        e.family(name, "counter", "Times a connection's HTTP framing could not be followed (headers past the 512 bytes seen, a message starting in unseen bytes) and was picked up again at a direction change or a new start line.");
+        let live: u64 = self.conns.values().filter_map(|c| c.http.as_ref()).map(Connection::lost_sync).sum();
+        e.sample(name, &[], (live + self.counts.closed_resyncs) as f64);
+        let name = "gateway_observer_http_abandoned_requests_total";
+        e.family(name, "counter", "In-flight requests forgotten because socket records were lost meanwhile (see bpf_events_lost_total{ring=\"sockets\"}).");
+        e.sample(name, &[], self.counts.abandoned_after_loss as f64);
         let name = "gateway_observer_http_connections";
         e.family(name, "gauge", "TCP connections of targets followed now.");
         e.sample(name, &[], self.conns.len() as f64);

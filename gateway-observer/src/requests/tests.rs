@@ -152,3 +152,19 @@ fn side_from_first_bytes() {
     assert_eq!(side_from_bytes(false, b"HTTP/1.1 200 OK"), None);
     assert_eq!(side_from_bytes(true, b"*1\r\n$4\r\nPING"), None);
 }
+
+#[test]
+fn after_lost_records_requests_in_flight_are_forgotten_and_parsing_resumes() {
+    let mut tracker = RequestTracker::default();
+    tracker.handle(open(1, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50000", 0));
+    tracker.handle(open(2, Opened::Connected, Some(GW), "127.0.0.1:40000", "10.0.0.1:80", 0));
+    tracker.handle(data(1, true, REQUEST, 10 * MS, None));
+    tracker.handle(data(2, false, UPSTREAM_REQUEST, 11 * MS, None));
+    // The upstream's response and the gateway's were among the lost records.
+    assert_eq!(tracker.resync_after_loss(), 2);
+    assert!(tracker.per_process(20 * MS)[&GW].upstreams[0].outstanding == 0);
+    // The next exchange on each connection is parsed as usual.
+    proxied_request(&mut tracker);
+    assert_eq!(tracker.stats.counts[&(std::sync::Arc::from(GW.to_string()), Side::Inbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.counts.abandoned_after_loss, 2);
+}
