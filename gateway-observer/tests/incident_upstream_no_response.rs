@@ -19,7 +19,7 @@ use std::{
 
 use netns_support::NetNs;
 use nginx_support::Nginx;
-use observer_support::{Observer, alerts_of, load, privileged, stop, stop_flag, wait_resolved};
+use observer_support::{Observer, alerts_of, load, load_paced, privileged, stop, stop_flag, wait_resolved};
 use reference_gateway_support::{Behavior, Gateway, Upstream, free_port};
 use serde_json::Value;
 
@@ -71,8 +71,9 @@ fn run_scenario(observer: &Observer, port: u16, ns: &NetNs, healthy_peer: &str) 
     let bad_peer = format!("{}:{UPSTREAM_PORT}", ns.ns_ip);
     let until = Instant::now() + Duration::from_secs(90);
     let (good_load, bad_load) = (stop_flag(), stop_flag());
-    let good = load(port, "/api/x", 4, good_load.clone(), until);
-    let bad = load(port, "/bad/x", 8, bad_load.clone(), until);
+    // A steady few hundred requests a second: the point is the broken peer, not throughput.
+    let good = load_paced(port, "/api/x", 4, Duration::from_millis(5), good_load.clone(), until);
+    let bad = load_paced(port, "/bad/x", 8, Duration::from_millis(5), bad_load.clone(), until);
     thread::sleep(Duration::from_secs(3));
     assert!(observer.alerts().is_empty(), "alerts before the fault: {:#?}", observer.alerts());
 

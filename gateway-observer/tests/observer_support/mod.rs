@@ -76,6 +76,18 @@ pub fn privileged() -> bool {
 
 /// Protected requests from `clients` threads until `stop`, each bounded by a deadline.
 pub fn load(port: u16, path: &'static str, clients: usize, stop: Arc<AtomicBool>, deadline: Instant) -> Vec<thread::JoinHandle<usize>> {
+    load_paced(port, path, clients, Duration::ZERO, stop, deadline)
+}
+
+/// As `load`, each client pausing `pause` between requests (a steady, moderate rate).
+pub fn load_paced(
+    port: u16,
+    path: &'static str,
+    clients: usize,
+    pause: Duration,
+    stop: Arc<AtomicBool>,
+    deadline: Instant,
+) -> Vec<thread::JoinHandle<usize>> {
     (0..clients)
         .map(|_| {
             let stop = stop.clone();
@@ -87,6 +99,7 @@ pub fn load(port: u16, path: &'static str, clients: usize, stop: Arc<AtomicBool>
                     if !r.is_ok_and(|r| r.status == 200) {
                         thread::sleep(Duration::from_millis(20)); // refused: do not spin
                     }
+                    thread::sleep(pause);
                 }
                 done
             })
