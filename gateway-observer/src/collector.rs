@@ -435,8 +435,10 @@ impl Collector {
                         value
                     })
                     .collect();
+                let comm = procfs::comm(pid).unwrap_or_default();
+                let groups = self.thread_groups_of(&comm);
                 serde_json::json!({
-                    "pid": pid, "comm": procfs::comm(pid), "inbound": requests.inbound,
+                    "pid": pid, "comm": comm, "thread_groups": groups, "inbound": requests.inbound,
                     "outbound": requests.outbound, "in_flight": requests.in_flight,
                     "in_flight_oldest": in_flight, "upstreams": requests.upstreams,
                 })
@@ -450,6 +452,26 @@ impl Collector {
             "processes": processes,
             "slowest_requests": self.requests.slowest.list(),
         })
+    }
+
+    /// Thread groups of processes named `comm`, by state now (as in `pool_threads`).
+    fn thread_groups_of(&self, comm: &str) -> Vec<serde_json::Value> {
+        let mut groups: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
+        for ((process, group, state), count) in &self.thread_states {
+            if process == comm {
+                *groups.entry(group).or_default().entry(state).or_default() += count;
+            }
+        }
+        groups
+            .into_iter()
+            .map(|(name, states)| {
+                let get = |s: &str| states.get(s).copied().unwrap_or(0);
+                serde_json::json!({
+                    "name": name, "threads": states.values().sum::<usize>(), "running": get("running"),
+                    "runnable": get("runnable"), "blocked": get("blocked"), "idle": get("idle"),
+                })
+            })
+            .collect()
     }
 
     fn observe_thread(&mut self, state: &ThreadState, process: &str, group: &str) {

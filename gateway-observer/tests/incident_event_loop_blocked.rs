@@ -80,6 +80,10 @@ fn a_slow_redis_behind_a_blocking_client_is_named_within_seconds() {
     let long_blocks = alert["evidence"]["blocks_over_single_threshold"].as_u64().unwrap_or(0);
     assert!(share >= 0.2 || long_blocks >= 1, "neither rule holds in the evidence: {alert:#}");
     assert_eq!(alert["evidence"]["syscall"], "recvfrom", "the Redis client's read: {alert:#}");
+    // What the gateway's clients went through meanwhile, from its sockets.
+    let requests = &alert["evidence"]["requests"];
+    assert!(requests["completed"].as_u64().is_some_and(|n| n > 0), "requests served in the window: {alert:#}");
+    assert!(requests["max_socket_queue_seconds"].as_f64().is_some(), "socket queue wait in the evidence: {alert:#}");
     // The user stack of the longest block, captured at the syscall's exit and symbolized from the
     // gateway's mappings: its innermost frame is libc's recv (glibc has no frame pointers, so the
     // kernel's unwinder rarely gets further through it).

@@ -11,6 +11,25 @@ use std::time::{Duration, Instant};
 use observer_support::{Observer, assert_quiet, load, privileged, stop, stop_flag, wait_firing, wait_resolved};
 use reference_gateway_support::try_request;
 
+/// The refusals the firing PoolSaturated alert's evidence counts, once there are some (5 s at most:
+/// the first callers to find the pool full may not have been answered when it fired).
+fn wait_for_refusals(observer: &Observer) -> u64 {
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let refusals = observer
+            .alerts()
+            .iter()
+            .filter(|a| a["kind"] == "PoolSaturated" && a["state"] == "firing")
+            .filter_map(|a| a["evidence"]["refusals"].as_u64())
+            .max()
+            .unwrap_or(0);
+        if refusals > 0 || Instant::now() >= end {
+            return refusals;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn a_rate_limiter_that_parks_every_worker_is_named_within_seconds() {
     if !privileged() {
@@ -61,6 +80,9 @@ fn a_rate_limiter_that_parks_every_worker_is_named_within_seconds() {
     assert!(evidence["threads"].as_u64().is_some_and(|n| n >= 10), "{alert:#}");
     assert!(evidence["blocked_seconds_by_reason"]["sleep"].as_f64().is_some_and(|s| s > 0.0), "{alert:#}");
     assert!(evidence["cpu_cores"].as_f64().is_some_and(|c| c < 0.5), "parked threads burn no CPU: {alert:#}");
+    // 96 callers for a pool of at most 64: the gateway answers the rest 503, seen on its sockets.
+    let refusals = wait_for_refusals(&observer);
+    assert!(refusals >= 1, "refusals (5xx) in PoolSaturated evidence: {refusals}");
     let (_, metrics) = observer.get("/metrics").expect("metrics");
     let blocked: f64 = metrics
         .lines()

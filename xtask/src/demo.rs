@@ -7,6 +7,7 @@
 //! `Procs`' Drop; load and fault threads stop through their own Drops first.
 
 pub(crate) mod net;
+mod netns;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -30,6 +31,9 @@ const HELP: &str = "cargo xtask demo [--phase-seconds N] [--keep]
 const RESOLVE_WITHIN: Duration = Duration::from_secs(25);
 const API_LOAD_CONNECTIONS: usize = 8;
 const RPC_LOAD_CONNECTIONS: usize = 96;
+const ORDERS_LOAD_CONNECTIONS: usize = 16;
+/// The upstream that stops answering in incident 3, inside its own network namespace.
+const BROKEN_UPSTREAM_PORT: u16 = 8081;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -127,15 +131,19 @@ pub fn run(args: &[String]) -> Result<()> {
 struct Ports {
     redis: u16,
     upstream: u16,
+    /// Incident 3's upstream, in the namespace.
+    broken_upstream: String,
     gateway: u16,
     admin: u16,
     observer: u16,
 }
 
 fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
+    let broken = netns::BrokenPath::create().context("failed to create incident 3's network namespace")?;
     let p = Ports {
         redis: free_port()?,
         upstream: free_port()?,
+        broken_upstream: format!("{}:{BROKEN_UPSTREAM_PORT}", broken.upstream_ip),
         gateway: free_port()?,
         admin: free_port()?,
         observer: free_port()?,
@@ -167,6 +175,19 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
         "upstream nginx",
         Command::new("nginx").arg("-p").arg(dir).arg("-c").arg(&up_conf).args(["-g", "daemon off;"])
             .stdout(Stdio::null()).stderr(log("upstream-nginx.log")?),
+    )?;
+    let broken_conf = dir.join("broken-upstream.conf");
+    std::fs::write(
+        &broken_conf,
+        nginx_conf(dir, "broken-upstream", 1, &format!(
+            "server {{ listen {}; location / {{ return 200 \"order ok\\n\"; }} }}",
+            p.broken_upstream
+        )),
+    )?;
+    procs.spawn(
+        "namespaced upstream nginx",
+        broken.command("nginx").arg("-p").arg(dir).arg("-c").arg(&broken_conf).args(["-g", "daemon off;"])
+            .stdout(Stdio::null()).stderr(log("broken-upstream-nginx.log")?),
     )?;
     wait_redis(p.redis, &mut procs)?;
     redis_call(p.redis, &["SET", "tok", r#"{"userId":"u-1"}"#])?;
@@ -240,6 +261,24 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
     wait_resolved(&p, &mut procs, fault_end, &mut inc2)?;
     rows.push(("2 saturated pool", "PoolSaturated", inc2));
 
+    // Incident 3: an upstream whose responses never come back, behind an 1800 s timeout.
+    println!(
+        "\n[incident 3] {ORDERS_LOAD_CONNECTIONS} connections on GET /orders/x; its upstream {} (own network namespace) stops answering: nftables drops its packets after the handshake; gateway upstream timeout 1800 s, {secs} s",
+        p.broken_upstream
+    );
+    let orders_load = Load::start(p.gateway, "/orders/x", ORDERS_LOAD_CONNECTIONS, opts.phase + RESOLVE_WITHIN);
+    std::thread::sleep(Duration::from_secs(1));
+    let fault_start = Instant::now();
+    broken.break_replies(BROKEN_UPSTREAM_PORT)?;
+    let mut inc3 = BTreeMap::new();
+    watch(&p, &mut procs, fault_start, opts.phase, false, &mut inc3)?;
+    broken.repair()?;
+    let fault_end = Instant::now();
+    println!("  fault off (rule removed); waiting up to {} s for alerts to resolve", RESOLVE_WITHIN.as_secs());
+    wait_resolved(&p, &mut procs, fault_end, &mut inc3)?;
+    println!("  /orders/x load: {}", orders_load.stop().describe());
+    rows.push(("3 upstream never answers", "UpstreamNoResponse", inc3));
+
     print_report(secs, &healthy, &rows, p.observer, opts.keep);
     if opts.keep {
         println!("\nEverything is still running (logs in {}). Ctrl-C stops it.", dir.display());
@@ -271,6 +310,7 @@ timeout = "5s"
 
 [faults]
 redis_client = "async"
+upstream_response_timeout = "1800s"
 
 [faults.pool]
 enabled = true
@@ -289,11 +329,20 @@ access_check = "protected"
 [[routes]]
 path_prefix = "/rpc/"
 handler = "pool"
+
+[upstreams.orders]
+servers = ["{broken}"]
+max_fails = 1000000
+
+[[routes]]
+path_prefix = "/orders/"
+upstream = "orders"
 "#,
         gw = p.gateway,
         admin = p.admin,
         redis = p.redis,
         up = p.upstream,
+        broken = p.broken_upstream,
     )
 }
 
@@ -469,7 +518,7 @@ fn print_report(secs: u64, healthy: &BTreeMap<String, Seen>, rows: &[(&str, &str
 
     let o = format!("http://127.0.0.1:{observer}");
     println!("\nLive view{}:", if keep { "" } else { " (rerun with --keep to leave everything running)" });
-    println!("  gateway-observer top --connect {o}     (when available)");
+    println!("  gateway-observer top --connect {o}");
     println!("  curl -s {o}/api/v1/alerts");
     println!("  curl -s {o}/metrics | grep gateway_observer_");
 }

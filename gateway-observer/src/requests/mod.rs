@@ -79,6 +79,10 @@ pub struct UpstreamPeer {
     pub connections: usize,
     pub outstanding: usize,
     pub oldest_age_seconds: f64,
+    /// Retransmits on the peer's open connections.
+    pub retransmits: u64,
+    /// Open connections to it retransmitting into silence now.
+    pub one_way: usize,
 }
 
 /// A request the gateway has read and not yet answered in full.
@@ -347,9 +351,13 @@ impl RequestTracker {
                 connections: 0,
                 outstanding: 0,
                 oldest_age_seconds: 0.0,
+                retransmits: 0,
+                one_way: 0,
             });
             entry.connections += 1;
             entry.outstanding += outstanding;
+            entry.retransmits += u64::from(conn.flow.retransmits);
+            entry.one_way += usize::from(conn.flow.one_way_for(now_ns).is_some());
             if let Some(start) = oldest {
                 entry.oldest_age_seconds = entry.oldest_age_seconds.max(seconds(now_ns.saturating_sub(start)));
             }
