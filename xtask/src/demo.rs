@@ -163,32 +163,17 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
             .stdout(log("redis.log")?)
             .stderr(Stdio::null()),
     )?;
-    let up_conf = dir.join("upstream.conf");
-    std::fs::write(
-        &up_conf,
-        nginx_conf(dir, "upstream", 1, &format!(
-            "server {{ listen 127.0.0.1:{}; keepalive_requests 10000000; location / {{ return 200 \"ok\\n\"; }} }}",
-            p.upstream
-        )),
-    )?;
-    procs.spawn(
-        "upstream nginx",
-        Command::new("nginx").arg("-p").arg(dir).arg("-c").arg(&up_conf).args(["-g", "daemon off;"])
-            .stdout(Stdio::null()).stderr(log("upstream-nginx.log")?),
-    )?;
-    let broken_conf = dir.join("broken-upstream.conf");
-    std::fs::write(
-        &broken_conf,
-        nginx_conf(dir, "broken-upstream", 1, &format!(
-            "server {{ listen {}; location / {{ return 200 \"order ok\\n\"; }} }}",
-            p.broken_upstream
-        )),
-    )?;
-    procs.spawn(
-        "namespaced upstream nginx",
-        broken.command("nginx").arg("-p").arg(dir).arg("-c").arg(&broken_conf).args(["-g", "daemon off;"])
-            .stdout(Stdio::null()).stderr(log("broken-upstream-nginx.log")?),
-    )?;
+    let static_nginx = |procs: &mut Procs, name: &str, listen: &str, body: &str, mut command: Command| -> Result<()> {
+        let conf = dir.join(format!("{name}.conf"));
+        let server = format!("server {{ listen {listen}; keepalive_requests 10000000; location / {{ return 200 \"{body}\\n\"; }} }}");
+        std::fs::write(&conf, nginx_conf(dir, name, 1, &server))?;
+        command.arg("-p").arg(dir).arg("-c").arg(&conf).args(["-g", "daemon off;"]);
+        procs.spawn(name, command.stdout(Stdio::null()).stderr(log(&format!("{name}-nginx.log"))?))?;
+        Ok(())
+    };
+    static_nginx(&mut procs, "upstream", &format!("127.0.0.1:{}", p.upstream), "ok", Command::new("nginx"))?;
+    // Incident 3's upstream, in the namespace whose replies the fault drops.
+    static_nginx(&mut procs, "broken-upstream", &p.broken_upstream, "order ok", broken.command("nginx"))?;
     wait_redis(p.redis, &mut procs)?;
     redis_call(p.redis, &["SET", "tok", r#"{"userId":"u-1"}"#])?;
     wait_http_200("upstream nginx", p.upstream, "/", Duration::from_secs(10), || alive(&mut procs))?;
@@ -267,6 +252,8 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
         p.broken_upstream
     );
     let orders_load = Load::start(p.gateway, "/orders/x", ORDERS_LOAD_CONNECTIONS, opts.phase + RESOLVE_WITHIN);
+    // The other upstream keeps answering: the evidence tells one bad peer from a gateway that is down.
+    let api_load = Load::start(p.gateway, "/api/x", 2, opts.phase + RESOLVE_WITHIN);
     std::thread::sleep(Duration::from_secs(1));
     let fault_start = Instant::now();
     broken.break_replies(BROKEN_UPSTREAM_PORT)?;
@@ -277,6 +264,7 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
     println!("  fault off (rule removed); waiting up to {} s for alerts to resolve", RESOLVE_WITHIN.as_secs());
     wait_resolved(&p, &mut procs, fault_end, &mut inc3)?;
     println!("  /orders/x load: {}", orders_load.stop().describe());
+    println!("  /api/x load: {}", api_load.stop().describe());
     rows.push(("3 upstream never answers", "UpstreamNoResponse", inc3));
 
     print_report(secs, &healthy, &rows, p.observer, opts.keep);
