@@ -65,6 +65,8 @@ pub mod data_shape {
     /// recvmsg: argument 1 is the msghdr.
     pub const READ_MSG: u8 = 5;
     pub const WRITE_MSG: u8 = 6;
+    /// sendfile, splice: bytes go to the socket from a file or pipe; only their count is known.
+    pub const WRITE_LEN_ONLY: u8 = 8;
 
     pub const fn is_read(shape: u8) -> bool {
         shape % 2 == 1
@@ -438,7 +440,8 @@ pub struct ProbeConfig {
     /// Offsets in `struct tcp_sock` of snd_una and snd_nxt.
     pub tcp_snd_una_offset: u32,
     pub tcp_snd_nxt_offset: u32,
-    pub _pad: u32,
+    /// Offset in `struct sock` of `__sk_common.skc_state`.
+    pub sock_state_offset: u32,
 }
 const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 88);
 

@@ -36,7 +36,7 @@ static PROBE_CONFIG: ProbeConfig = ProbeConfig {
     sock_protocol_offset: 0,
     tcp_snd_una_offset: 0,
     tcp_snd_nxt_offset: 0,
-    _pad: 0,
+    sock_state_offset: 0,
 };
 
 #[inline(always)]

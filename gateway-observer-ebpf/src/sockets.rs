@@ -41,6 +41,7 @@ const TCP_ESTABLISHED: i32 = 1;
 const TCP_SYN_SENT: i32 = 2;
 const TCP_SYN_RECV: i32 = 3;
 const TCP_CLOSE: i32 = 7;
+const TCP_LISTEN: u8 = 10;
 /// Ring-buffer submit flags and query: records are committed without waking the daemon (a
 /// wakeup is an inter-processor interrupt, several microseconds in a VM, per record); the daemon
 /// drains the ring on a short timer, and is woken only when the ring is getting full.
@@ -82,7 +83,12 @@ fn on_transfer(ctx: &BtfTracePointContext, recv: bool) {
     }
     let sk: *const u8 = ctx.arg(0);
     let key = sk as u64;
+    let ret: i32 = ctx.arg(1);
     let flags: i32 = ctx.arg(2);
+    if ret <= 0 {
+        // An error or end of stream moves no bytes (and may come after the connection closed).
+        return;
+    }
     if recv && flags & MSG_PEEK != 0 {
         // A peek leaves the bytes in the socket (nginx checks idle upstream connections this
         // way): the read that takes them is the one to report.
@@ -101,8 +107,9 @@ fn on_transfer(ctx: &BtfTracePointContext, recv: bool) {
             }
         }
         None => {
-            // A connection older than us (or not TCP, which we leave alone).
-            if !is_tcp(sk) {
+            // A connection older than us (or not TCP, which we leave alone). One already closed
+            // (its last bytes read after a reset) is not followed again: its close was seen.
+            if !is_tcp(sk) || is_closed_or_listening(sk) {
                 return;
             }
             let sock = SockState { tgid, role: conn_role::UNKNOWN, ..SockState::default() };
@@ -235,8 +242,8 @@ fn emit_flow(kind: u32, sk: *const u8, sock: &SockState, unacked_bytes: u32, by_
     match SOCKET_EVENTS.reserve::<FlowEvent>(0) {
         Some(mut entry) => {
             entry.write(event);
-            // Rare and urgent: wake the daemon.
-            entry.submit(0);
+            // Rare and urgent: wake the daemon now.
+            entry.submit(BPF_RB_FORCE_WAKEUP);
         }
         None => count_drop(drop_index::SOCKET_RINGBUF),
     }
@@ -259,6 +266,12 @@ fn is_tcp(sk: *const u8) -> bool {
     let family: u16 = btf_field(sk, cfg.sock_family_offset);
     let protocol: u16 = btf_field(sk, cfg.sock_protocol_offset);
     (family == AF_INET || family == AF_INET6) && protocol == IPPROTO_TCP
+}
+
+#[inline(always)]
+fn is_closed_or_listening(sk: *const u8) -> bool {
+    let state: u8 = btf_field(sk, config().sock_state_offset);
+    state == TCP_CLOSE as u8 || state == TCP_LISTEN
 }
 
 #[inline(always)]

@@ -40,8 +40,10 @@ const STACK_FRAMES: usize = 12;
 const EXIT_NAME_TICKS: u64 = 10;
 /// Re-read thread names every this many ticks (young threads: every tick).
 const NAME_REFRESH_TICKS: u64 = 5;
-/// Re-read the ports targets listen on every this many ticks (and whenever targets change).
+/// Re-read the ports targets listen on every this many ticks (and whenever a target appears).
 const LISTEN_REFRESH_TICKS: u64 = 5;
+/// Count the kernel's followed connections every this many ticks.
+const SOCKET_COUNT_TICKS: u64 = 10;
 
 /// Which per-thread histogram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -95,6 +97,8 @@ pub struct Collector {
     listen_ports: BTreeSet<u16>,
     listen_ports_of: HashSet<u32>,
     socket_decode_errors: u64,
+    /// Socket records the kernel had lost at the last drain.
+    socket_losses_seen: u64,
 }
 
 impl Collector {
@@ -128,6 +132,17 @@ impl Collector {
             listen_ports: BTreeSet::new(),
             listen_ports_of: HashSet::new(),
             socket_decode_errors: 0,
+            socket_losses_seen: 0,
+        }
+    }
+
+    /// After each drain of the socket ring: if the kernel lost records since the last one,
+    /// responses may be among them, so the requests in flight are forgotten (see the tracker).
+    pub fn after_socket_drain(&mut self) {
+        let Ok(lost) = self.probes.drop_count(drop_index::SOCKET_RINGBUF) else { return };
+        if lost > self.socket_losses_seen {
+            self.socket_losses_seen = lost;
+            self.requests.resync_after_loss();
         }
     }
 
@@ -142,7 +157,8 @@ impl Collector {
     /// Keeps the kernel's LISTEN_PORTS and the tracker's per-process ports in line with what the
     /// targets listen on now.
     fn sync_listen_ports(&mut self, live: &HashSet<u32>) -> Result<(), ProbeError> {
-        if *live == self.listen_ports_of && !self.collections.is_multiple_of(LISTEN_REFRESH_TICKS) {
+        // Targets that went away change nothing until the next refresh; new ones are read now.
+        if live.is_subset(&self.listen_ports_of) && !self.collections.is_multiple_of(LISTEN_REFRESH_TICKS) {
             return Ok(());
         }
         let per_process: HashMap<u32, BTreeSet<u16>> =
@@ -207,17 +223,14 @@ impl Collector {
         self.requests.retain_processes(&owners);
         self.requests.expire(now_mono);
         self.run_detectors(now, &latest);
-        let drops = self.probes.drops()?;
-        let socket_loss = drops[drop_index::SOCKET_RINGBUF as usize] > self.drops[drop_index::SOCKET_RINGBUF as usize];
-        if socket_loss {
-            self.requests.resync_after_loss();
-        }
-        self.drops = drops;
-        self.map_entries = BTreeMap::from([
-            ("targets", live_targets.len()),
-            ("threads", followed),
-            ("sockets", self.probes.socket_count()?),
-        ]);
+        self.drops = self.probes.drops()?;
+        // Counting SOCKS takes a syscall per entry: not every tick.
+        let sockets = if self.collections.is_multiple_of(SOCKET_COUNT_TICKS) {
+            self.probes.socket_count()?
+        } else {
+            self.map_entries.get("sockets").copied().unwrap_or(0)
+        };
+        self.map_entries = BTreeMap::from([("targets", live_targets.len()), ("threads", followed), ("sockets", sockets)]);
         self.collections += 1;
         Ok(())
     }

@@ -84,6 +84,7 @@ pub fn data_shape_of(nr: u32) -> u8 {
         20 => data_shape::WRITE_IOV,      // writev
         47 => data_shape::READ_MSG,       // recvmsg
         46 => data_shape::WRITE_MSG,      // sendmsg
+        40 | 275 => data_shape::WRITE_LEN_ONLY, // sendfile, splice
         _ => data_shape::NONE,
     }
 }

@@ -87,6 +87,7 @@ fn drain_sockets(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, collector: &
     while let Some(item) = ring.next() {
         collector.handle_socket_bytes(&item);
     }
+    collector.after_socket_drain();
 }
 
 /// Firing alerts are posted again this often: Alertmanager forgets one after its resolve_timeout

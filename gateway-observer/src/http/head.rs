@@ -87,7 +87,13 @@ impl Accumulated {
         (self.status_digits == 3).then_some(self.status)
     }
 
+    /// The request path as kept: for an absolute-form target (`http://user:pass@host/x`, sent to
+    /// proxies) only the path, since the authority may carry credentials.
     pub(super) fn path(&self) -> String {
+        without_authority(self.raw_path())
+    }
+
+    fn raw_path(&self) -> String {
         let raw = self.path.get(..usize::from(self.path_len)).unwrap_or_default();
         match std::str::from_utf8(raw) {
             Ok(s) => s.to_owned(),
@@ -418,4 +424,18 @@ pub(super) fn push_lower<const N: usize>(buf: &mut [u8; N], len: &mut u8, overfl
         }
         None => *overflow = true,
     }
+}
+
+/// `http://user:pass@host:80/a/b` → `/a/b` (`/` when the path was cut off); other targets as is.
+fn without_authority(target: String) -> String {
+    let lower = target.get(..8).unwrap_or(&target).to_ascii_lowercase();
+    let scheme_len = if lower.starts_with("http://") {
+        7
+    } else if lower.starts_with("https://") {
+        8
+    } else {
+        return target;
+    };
+    let rest = target.get(scheme_len..).unwrap_or_default();
+    rest.find('/').and_then(|i| rest.get(i..)).unwrap_or("/").to_owned()
 }

@@ -40,6 +40,7 @@ pub struct KernelOffsets {
     pub sock_protocol: u32,
     pub tcp_snd_una: u32,
     pub tcp_snd_nxt: u32,
+    pub sock_state: u32,
 }
 
 impl KernelOffsets {
@@ -64,6 +65,7 @@ impl KernelOffsets {
             sock_protocol: field_offset(&btf, "sock", "sk_protocol")?,
             tcp_snd_una: field_offset(&btf, "tcp_sock", "snd_una")?,
             tcp_snd_nxt: field_offset(&btf, "tcp_sock", "snd_nxt")?,
+            sock_state: sock_common_offset(&btf, "skc_state")?,
         })
     }
 }

@@ -134,7 +134,7 @@ impl Probes {
             sock_protocol_offset: offsets.sock_protocol,
             tcp_snd_una_offset: offsets.tcp_snd_una,
             tcp_snd_nxt_offset: offsets.tcp_snd_nxt,
-            _pad: 0,
+            sock_state_offset: offsets.sock_state,
         };
         let max_threads = settings.max_threads.max(1);
         let ebpf = EbpfLoader::new()
@@ -284,13 +284,17 @@ impl Probes {
 
     /// What the kernel could not record, by `drop_index::*`, summed over CPUs.
     pub fn drops(&self) -> Result<[u64; drop_index::COUNT as usize], ProbeError> {
-        let drops: PerCpuArray<&MapData, u64> = self.map("DROPS")?;
         let mut out = [0u64; drop_index::COUNT as usize];
-        for (index, slot) in out.iter_mut().enumerate() {
-            let index = u32::try_from(index).unwrap_or(u32::MAX);
-            *slot = drops.get(&index, 0).map_err(map_err("DROPS"))?.iter().sum();
+        for (index, slot) in (0..drop_index::COUNT).zip(out.iter_mut()) {
+            *slot = self.drop_count(index)?;
         }
         Ok(out)
+    }
+
+    /// One `drop_index::*` counter, summed over CPUs (one syscall).
+    pub fn drop_count(&self, index: u32) -> Result<u64, ProbeError> {
+        let drops: PerCpuArray<&MapData, u64> = self.map("DROPS")?;
+        Ok(drops.get(&index, 0).map_err(map_err("DROPS"))?.iter().sum())
     }
 
     /// The instruction pointers of a captured user stack, innermost first.

@@ -72,10 +72,14 @@ impl FlowState {
         }
     }
 
-    /// How long the flow has sent without hearing back, if it is retransmitting into silence.
+    /// How long the flow has sent without hearing back, if it is retransmitting into silence. The
+    /// kernel doubles the gap between retransmits of a dead path; once the next one is well
+    /// overdue, acknowledgements (which no record reports) came back and the stall is over.
     pub fn one_way_for(&self, now_ns: u64) -> Option<u64> {
+        const SLACK_NS: u64 = 1_000_000_000;
         let since = self.stall_since_ns?;
-        (self.stall_retransmits >= 2).then(|| now_ns.saturating_sub(since))
+        let overdue = now_ns.saturating_sub(self.last_retransmit_ns) > self.backoff_ns.saturating_mul(3) + SLACK_NS;
+        (self.stall_retransmits >= 2 && !overdue).then(|| now_ns.saturating_sub(since))
     }
 }
 
@@ -128,6 +132,8 @@ mod tests {
         flow.on_retransmit(&retransmit(700, Some(50)));
         flow.on_retransmit(&retransmit(1_500, Some(50)));
         assert_eq!(flow.one_way_for(3_300), Some(3_000));
+        // No retransmit for far longer than the backoff (800 ns here) allows: ACKs came back.
+        assert_eq!(flow.one_way_for(1_500 + 3 * 800 + 1_000_000_001), None);
         assert_eq!((flow.stall_retransmits, flow.backoff_ns, flow.unacked_bytes), (3, 800, 120));
         // Data came back (the kernel saw it before the next retransmit): a new stall starts.
         flow.on_retransmit(&retransmit(4_000, Some(3_500)));

@@ -30,6 +30,8 @@ use stats::{RequestStats, Side, WindowSummary};
 const MAX_CONNECTIONS: usize = gateway_observer_common::MAX_SOCKETS as usize;
 /// In-flight requests listed per process in the snapshot.
 const IN_FLIGHT_LISTED: usize = 20;
+/// /proc lookups of connections whose handshake was lost, per tick.
+const PROC_LOOKUPS_PER_TICK: u32 = 32;
 
 struct Tracked {
     tgid: Option<u32>,
@@ -37,6 +39,9 @@ struct Tracked {
     remote: Option<SocketAddr>,
     /// Outbound: the peer's metric label (`ip:port`, or `other` past the cap), once the owner is known.
     peer: Option<String>,
+    /// The owner's name, kept with the connection: its last records may come after the process
+    /// is gone (and its pid must never become a label).
+    process: Option<Arc<str>>,
     http: Option<Connection>,
     flow: FlowState,
     last_active_ns: u64,
@@ -70,6 +75,7 @@ pub struct RequestTracker {
     /// Retransmitted segments by (process, peer label; `clients` for inbound connections).
     retransmits: BTreeMap<(Arc<str>, String), u64>,
     scratch: Vec<Exchange>,
+    proc_lookups_left: u32,
 }
 
 /// An upstream peer of one process, now.
@@ -152,12 +158,11 @@ impl RequestTracker {
     fn retransmit(&mut self, flow: &FlowRecord) {
         let Some(conn) = self.conns.get_mut(&flow.sk) else { return };
         conn.flow.on_retransmit(flow);
-        let Some(tgid) = conn.tgid else { return };
         let peer = match conn.side {
             Some(Side::Inbound) => "clients".to_owned(),
             _ => conn.peer.clone().unwrap_or_else(|| "unknown".to_owned()),
         };
-        let process = self.names.get(&tgid).cloned().unwrap_or_else(|| Arc::from(tgid.to_string()));
+        let Some(process) = conn.process.clone() else { return };
         *self.retransmits.entry((process, peer)).or_default() += 1;
     }
 
@@ -180,6 +185,7 @@ impl RequestTracker {
                 side,
                 remote: Some(info.remote),
                 peer: None,
+                process: None,
                 http: side.map(new_connection),
                 flow: FlowState::default(),
                 last_active_ns: info.timestamp_ns,
@@ -207,8 +213,9 @@ impl RequestTracker {
             let tracked = Tracked {
                 tgid: None,
                 side: Some(side),
-                remote: crate::procfs::tcp_addresses(data.tgid, data.fd).map(|(_, remote)| remote),
+                remote: self.lookup_remote(data.tgid, data.fd),
                 peer: None,
+                process: None,
                 http: Some(new_connection(side)),
                 flow: FlowState::default(),
                 last_active_ns: 0,
@@ -218,8 +225,12 @@ impl RequestTracker {
         self.names
             .entry(data.tgid)
             .or_insert_with(|| Arc::from(crate::procfs::comm(data.tgid).unwrap_or_else(|| data.tgid.to_string())));
+        let name = self.names.get(&data.tgid).cloned();
         let Some(conn) = self.conns.get_mut(&data.sk) else { return };
         conn.tgid = Some(data.tgid);
+        if conn.process.is_none() {
+            conn.process = name;
+        }
         conn.last_active_ns = data.timestamp_ns;
         if conn.side.is_none() {
             conn.side = side_from_bytes(data.read, data.head);
@@ -254,9 +265,9 @@ impl RequestTracker {
         {
             conn.peer = Some(self.peers.label(data.tgid, remote));
         }
-        let (side, peer) = (conn.side, conn.peer.clone());
+        let (side, peer, process) = (conn.side, conn.peer.clone(), conn.process.clone());
         for exchange in done.drain(..) {
-            self.finished(data.tgid, side, peer.as_deref(), &exchange);
+            self.finished(data.tgid, process.clone(), side, peer.as_deref(), &exchange);
         }
         self.scratch = done;
     }
@@ -268,12 +279,12 @@ impl RequestTracker {
         let mut done = std::mem::take(&mut self.scratch);
         http.on_close(ts_ns, &mut done);
         for exchange in done.drain(..) {
-            self.finished(tgid, conn.side, conn.peer.as_deref(), &exchange);
+            self.finished(tgid, conn.process.clone(), conn.side, conn.peer.as_deref(), &exchange);
         }
         self.scratch = done;
         self.counts.closed_resyncs += http.lost_sync();
         if !http.is_http() {
-            let process = self.process_name(tgid);
+            let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
             *self.non_http_bytes.entry(process).or_default() += http.non_http_bytes();
         }
     }
@@ -283,9 +294,9 @@ impl RequestTracker {
         self.names.get(&tgid).cloned().unwrap_or_else(|| Arc::from(tgid.to_string()))
     }
 
-    fn finished(&mut self, tgid: u32, side: Option<Side>, peer: Option<&str>, exchange: &Exchange) {
+    fn finished(&mut self, tgid: u32, process: Option<Arc<str>>, side: Option<Side>, peer: Option<&str>, exchange: &Exchange) {
         let Some(side) = side else { return };
-        let process = self.process_name(tgid);
+        let process = process.unwrap_or_else(|| self.process_name(tgid));
         let duration = exchange.response_end_ns.saturating_sub(exchange.request_start_ns);
         let queue = exchange.queued_since_ns.map(|q| exchange.request_start_ns.saturating_sub(q));
         let method = exchange.method.as_str();
@@ -305,6 +316,7 @@ impl RequestTracker {
             }),
             Side::Outbound => {
                 let call = UpstreamCall {
+                    tid: exchange.tid,
                     peer: peer.unwrap_or("unknown").to_owned(),
                     status: exchange.status,
                     request_start_ns: exchange.request_start_ns,
@@ -313,6 +325,16 @@ impl RequestTracker {
                 self.slowest.upstream_finished(tgid, call);
             }
         }
+    }
+
+    /// The remote address of a connection whose handshake record was lost, from /proc: a few per
+    /// tick at most, since each reads the process's whole TCP table.
+    fn lookup_remote(&mut self, tgid: u32, fd: u32) -> Option<SocketAddr> {
+        if self.proc_lookups_left == 0 {
+            return None;
+        }
+        self.proc_lookups_left -= 1;
+        crate::procfs::tcp_addresses(tgid, fd).map(|(_, remote)| remote)
     }
 
     /// The kernel lost socket records: responses may be among them, so every connection's
@@ -331,8 +353,9 @@ impl RequestTracker {
         abandoned
     }
 
-    /// Drops what is too old for the windows.
+    /// Drops what is too old for the windows (once a tick).
     pub fn expire(&mut self, now_ns: u64) {
+        self.proc_lookups_left = PROC_LOOKUPS_PER_TICK;
         self.stats.expire(now_ns);
         self.slowest.expire(now_ns);
     }
@@ -388,7 +411,8 @@ impl RequestTracker {
                 }
             });
             facts.connections += 1;
-            let waiting: Vec<_> = http.in_flight().collect();
+            // A response that has started (a stream, a long download) is an answer.
+            let waiting: Vec<_> = http.in_flight().filter(|r| !r.response_started).collect();
             if !waiting.is_empty() {
                 facts.outstanding += waiting.len();
                 facts.connections_waiting += 1;
@@ -492,19 +516,25 @@ impl RequestTracker {
         for (process, hist) in &self.stats.socket_queue {
             e.histogram(name, &[("process", process)], hist);
         }
-        let upstreams = self.upstreams(now_ns);
-        let label = |tgid: &u32, peer: &UpstreamPeer| [("process", self.process_name(*tgid).to_string()), ("peer", peer.peer.clone())];
+        // Processes of one name (nginx's workers) share their series: sums, and the oldest age.
+        let mut by_name: BTreeMap<(Arc<str>, String), (usize, f64, usize)> = BTreeMap::new();
+        for (tgid, peers) in self.upstreams(now_ns) {
+            for peer in peers {
+                let entry = by_name.entry((self.process_name(tgid), peer.peer)).or_default();
+                entry.0 += peer.outstanding;
+                entry.1 = entry.1.max(peer.oldest_age_seconds);
+                entry.2 += peer.one_way;
+            }
+        }
         let name = "gateway_observer_upstream_outstanding_requests";
         e.family(name, "gauge", "Requests written to an upstream peer whose response is not complete.");
-        for (tgid, peer) in upstreams.iter().flat_map(|(tgid, peers)| peers.iter().map(move |p| (tgid, p))) {
-            let [(k1, v1), (k2, v2)] = label(tgid, peer);
-            e.sample(name, &[(k1, v1.as_str()), (k2, v2.as_str())], peer.outstanding as f64);
+        for ((process, peer), (outstanding, _, _)) in &by_name {
+            e.sample(name, &[("process", process), ("peer", peer)], *outstanding as f64);
         }
         let name = "gateway_observer_upstream_oldest_request_age_seconds";
         e.family(name, "gauge", "Age of the oldest request still waiting for an upstream peer's response (0: none waiting).");
-        for (tgid, peer) in upstreams.iter().flat_map(|(tgid, peers)| peers.iter().map(move |p| (tgid, p))) {
-            let [(k1, v1), (k2, v2)] = label(tgid, peer);
-            e.sample(name, &[(k1, v1.as_str()), (k2, v2.as_str())], peer.oldest_age_seconds);
+        for ((process, peer), (_, age, _)) in &by_name {
+            e.sample(name, &[("process", process), ("peer", peer)], *age);
         }
         let name = "gateway_observer_tcp_retransmits_total";
         e.family(name, "counter", "Segments the kernel retransmitted on targets' connections, by upstream peer (clients: inbound connections).");
@@ -513,8 +543,8 @@ impl RequestTracker {
         }
         let name = "gateway_observer_tcp_one_way_flows";
         e.family(name, "gauge", "Upstream connections retransmitting into silence now (nothing comes back).");
-        for facts in self.peer_facts(now_ns) {
-            e.sample(name, &[("process", &facts.comm), ("peer", &facts.peer)], facts.one_way_flows as f64);
+        for ((process, peer), (_, _, one_way)) in &by_name {
+            e.sample(name, &[("process", process), ("peer", peer)], *one_way as f64);
         }
         let name = "gateway_observer_http_non_http_bytes_total";
         e.family(name, "counter", "Bytes on targets' TCP connections that were not HTTP/1.x (TLS, other protocols), from closed connections.");

@@ -16,6 +16,9 @@ const UPSTREAM_KEEP_NS: u64 = 5_000_000_000;
 /// An upstream exchange, as far as a slow request's breakdown needs it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct UpstreamCall {
+    /// The thread that wrote the request upstream.
+    #[serde(skip)]
+    pub tid: u32,
     pub peer: String,
     pub status: Option<u16>,
     #[serde(skip)]
@@ -118,15 +121,18 @@ impl Slowest {
         self.list.truncate(SLOWEST);
     }
 
-    /// The upstream call made for this request: the first one of the same process that started
-    /// after the request was read and was answered before the response began.
+    /// The upstream call made for this request, a best guess from timing: of the same process's
+    /// calls made after the request was read and answered before its response began, one from
+    /// the thread that read it if any (event loops and thread-per-request servers make their
+    /// calls there), else the one answered last before the response.
     fn upstream_of(&self, done: &Finished) -> Option<UpstreamCall> {
         let answered_by = done.response_start_ns.unwrap_or(done.response_end_ns);
-        self.upstream
-            .get(&done.pid)?
-            .iter()
-            .filter(|c| c.request_start_ns >= done.request_start_ns && c.response_end_ns <= answered_by)
+        let calls = self.upstream.get(&done.pid)?;
+        let candidates = || calls.iter().filter(|c| c.request_start_ns >= done.request_start_ns && c.response_end_ns <= answered_by);
+        candidates()
+            .filter(|c| c.tid == done.thread)
             .min_by_key(|c| c.request_start_ns)
+            .or_else(|| candidates().max_by_key(|c| c.response_end_ns))
             .cloned()
     }
 
@@ -188,7 +194,7 @@ mod tests {
     #[test]
     fn keeps_the_slowest_with_their_upstream_breakdown() {
         let mut slowest = Slowest::default();
-        let call = UpstreamCall { peer: "10.0.0.1:80".into(), status: Some(200), request_start_ns: 1_300_000, response_end_ns: 9_000_000 };
+        let call = UpstreamCall { tid: 2, peer: "10.0.0.1:80".into(), status: Some(200), request_start_ns: 1_300_000, response_end_ns: 9_000_000 };
         slowest.upstream_finished(1, call.clone());
         // Another process's call is never matched.
         slowest.upstream_finished(2, UpstreamCall { request_start_ns: 1_100_000, ..call.clone() });

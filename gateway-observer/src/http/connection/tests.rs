@@ -435,10 +435,13 @@ fn path_without_query_truncated_on_a_char_boundary() {
         read(2, get(&accented)),
         read(3, get("/frag#top")),
         read(4, "OPTIONS * HTTP/1.1\r\n\r\n"),
+        read(5, get("http://user:secret@upstream:8080/api/v1?q=2")),
+        read(6, get("HTTPS://user:secret@upstream")),
     ];
     let out = run_checked(Role::Server, &steps);
     let paths: Vec<_> = out.in_flight.iter().map(|r| r.path.clone()).collect();
-    assert_eq!(paths, vec![format!("/{}", "a".repeat(63)), format!("/{}", "é".repeat(31)), "/frag".into(), "*".into()]);
+    let expected = [format!("/{}", "a".repeat(63)), format!("/{}", "é".repeat(31)), "/frag".into(), "*".into(), "/api/v1".into(), "/".into()];
+    assert_eq!(paths, expected, "an absolute-form target's authority (credentials) is never kept");
     assert_eq!(out.in_flight[3].method, Method::Options);
 }
 
