@@ -57,6 +57,8 @@ fn submit_flags() -> u64 {
 
 /// Readv/writev of more buffers than this are not looked into (UIO_MAXIOV is 1024).
 const MAX_IOV: u64 = 1024;
+/// Buffers of a readv/writev searched for the one holding the last byte moved.
+const TAIL_IOV_SCAN: u64 = 8;
 
 /// sock_recv_length(struct sock *sk, int ret, int flags)
 #[btf_tracepoint(function = "sock_recv_length")]
@@ -350,11 +352,12 @@ pub fn exit_data_syscall(state: &mut ThreadState, tid: u32, ret: i64) {
     state.data_sk = 0;
 }
 
-/// (first buffer, its usable length, end of the last bytes moved or 0 when unknown).
+/// Where the bytes moved are: (first buffer, its bytes moved, end of the last bytes moved or 0
+/// when unknown, how many of those last bytes are in that one buffer).
 #[inline(always)]
-fn buffers(state: &ThreadState, len: u64) -> (u64, u64, u64) {
+fn buffers(state: &ThreadState, len: u64) -> (u64, u64, u64, u64) {
     match state.data_shape {
-        data_shape::READ_BUF | data_shape::WRITE_BUF => (state.data_buf, len, state.data_buf + len),
+        data_shape::READ_BUF | data_shape::WRITE_BUF => (state.data_buf, len, state.data_buf + len, len),
         data_shape::READ_IOV | data_shape::WRITE_IOV => iov_buffers(state.data_buf, state.data_count, len),
         data_shape::READ_MSG | data_shape::WRITE_MSG => {
             // struct msghdr (x86-64 user ABI): msg_iov at 16, msg_iovlen at 24.
@@ -362,21 +365,35 @@ fn buffers(state: &ThreadState, len: u64) -> (u64, u64, u64) {
             let count: u64 = read_user(state.data_buf + 24);
             iov_buffers(iov, count, len)
         }
-        _ => (0, 0, 0),
+        _ => (0, 0, 0, 0),
     }
 }
 
-/// The first iovec holds the head; the tail is known when one buffer took everything.
+/// The first iovec holds the head; the tail is in the iovec where the bytes moved end, looked
+/// for among the first few (headers + body + chunk trailer is the common shape of a response).
 #[inline(always)]
-fn iov_buffers(iov: u64, count: u64, len: u64) -> (u64, u64, u64) {
+fn iov_buffers(iov: u64, count: u64, len: u64) -> (u64, u64, u64, u64) {
     if iov == 0 || count == 0 || count > MAX_IOV {
-        return (0, 0, 0);
+        return (0, 0, 0, 0);
     }
     let base: u64 = read_user(iov);
     let first_len: u64 = read_user(iov + 8);
-    let head_len = if first_len < len { first_len } else { len };
-    let tail_end = if first_len >= len { base + len } else { 0 };
-    (base, head_len, tail_end)
+    if first_len >= len {
+        return (base, len, base + len, len);
+    }
+    let mut before = first_len;
+    let mut index = 1u64;
+    while index < TAIL_IOV_SCAN && index < count {
+        let entry = iov + index * 16;
+        let buf_len: u64 = read_user(entry + 8);
+        if before + buf_len >= len {
+            let buf: u64 = read_user(entry);
+            return (base, first_len, buf + (len - before), len - before);
+        }
+        before += buf_len;
+        index += 1;
+    }
+    (base, first_len, 0, 0)
 }
 
 #[inline(always)]
@@ -396,12 +413,13 @@ fn emit_data(state: &ThreadState, tid: u32, len: u64) {
         return;
     };
     let event = entry.as_mut_ptr();
-    let (head_base, head_avail, tail_end) = buffers(state, len);
+    let (head_base, head_avail, tail_end, tail_avail) = buffers(state, len);
     let head_len = if head_avail < DATA_HEAD_BYTES as u64 { head_avail as u32 } else { DATA_HEAD_BYTES as u32 };
+    // Only bytes of the buffer the transfer ended in: the one before it may lie anywhere.
     let tail_len = if tail_end == 0 {
         0
-    } else if len < DATA_TAIL_BYTES as u64 {
-        len as u32
+    } else if tail_avail < DATA_TAIL_BYTES as u64 {
+        tail_avail as u32
     } else {
         DATA_TAIL_BYTES as u32
     };

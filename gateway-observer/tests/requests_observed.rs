@@ -202,3 +202,49 @@ fn nginx_requests_match_wrk_and_a_hanging_upstream_is_outstanding() {
     assert_matches_wrk(&observer, port);
     assert_hanging_upstream_is_outstanding(&observer, port, &black_hole);
 }
+
+/// Reads one chunked response off a keep-alive connection (up to its last-chunk marker).
+fn read_chunked_response(stream: &mut TcpStream) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut response = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !response.ends_with(b"0\r\n\r\n") {
+        let n = stream.read(&mut buf).expect("read response");
+        assert!(n > 0, "connection closed mid-response: {}", String::from_utf8_lossy(&response));
+        response.extend_from_slice(&buf[..n]);
+    }
+    response
+}
+
+/// nginx relaying a chunked upstream response unbuffered writes it as writev(headers, chunk size,
+/// data, CRLF) and then the last chunk on its own: the head the kernel copies holds only the
+/// headers, so each response is found to end from the tail bytes. 50 requests on one keep-alive
+/// connection must each be counted once, none left in flight.
+#[test]
+fn nginx_relaying_chunked_responses_on_keep_alive() {
+    if !privileged() {
+        return;
+    }
+    let upstream = Upstream::start("chunked", Behavior::EchoChunked);
+    let port = free_port();
+    let nginx = Nginx::proxy(
+        port,
+        &format!("  upstream u {{ server {}; keepalive 4; }}", upstream.addr()),
+        "    location / { proxy_pass http://u; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }",
+    );
+    let observer = Observer::start(nginx.pid());
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    for i in 0..50 {
+        stream.write_all(format!("GET /c/{i} HTTP/1.1\r\nHost: gw\r\n\r\n").as_bytes()).expect("send");
+        let response = read_chunked_response(&mut stream);
+        assert!(response.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&response));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let metrics = observer.get("/metrics").expect("metrics").1;
+    let inbound = metric_sum(&metrics, "gateway_observer_http_requests_total", &[("direction", "inbound"), ("status_class", "2xx")]);
+    let outbound = metric_sum(&metrics, "gateway_observer_http_requests_total", &[("direction", "outbound"), ("status_class", "2xx")]);
+    let in_flight: u64 = snapshot(&observer)["processes"].as_array().into_iter().flatten().filter_map(|p| p["in_flight"].as_u64()).sum();
+    eprintln!("chunked via nginx: {inbound} inbound, {outbound} outbound, {in_flight} in flight");
+    assert_eq!((inbound, outbound, in_flight), (50.0, 50.0, 0));
+}

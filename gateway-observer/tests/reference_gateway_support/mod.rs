@@ -250,6 +250,8 @@ pub enum Behavior {
     BlackHole,
     /// Echoes, then closes the connection without announcing it (a keep-alive race).
     EchoThenClose,
+    /// Echoes with a chunked body (one chunk, then the last-chunk marker).
+    EchoChunked,
 }
 
 /// A tiny HTTP/1.1 keep-alive server on loopback, one thread per connection.
@@ -359,14 +361,22 @@ fn serve_upstream(conn: TcpStream, name: &str, behavior: Behavior, requests: &At
                 return;
             }
             Behavior::Delay(d) => std::thread::sleep(d),
-            Behavior::Echo | Behavior::EchoThenClose => {}
+            Behavior::Echo | Behavior::EchoThenClose | Behavior::EchoChunked => {}
         }
         let mut out = format!("{name}\n{head}").into_bytes();
         out.extend_from_slice(&body);
-        let mut resp = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n", out.len())
-            .into_bytes();
+        let mut resp = if let Behavior::EchoChunked = behavior {
+            let mut r = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n", out.len()).into_bytes();
+            r.extend_from_slice(&out);
+            r.extend_from_slice(b"\r\n0\r\n\r\n");
+            r
+        } else {
+            let mut r = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n", out.len())
+                .into_bytes();
+            r.extend_from_slice(&out);
+            r
+        };
         // One write: head and body in two would meet Nagle and delayed ACKs (40 ms a response).
-        resp.extend_from_slice(&out);
         if writer.write_all(&resp).is_err() {
             return;
         }
