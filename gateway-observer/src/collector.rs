@@ -99,6 +99,9 @@ pub struct Collector {
     socket_decode_errors: u64,
     /// Socket records the kernel had lost at the last drain.
     socket_losses_seen: u64,
+    /// Per target: CPU seconds used and when, at the last tick; and the cores used since.
+    cpu_seen: HashMap<u32, (Instant, f64)>,
+    cpu_cores: HashMap<u32, f64>,
 }
 
 impl Collector {
@@ -133,6 +136,8 @@ impl Collector {
             listen_ports_of: HashSet::new(),
             socket_decode_errors: 0,
             socket_losses_seen: 0,
+            cpu_seen: HashMap::new(),
+            cpu_cores: HashMap::new(),
         }
     }
 
@@ -221,6 +226,7 @@ impl Collector {
         self.count_pending_blocks();
         self.names.retain_processes(&owners);
         self.requests.retain_processes(&owners);
+        self.measure_cpu(&live_targets, now);
         self.requests.expire(now_mono);
         self.run_detectors(now, &latest);
         self.drops = self.probes.drops()?;
@@ -434,9 +440,12 @@ impl Collector {
             })
             .collect();
         let now = monotonic_ns();
-        let processes: Vec<serde_json::Value> = self
-            .requests
-            .per_process(now)
+        // Every target, with or without HTTP traffic.
+        let mut per_process = self.requests.per_process(now);
+        for pid in self.cpu_seen.keys() {
+            per_process.entry(*pid).or_default();
+        }
+        let processes: Vec<serde_json::Value> = per_process
             .into_iter()
             .map(|(pid, requests)| {
                 let in_flight: Vec<serde_json::Value> = requests
@@ -451,7 +460,8 @@ impl Collector {
                 let comm = procfs::comm(pid).unwrap_or_default();
                 let groups = self.thread_groups_of(&comm);
                 serde_json::json!({
-                    "pid": pid, "comm": comm, "thread_groups": groups, "inbound": requests.inbound,
+                    "pid": pid, "comm": comm, "cpu": self.cpu_cores.get(&pid), "thread_groups": groups,
+                    "inbound": requests.inbound,
                     "outbound": requests.outbound, "in_flight": requests.in_flight,
                     "in_flight_oldest": in_flight, "upstreams": requests.upstreams,
                 })
@@ -465,6 +475,21 @@ impl Collector {
             "processes": processes,
             "slowest_requests": self.requests.slowest.list(),
         })
+    }
+
+    /// Cores each target used since the last tick (user + system, from /proc).
+    fn measure_cpu(&mut self, targets: &HashSet<u32>, now: Instant) {
+        self.cpu_seen.retain(|pid, _| targets.contains(pid));
+        self.cpu_cores.retain(|pid, _| targets.contains(pid));
+        for &pid in targets {
+            let Some(seconds) = procfs::cpu_seconds(pid) else { continue };
+            if let Some((then, before)) = self.cpu_seen.insert(pid, (now, seconds)) {
+                let wall = now.duration_since(then).as_secs_f64();
+                if wall > 0.0 {
+                    self.cpu_cores.insert(pid, (seconds - before).max(0.0) / wall);
+                }
+            }
+        }
     }
 
     /// Thread groups of processes named `comm`, by state now (as in `pool_threads`).

@@ -74,6 +74,22 @@ fn parse_stat_ppid(stat: &str) -> Option<u32> {
     after.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// CPU time the process (all its threads) has used: user + system, in seconds.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    parse_stat_cpu_ticks(&stat).map(|ticks| ticks as f64 / ticks_per_second.max(1) as f64)
+}
+
+/// utime + stime (fields 14 and 15; the 12th and 13th after the comm's closing parenthesis).
+fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
 /// All descendants of `root` (children, grandchildren, ...), from one pass over /proc.
 pub fn descendants(root: u32) -> Vec<u32> {
     let parents: Vec<(u32, u32)> =
@@ -218,6 +234,14 @@ mod tests {
         assert_eq!(parse_stat_ppid("123 (nginx) S 1 123 123 0"), Some(1));
         assert_eq!(parse_stat_ppid("77 (a) b) c) R 42 77 77 0"), Some(42));
         assert_eq!(parse_stat_ppid("garbage"), None);
+    }
+
+    #[test]
+    fn cpu_ticks_of_a_stat_line() {
+        let stat = "4242 (my gw) S 1 4242 4242 0 -1 4194560 2306 0 0 0 150 25 0 0 20 0 9 0 123 0 0";
+        assert_eq!(parse_stat_cpu_ticks(stat), Some(175));
+        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
+        assert!(cpu_seconds(std::process::id()).is_some());
     }
 
     #[test]

@@ -103,7 +103,7 @@ pub struct InFlightRequest {
 }
 
 /// Requests of one process for the snapshot.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ProcessRequests {
     pub inbound: WindowSummary,
     pub outbound: WindowSummary,
