@@ -89,6 +89,14 @@ fn on_transfer(ctx: &BtfTracePointContext, recv: bool) {
     let flags: i32 = ctx.arg(2);
     if ret <= 0 {
         // An error or end of stream moves no bytes (and may come after the connection closed).
+        // Reading the end of stream takes the FIN that marked the socket unread.
+        if ret == 0
+            && recv
+            && let Some(sock) = SOCKS.get_ptr_mut(&key)
+        {
+            // SAFETY: a map value pointer, valid for this program run.
+            unsafe { (*sock).unread_since_ns = 0 };
+        }
         return;
     }
     if recv && flags & MSG_PEEK != 0 {

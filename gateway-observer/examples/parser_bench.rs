@@ -71,8 +71,10 @@ impl Syscall {
     }
 }
 
-/// The four syscalls of one proxied request: (client side, upstream side).
-fn exchange(response: &[u8]) -> [(bool, Syscall); 4] {
+/// The four syscalls of one proxied request, each marked true on the client side.
+type ProxiedExchange = [(bool, Syscall); 4];
+
+fn exchange(response: &[u8]) -> ProxiedExchange {
     [
         (true, Syscall::new(Direction::Read, CLIENT_REQUEST)),
         (false, Syscall::new(Direction::Write, UPSTREAM_REQUEST)),
@@ -84,7 +86,7 @@ fn exchange(response: &[u8]) -> [(bool, Syscall); 4] {
 fn main() {
     let mut nginx = NGINX_HEAD.to_vec();
     nginx.extend(std::iter::repeat_n(b'x', 615));
-    let mixes: [(&str, Vec<[(bool, Syscall); 4]>); 3] = [
+    let mixes: [(&str, Vec<ProxiedExchange>); 3] = [
         ("nginx 200, 615-byte body", vec![exchange(&nginx)]),
         ("chunked 200", vec![exchange(CHUNKED)]),
         ("alternating", vec![exchange(&nginx), exchange(CHUNKED)]),

@@ -19,6 +19,7 @@ use crate::{
         pool::SaturatedPool,
     },
     events::{Block, LongIteration, Record},
+    request_queues::RequestQueues,
     requests::RequestTracker,
     probes::{ProbeError, Probes},
     procfs,
@@ -102,6 +103,8 @@ pub struct Collector {
     /// Per target: CPU seconds used and when, at the last tick; and the cores used since.
     cpu_seen: HashMap<u32, (Instant, f64)>,
     cpu_cores: HashMap<u32, f64>,
+    /// Requests waiting in targets' sockets, as of the last tick.
+    request_queues: RequestQueues,
 }
 
 impl Collector {
@@ -138,7 +141,13 @@ impl Collector {
             socket_losses_seen: 0,
             cpu_seen: HashMap::new(),
             cpu_cores: HashMap::new(),
+            request_queues: RequestQueues::default(),
         }
+    }
+
+    /// Requests whose bytes wait unread this long are queued (RequestQueueing).
+    pub fn set_request_queueing_threshold(&mut self, threshold: std::time::Duration) {
+        self.detectors.queueing.threshold = threshold;
     }
 
     /// After each drain of the socket ring: if the kernel lost records since the last one,
@@ -228,6 +237,9 @@ impl Collector {
         self.requests.retain_processes(&owners);
         self.measure_cpu(&live_targets, now);
         self.requests.expire(now_mono);
+        let window = u64::try_from(self.detectors.event_loop.window.as_nanos()).unwrap_or(u64::MAX);
+        let threshold = u64::try_from(self.detectors.queueing.threshold.as_nanos()).unwrap_or(u64::MAX);
+        self.request_queues.gather(&mut self.requests, &self.probes, now_mono, window, threshold)?;
         self.run_detectors(now, &latest);
         self.drops = self.probes.drops()?;
         // Counting SOCKS takes a syscall per entry: not every tick.
@@ -402,6 +414,8 @@ impl Collector {
         let upstream = &self.detectors.upstream;
         findings.extend(crate::detect::upstream::upstream_no_response(&peers, upstream));
         findings.extend(crate::detect::upstream::one_way_stall(&peers, upstream));
+        findings.extend(crate::detect::queueing::request_queueing(&self.request_queues.last, &self.detectors.queueing));
+        crate::detect::queueing::add_likely_causes(&mut findings);
         findings
     }
 
@@ -464,6 +478,7 @@ impl Collector {
                     "inbound": requests.inbound,
                     "outbound": requests.outbound, "in_flight": requests.in_flight,
                     "in_flight_oldest": in_flight, "upstreams": requests.upstreams,
+                    "listeners": self.request_queues.listeners_of(pid),
                 })
             })
             .collect();
@@ -574,6 +589,7 @@ impl Collector {
             }
         }
         self.requests.render(&mut e, monotonic_ns());
+        self.request_queues.render(&mut e);
         let name = "gateway_observer_bpf_events_lost_total";
         e.family(name, "counter", "Ring-buffer events the kernel could not reserve room for, by ring (threads: blocks and lifecycle; sockets: connections and data).");
         e.sample(name, &[("ring", "threads")], self.drops[drop_index::RINGBUF as usize] as f64);

@@ -23,6 +23,9 @@ pub struct Config {
     /// An event-loop iteration on CPU at least this long is reported (EventLoopBusy).
     #[serde(with = "humantime_serde")]
     pub busy_iteration: Duration,
+    /// Request bytes waiting unread in a target's socket this long raise RequestQueueing.
+    #[serde(with = "humantime_serde")]
+    pub request_queueing: Duration,
     /// How many target threads the kernel can follow at once (each slot is 464 bytes of
     /// locked kernel memory). Threads beyond it are counted in bpf_map_full_total.
     pub max_threads: u32,
@@ -54,6 +57,7 @@ impl Default for Config {
             block_threshold: Duration::from_millis(10),
             max_threads: gateway_observer_common::MAX_THREADS,
             busy_iteration: Duration::from_millis(100),
+            request_queueing: Duration::from_millis(200),
             alertmanager: None,
             event_loops: EventLoopPatterns::default(),
             nice: 10,
@@ -109,6 +113,9 @@ impl Config {
         }
         if self.busy_iteration < Duration::from_millis(1) {
             return Err(ConfigError::Invalid(format!("busy_iteration {:?} is below 1ms", self.busy_iteration)));
+        }
+        if self.request_queueing < Duration::from_millis(10) {
+            return Err(ConfigError::Invalid(format!("request_queueing {:?} is below 10ms", self.request_queueing)));
         }
         if !(-20..=19).contains(&self.nice) {
             return Err(ConfigError::Invalid(format!("nice {} is outside -20..=19", self.nice)));

@@ -14,6 +14,7 @@ pub mod http;
 pub mod probes;
 pub mod procfs;
 pub mod reason;
+pub mod request_queues;
 pub mod requests;
 pub mod sinks;
 pub mod socket_events;

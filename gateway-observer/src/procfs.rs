@@ -113,30 +113,66 @@ fn descendants_in(root: u32, parents: &[(u32, u32)]) -> Vec<u32> {
 
 /// Local ports the process listens on with TCP (its own sockets, in its network namespace).
 pub fn listening_ports(pid: u32) -> std::collections::BTreeSet<u16> {
-    let mut listening: std::collections::HashMap<u64, u16> = std::collections::HashMap::new();
-    for table in ["tcp", "tcp6"] {
-        if let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
-            listening.extend(parse_listening(&text));
-        }
-    }
+    let listening: std::collections::HashMap<u64, u16> = listen_rows(pid).into_iter().map(|row| (row.inode, row.port)).collect();
     if listening.is_empty() {
         return Default::default();
     }
     socket_inodes(pid).into_iter().filter_map(|inode| listening.get(&inode).copied()).collect()
 }
 
-/// (socket inode, local port) of the LISTEN rows of a /proc/net/tcp{,6} table.
-fn parse_listening(table: &str) -> impl Iterator<Item = (u64, u16)> + '_ {
+/// A TCP listening socket of a network namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenRow {
+    pub inode: u64,
+    pub port: u16,
+    /// Connections handshaken and not yet accepted (the kernel's `sk_ack_backlog`).
+    pub accept_queue: u32,
+}
+
+/// The LISTEN rows of `pid`'s network namespace (IPv4 and IPv6). The kernel lists listening
+/// sockets before connections, so reading stops at the first other row: the cost does not grow
+/// with the number of connections.
+pub fn listen_rows(pid: u32) -> Vec<ListenRow> {
+    use std::io::BufRead;
+    let mut rows = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(file) = fs::File::open(format!("/proc/{pid}/net/{table}")) else { continue };
+        let lines = std::io::BufReader::new(file).lines().skip(1).map_while(Result::ok);
+        rows.extend(lines.map_while(|line| parse_listen_row(&line)));
+    }
+    rows
+}
+
+/// A /proc/net/tcp{,6} row if it is a listening socket. For those the rx_queue column is the
+/// accept queue's length.
+fn parse_listen_row(line: &str) -> Option<ListenRow> {
     const TCP_LISTEN: &str = "0A";
-    table.lines().skip(1).filter_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let (local, state, inode) = (fields.get(1)?, fields.get(3)?, fields.get(9)?);
-        if *state != TCP_LISTEN {
-            return None;
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let (local, state, queues, inode) = (fields.get(1)?, fields.get(3)?, fields.get(4)?, fields.get(9)?);
+    if *state != TCP_LISTEN {
+        return None;
+    }
+    let port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+    let accept_queue = u32::from_str_radix(queues.split_once(':')?.1, 16).ok()?;
+    Some(ListenRow { inode: inode.parse().ok()?, port, accept_queue })
+}
+
+/// TcpExt ListenOverflows of `pid`'s network namespace: connections dropped because an accept
+/// queue was full (the clients see timeouts and retried SYNs).
+pub fn listen_overflows(pid: u32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/net/netstat")).ok()?;
+    parse_netstat_field(&text, "TcpExt:", "ListenOverflows")
+}
+
+/// A field of /proc/net/netstat, where each group is a header line then a value line.
+fn parse_netstat_field(text: &str, group: &str, field: &str) -> Option<u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with(group));
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        if let Some(index) = names.split_whitespace().position(|name| name == field) {
+            return values.split_whitespace().nth(index)?.parse().ok();
         }
-        let port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
-        Some((inode.parse().ok()?, port))
-    })
+    }
+    None
 }
 
 /// (local, remote) addresses of the TCP socket open as `fd` in process `pid`: for a connection
@@ -198,11 +234,30 @@ mod tests {
     #[test]
     fn listening_rows_of_a_tcp_table() {
         let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 31337 1 0000000000000000 100 0 0 10 0
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000011 00:00000000 00000000     0        0 31337 1 0000000000000000 100 0 0 10 0
    1: 0100007F:D2F0 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 31338 1 0000000000000000 20 4 30 10 -1
    2: garbage";
-        let rows: Vec<(u64, u16)> = parse_listening(table).collect();
-        assert_eq!(rows, vec![(31337, 8080)]);
+        let rows: Vec<ListenRow> = table.lines().skip(1).map_while(parse_listen_row).collect();
+        assert_eq!(rows, vec![ListenRow { inode: 31337, port: 8080, accept_queue: 17 }]);
+        assert_eq!(parse_listen_row("   2: garbage"), None);
+    }
+
+    #[test]
+    fn accept_queue_of_a_listener_nobody_accepts() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().unwrap().port();
+        let _clients: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect")).collect();
+        let row = listen_rows(std::process::id()).into_iter().find(|r| r.port == port).expect("listed");
+        assert_eq!(row.accept_queue, 3);
+    }
+
+    #[test]
+    fn netstat_fields() {
+        let text = "TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 42 43\nIpExt: InNoRoutes\nIpExt: 7\n";
+        assert_eq!(parse_netstat_field(text, "TcpExt:", "ListenOverflows"), Some(42));
+        assert_eq!(parse_netstat_field(text, "IpExt:", "InNoRoutes"), Some(7));
+        assert_eq!(parse_netstat_field(text, "TcpExt:", "Nope"), None);
+        assert!(listen_overflows(std::process::id()).is_some());
     }
 
     #[test]

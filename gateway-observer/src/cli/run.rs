@@ -166,6 +166,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         ..EventLoopConfig::default()
     };
     let mut collector = Collector::new(probes, config.targets.clone(), event_loop);
+    collector.set_request_queueing_threshold(config.request_queueing);
     collector.tick().context("first collection failed")?;
 
     let listener = http::bind(config.listen)

@@ -143,7 +143,7 @@ pub fn blocked_loops(
             by_reason: by_reason.iter().map(|(r, ns)| (reason_label(*r), *ns)).collect(),
         });
     }
-    found.sort_by(|a, b| (a.thread.tgid, a.thread.tid).cmp(&(b.thread.tgid, b.thread.tid)));
+    found.sort_by_key(|a| (a.thread.tgid, a.thread.tid));
     found
 }
 

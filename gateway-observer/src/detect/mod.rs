@@ -7,6 +7,7 @@ pub mod event_loop;
 pub mod findings;
 pub mod history;
 pub mod pool;
+pub mod queueing;
 pub mod upstream;
 
 use std::time::Instant;
@@ -27,6 +28,7 @@ pub struct Detectors {
     pub event_loop: EventLoopConfig,
     pub pool: PoolConfig,
     pub upstream: upstream::UpstreamConfig,
+    pub queueing: queueing::QueueingConfig,
     history: History,
 }
 
@@ -45,6 +47,7 @@ impl Detectors {
             event_loop,
             pool: PoolConfig::default(),
             upstream: upstream::UpstreamConfig::default(),
+            queueing: queueing::QueueingConfig::default(),
         }
     }
 
@@ -81,7 +84,7 @@ impl Detectors {
                 Some(LoopStatus { thread: thread.clone(), utilization })
             })
             .collect();
-        loops.sort_by(|a, b| (a.thread.tgid, a.thread.tid).cmp(&(b.thread.tgid, b.thread.tid)));
+        loops.sort_by_key(|a| (a.thread.tgid, a.thread.tid));
         loops
     }
 

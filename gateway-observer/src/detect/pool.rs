@@ -145,7 +145,7 @@ fn judge(
         }
     }
     let mut hot_futexes: Vec<(u64, usize)> = hot.into_iter().map(|(a, w)| (a, w.len())).collect();
-    hot_futexes.sort_by(|a, b| b.1.cmp(&a.1));
+    hot_futexes.sort_by_key(|f| std::cmp::Reverse(f.1));
     hot_futexes.truncate(3);
     Some(SaturatedPool {
         pid: t.pid,

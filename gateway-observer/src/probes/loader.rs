@@ -338,6 +338,17 @@ impl Probes {
         Ok(socks.keys().count())
     }
 
+    /// For each of `sks` still in SOCKS with bytes unread: (sk, when those bytes first arrived).
+    /// A lookup (a syscall) each, so callers bound `sks`.
+    pub fn unread_since(&self, sks: &[u64]) -> Result<Vec<(u64, u64)>, ProbeError> {
+        let socks: HashMap<&MapData, u64, gateway_observer_common::SockState> = self.map("SOCKS")?;
+        Ok(sks
+            .iter()
+            .filter_map(|sk| socks.get(sk, 0).ok().map(|state| (*sk, state.unread_since_ns)))
+            .filter(|(_, since)| *since != 0)
+            .collect())
+    }
+
     /// (program, cumulative run time, run count) from the kernel's BPF stats; both stay 0 unless
     /// stats are enabled (`kernel.bpf_stats_enabled` or `aya::sys::enable_stats`).
     pub fn program_stats(&self) -> Vec<(&'static str, Duration, u64)> {

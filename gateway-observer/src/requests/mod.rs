@@ -8,6 +8,7 @@
 
 pub mod flows;
 pub mod peers;
+pub mod queueing;
 pub mod slowest;
 pub mod stats;
 
@@ -37,6 +38,8 @@ struct Tracked {
     tgid: Option<u32>,
     side: Option<Side>,
     remote: Option<SocketAddr>,
+    /// The local port: for inbound connections, the listener they came through.
+    local_port: Option<u16>,
     /// Outbound: the peer's metric label (`ip:port`, or `other` past the cap), once the owner is known.
     peer: Option<String>,
     /// The owner's name, kept with the connection: its last records may come after the process
@@ -45,6 +48,8 @@ struct Tracked {
     http: Option<Connection>,
     flow: FlowState,
     last_active_ns: u64,
+    /// The last read (or the handshake): bytes still unread cannot have arrived before it.
+    last_read_ns: u64,
 }
 
 /// What a followed connection is doing, for metrics and snapshot.
@@ -76,6 +81,8 @@ pub struct RequestTracker {
     retransmits: BTreeMap<(Arc<str>, String), u64>,
     scratch: Vec<Exchange>,
     proc_lookups_left: u32,
+    /// Where the last scan for unread requests stopped (see `queueing`).
+    unread_scan_offset: usize,
 }
 
 /// An upstream peer of one process, now.
@@ -184,11 +191,13 @@ impl RequestTracker {
                 tgid: info.tgid,
                 side,
                 remote: Some(info.remote),
+                local_port: Some(info.local.port()),
                 peer: None,
                 process: None,
                 http: side.map(new_connection),
                 flow: FlowState::default(),
                 last_active_ns: info.timestamp_ns,
+                last_read_ns: info.timestamp_ns,
             },
         );
     }
@@ -210,15 +219,18 @@ impl RequestTracker {
             if self.conns.len() >= MAX_CONNECTIONS {
                 self.evict_least_active();
             }
+            let addresses = self.lookup_addresses(data.tgid, data.fd);
             let tracked = Tracked {
                 tgid: None,
                 side: Some(side),
-                remote: self.lookup_remote(data.tgid, data.fd),
+                remote: addresses.map(|(_, remote)| remote),
+                local_port: addresses.map(|(local, _)| local.port()),
                 peer: None,
                 process: None,
                 http: Some(new_connection(side)),
                 flow: FlowState::default(),
                 last_active_ns: 0,
+                last_read_ns: data.timestamp_ns,
             };
             self.conns.insert(data.sk, tracked);
         }
@@ -232,6 +244,9 @@ impl RequestTracker {
             conn.process = name;
         }
         conn.last_active_ns = data.timestamp_ns;
+        if data.read {
+            conn.last_read_ns = data.timestamp_ns;
+        }
         if conn.side.is_none() {
             conn.side = side_from_bytes(data.read, data.head);
             conn.http = conn.side.map(new_connection);
@@ -327,14 +342,14 @@ impl RequestTracker {
         }
     }
 
-    /// The remote address of a connection whose handshake record was lost, from /proc: a few per
-    /// tick at most, since each reads the process's whole TCP table.
-    fn lookup_remote(&mut self, tgid: u32, fd: u32) -> Option<SocketAddr> {
+    /// The (local, remote) addresses of a connection whose handshake record was lost, from
+    /// /proc: a few per tick at most, since each reads the process's whole TCP table.
+    fn lookup_addresses(&mut self, tgid: u32, fd: u32) -> Option<(SocketAddr, SocketAddr)> {
         if self.proc_lookups_left == 0 {
             return None;
         }
         self.proc_lookups_left -= 1;
-        crate::procfs::tcp_addresses(tgid, fd).map(|(_, remote)| remote)
+        crate::procfs::tcp_addresses(tgid, fd)
     }
 
     /// The kernel lost socket records: responses may be among them, so every connection's

@@ -169,13 +169,19 @@ impl RequestStats {
 
     /// The inbound requests of `tgid` that completed since `since_ns`, as clients saw them.
     pub fn impact_since(&self, tgid: u32, since_ns: u64) -> ClientImpact {
+        self.impact_of(&[tgid], since_ns, DELAYED_QUEUE_NS)
+    }
+
+    /// Like `impact_since`, for requests served by any of `tgids` (a pre-fork server's workers),
+    /// counting those that waited at least `delayed_ns` in the socket as delayed.
+    pub fn impact_of(&self, tgids: &[u32], since_ns: u64, delayed_ns: u64) -> ClientImpact {
         let mut impact = ClientImpact::default();
         let recent = self.recent.iter().rev().take_while(|r| r.end_ns >= since_ns);
-        for r in recent.filter(|r| r.tgid == tgid && r.side == Side::Inbound) {
+        for r in recent.filter(|r| tgids.contains(&r.tgid) && r.side == Side::Inbound) {
             impact.requests += 1;
             impact.refused += u64::from(r.refused);
             let queue = r.queue_ns.unwrap_or(0);
-            impact.delayed_in_socket += u64::from(queue >= DELAYED_QUEUE_NS);
+            impact.delayed_in_socket += u64::from(queue >= delayed_ns);
             impact.max_socket_queue_seconds = impact.max_socket_queue_seconds.max(queue as f64 / 1e9);
         }
         impact

@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::*;
+use super::queueing::UnreadCandidate;
 use crate::socket_events::{ConnInfo, DataRecord, Opened, SocketRecord};
 
 const GW: u32 = u32::MAX - 7; // a pid that does not exist: its name is the number
@@ -167,4 +168,33 @@ fn after_lost_records_requests_in_flight_are_forgotten_and_parsing_resumes() {
     proxied_request(&mut tracker);
     assert_eq!(tracker.stats.counts[&(std::sync::Arc::from(GW.to_string()), Side::Inbound, "GET", "2xx")], 1);
     assert_eq!(tracker.counts.abandoned_after_loss, 2);
+}
+
+#[test]
+fn idle_inbound_connections_are_the_unread_candidates() {
+    let mut tracker = RequestTracker::default();
+    tracker.set_listen_ports(HashMap::from([(GW, BTreeSet::from([8080])), (GW - 1, BTreeSet::from([8080, 9090]))]));
+    proxied_request(&mut tracker); // 1: inbound, last read at 100 ms, answered; 2: outbound
+    // 3: accepted at 100 ms, never read (waits in the accept queue); 4: a request read at
+    // 300 ms and not answered yet; 5: read at 450 ms; 6: a port nobody here listens on.
+    tracker.handle(open(3, Opened::Accepted, None, "127.0.0.1:9090", "127.0.0.1:50001", 100 * MS));
+    tracker.handle(open(4, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50002", 290 * MS));
+    tracker.handle(data(4, true, REQUEST, 300 * MS, None));
+    tracker.handle(open(5, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50003", 440 * MS));
+    tracker.handle(data(5, true, REQUEST, 450 * MS, None));
+    tracker.handle(data(5, false, RESPONSE, 451 * MS, None));
+    tracker.handle(open(6, Opened::Accepted, None, "127.0.0.1:7000", "127.0.0.1:50004", 100 * MS));
+
+    let mut found = tracker.unread_candidates(500 * MS, 200 * MS, 10);
+    found.sort_unstable_by_key(|c| c.sk);
+    let expected = vec![UnreadCandidate { sk: 1, port: 8080 }, UnreadCandidate { sk: 3, port: 9090 }];
+    assert_eq!(found, expected, "idle for 200 ms, inbound, on a listened port, nothing in flight");
+    // Past the limit, successive calls take turns.
+    let first = tracker.unread_candidates(500 * MS, 200 * MS, 1);
+    let second = tracker.unread_candidates(500 * MS, 200 * MS, 1);
+    assert_eq!(first.len(), 1);
+    assert_ne!(first, second);
+    let listeners = tracker.listeners();
+    assert_eq!(listeners[&8080].iter().copied().collect::<Vec<_>>(), vec![GW - 1, GW]);
+    assert_eq!(listeners[&9090].len(), 1);
 }

@@ -90,8 +90,8 @@ pub fn resolve(specs: &[TargetSpec], processes: &[ProcessEntry]) -> BTreeMap<u32
     let mut frontier: Vec<(u32, u32)> = selected.iter().map(|(p, r)| (*p, *r)).collect();
     while let Some((parent, root)) = frontier.pop() {
         for child in processes.iter().filter(|p| p.parent == parent && p.pid != parent) {
-            if !selected.contains_key(&child.pid) {
-                selected.insert(child.pid, root);
+            if let std::collections::btree_map::Entry::Vacant(e) = selected.entry(child.pid) {
+                e.insert(root);
                 frontier.push((child.pid, root));
             }
         }

@@ -365,7 +365,7 @@ fn serve_upstream(conn: TcpStream, name: &str, behavior: Behavior, requests: &At
         }
         let mut out = format!("{name}\n{head}").into_bytes();
         out.extend_from_slice(&body);
-        let mut resp = if let Behavior::EchoChunked = behavior {
+        let resp = if let Behavior::EchoChunked = behavior {
             let mut r = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n", out.len()).into_bytes();
             r.extend_from_slice(&out);
             r.extend_from_slice(b"\r\n0\r\n\r\n");

@@ -1,0 +1,215 @@
+//! `RequestQueueing`: requests wait in the gateway's socket buffers (arrived, not yet read) past a
+//! threshold. This is what clients and health checks feel when a gateway stops reading, whatever
+//! the cause (a blocked or busy event loop, too few workers), and it is often the first sign:
+//! the gateway's CPU stays low and its own latency, measured from the read, looks fine.
+//!
+//! Judged from `QueueFacts`, gathered each tick by `crate::request_queues`: connections holding
+//! unread bytes now (the kernel's per-socket arrival time), the socket queue waits of requests
+//! completed in the window, accept queues and listen overflows.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::alerts::{AlertKind, Finding};
+
+#[derive(Debug, Clone)]
+pub struct QueueingConfig {
+    /// A request whose bytes waited unread this long is queued.
+    pub threshold: Duration,
+    /// Completed requests alone fire the alert when at least this many waited past the
+    /// threshold in the window...
+    pub min_delayed: u64,
+    /// ...and they are at least this share of the window's requests (a lone straggler is not a
+    /// queue).
+    pub min_delayed_share: f64,
+}
+
+impl Default for QueueingConfig {
+    fn default() -> Self {
+        Self { threshold: Duration::from_millis(200), min_delayed: 3, min_delayed_share: 0.01 }
+    }
+}
+
+/// One listening port of a process, now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListenerFacts {
+    pub port: u16,
+    /// Connections handshaken and not yet accepted.
+    pub accept_queue: u32,
+    /// Connections holding bytes unread for at least the threshold.
+    pub waiting: u32,
+    /// The age of the oldest unread bytes among them.
+    pub oldest_unread_ns: u64,
+}
+
+/// A process that listens (the lowest pid of those sharing its listeners), now and over the
+/// window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueFacts {
+    pub pid: u32,
+    pub comm: String,
+    pub listeners: Vec<ListenerFacts>,
+    pub window_ns: u64,
+    /// Inbound requests completed in the window, those whose bytes waited past the threshold
+    /// before the gateway read them, and the longest such wait.
+    pub completed: u64,
+    pub delayed: u64,
+    pub max_queue_ns: u64,
+    /// 5xx answers or connections closed unanswered in the window.
+    pub refused: u64,
+    /// Connections the network namespace dropped in the window because an accept queue was full.
+    pub listen_overflows: u64,
+}
+
+impl QueueFacts {
+    pub fn waiting(&self) -> u32 {
+        self.listeners.iter().map(|l| l.waiting).sum()
+    }
+
+    pub fn oldest_unread_ns(&self) -> u64 {
+        self.listeners.iter().map(|l| l.oldest_unread_ns).max().unwrap_or(0)
+    }
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Whether requests queue now: some wait unread past the threshold, or enough of the window's
+/// requests did.
+fn queueing(facts: &QueueFacts, config: &QueueingConfig) -> bool {
+    let delayed_enough = facts.delayed >= config.min_delayed
+        && facts.delayed as f64 >= config.min_delayed_share * facts.completed.max(1) as f64;
+    facts.waiting() > 0 || delayed_enough
+}
+
+pub fn request_queueing(all: &[QueueFacts], config: &QueueingConfig) -> Vec<Finding> {
+    all.iter().filter(|facts| queueing(facts, config)).map(|facts| finding(facts, config)).collect()
+}
+
+fn finding(facts: &QueueFacts, config: &QueueingConfig) -> Finding {
+    let ports: Vec<String> = facts.listeners.iter().filter(|l| l.waiting > 0).map(|l| format!(":{}", l.port)).collect();
+    let now = if facts.waiting() > 0 {
+        format!(
+            "{} connection(s) hold requests unread for up to {:.1}s on {}; ",
+            facts.waiting(),
+            secs(facts.oldest_unread_ns()),
+            ports.join(", ")
+        )
+    } else {
+        String::new()
+    };
+    let summary = format!(
+        "requests wait in socket buffers before the gateway reads them: {now}{} of {} completed in the last {:.0}s waited over {}ms (longest {:.2}s)",
+        facts.delayed,
+        facts.completed,
+        secs(facts.window_ns),
+        config.threshold.as_millis(),
+        secs(facts.max_queue_ns)
+    );
+    let listeners: Vec<serde_json::Value> = facts
+        .listeners
+        .iter()
+        .map(|l| {
+            json!({"port": l.port, "accept_queue": l.accept_queue, "waiting": l.waiting,
+                   "oldest_unread_seconds": secs(l.oldest_unread_ns)})
+        })
+        .collect();
+    Finding {
+        kind: AlertKind::RequestQueueing,
+        pid: facts.pid,
+        comm: facts.comm.clone(),
+        subject: "inbound".to_owned(),
+        summary,
+        evidence: json!({
+            "threshold_seconds": config.threshold.as_secs_f64(),
+            "window_seconds": secs(facts.window_ns),
+            "waiting_now": facts.waiting(),
+            "oldest_unread_seconds": secs(facts.oldest_unread_ns()),
+            "listeners": listeners,
+            "completed": facts.completed,
+            "delayed": facts.delayed,
+            "max_socket_queue_seconds": secs(facts.max_queue_ns),
+            "refusals": facts.refused,
+            "listen_overflows": facts.listen_overflows,
+        }),
+    }
+}
+
+/// Adds to each RequestQueueing finding the other findings of its process, which are the likely
+/// reasons the gateway stopped reading (a blocked loop, a saturated pool).
+pub fn add_likely_causes(findings: &mut [Finding]) {
+    let causes: Vec<(u32, String)> = findings
+        .iter()
+        .filter(|f| f.kind != AlertKind::RequestQueueing)
+        .map(|f| (f.pid, format!("{} {}", f.kind, f.subject)))
+        .collect();
+    for finding in findings.iter_mut().filter(|f| f.kind == AlertKind::RequestQueueing) {
+        let mine: Vec<&String> = causes.iter().filter(|(pid, _)| *pid == finding.pid).map(|(_, c)| c).collect();
+        finding.evidence["likely_causes"] = json!(mine);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn facts(waiting: u32, completed: u64, delayed: u64) -> QueueFacts {
+        QueueFacts {
+            pid: 7,
+            comm: "gw".into(),
+            listeners: vec![
+                ListenerFacts { port: 8080, accept_queue: 2, waiting, oldest_unread_ns: u64::from(waiting) * 900 * MS },
+                ListenerFacts { port: 9090, ..ListenerFacts::default() },
+            ],
+            window_ns: 5_000 * MS,
+            completed,
+            delayed,
+            max_queue_ns: delayed * 400 * MS,
+            ..QueueFacts::default()
+        }
+    }
+
+    #[test]
+    fn requests_unread_now_fire_with_their_listener() {
+        let found = request_queueing(&[facts(2, 0, 0)], &QueueingConfig::default());
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        assert_eq!((f.kind, f.subject.as_str(), f.pid), (AlertKind::RequestQueueing, "inbound", 7));
+        assert_eq!(f.evidence["waiting_now"], 2);
+        assert!((f.evidence["oldest_unread_seconds"].as_f64().unwrap() - 1.8).abs() < 1e-9);
+        assert_eq!(f.evidence["listeners"][0]["accept_queue"], 2);
+        assert!(f.summary.contains("2 connection(s) hold requests unread for up to 1.8s on :8080;"), "{}", f.summary);
+    }
+
+    #[test]
+    fn completed_requests_fire_only_when_enough_waited() {
+        let config = QueueingConfig::default();
+        // 3 of 100 waited: enough. 2 of 100: a straggler or two. 3 of 1000: under 1 %.
+        assert_eq!(request_queueing(&[facts(0, 100, 3)], &config).len(), 1);
+        assert!(request_queueing(&[facts(0, 100, 2)], &config).is_empty());
+        assert!(request_queueing(&[facts(0, 1000, 3)], &config).is_empty());
+        assert!(request_queueing(&[facts(0, 0, 0)], &config).is_empty());
+    }
+
+    #[test]
+    fn likely_causes_are_the_same_process_findings() {
+        let mut findings = request_queueing(&[facts(1, 10, 5)], &QueueingConfig::default());
+        let blocked = |pid| Finding {
+            kind: AlertKind::EventLoopBlocked,
+            pid,
+            comm: "gw".into(),
+            subject: format!("worker-{pid}"),
+            summary: String::new(),
+            evidence: json!({}),
+        };
+        findings.push(blocked(7));
+        findings.push(blocked(8));
+        add_likely_causes(&mut findings);
+        assert_eq!(findings[0].evidence["likely_causes"], json!(["EventLoopBlocked worker-7"]));
+        assert!(findings[1].evidence.get("likely_causes").is_none());
+    }
+}

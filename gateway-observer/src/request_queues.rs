@@ -1,0 +1,143 @@
+//! Gathers, each tick, what the RequestQueueing detector judges, per target that listens: the
+//! connections holding request bytes unread past the threshold (the kernel's per-socket arrival
+//! time, looked up for the tracker's idle inbound connections), accept queues and listen
+//! overflows (/proc), and the socket queue waits of requests completed in the window.
+//!
+//! Processes sharing a listener (nginx's master and workers) are one: facts go to the lowest pid.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use crate::detect::queueing::{ListenerFacts, QueueFacts};
+use crate::probes::{ProbeError, Probes};
+use crate::procfs;
+use crate::requests::RequestTracker;
+use crate::sinks::prometheus::Exposition;
+
+/// SOCKS lookups per tick at most (a syscall each); more idle connections are looked at in turn.
+const LOOKUPS_PER_TICK: usize = 2048;
+
+#[derive(Debug, Default)]
+pub struct RequestQueues {
+    /// Per owning pid: (when, the namespace's ListenOverflows) samples over the window.
+    overflow_samples: HashMap<u32, VecDeque<(u64, u64)>>,
+    /// What the last gathering found, for the detector, metrics and the snapshot.
+    pub last: Vec<QueueFacts>,
+}
+
+/// Waiting connections per port: (count, oldest unread age).
+type Waiting = HashMap<u16, (u32, u64)>;
+
+impl RequestQueues {
+    pub fn gather(
+        &mut self,
+        tracker: &mut RequestTracker,
+        probes: &Probes,
+        now_ns: u64,
+        window_ns: u64,
+        threshold_ns: u64,
+    ) -> Result<(), ProbeError> {
+        let waiting = waiting_connections(tracker, probes, now_ns, threshold_ns)?;
+        // Owner pid → (its ports, every pid sharing them).
+        let mut owners: BTreeMap<u32, (Vec<u16>, BTreeSet<u32>)> = BTreeMap::new();
+        for (port, pids) in tracker.listeners() {
+            let Some(&owner) = pids.first() else { continue };
+            let entry = owners.entry(owner).or_default();
+            entry.0.push(port);
+            entry.1.extend(pids);
+        }
+        self.overflow_samples.retain(|pid, _| owners.contains_key(pid));
+        let since = now_ns.saturating_sub(window_ns);
+        self.last = owners
+            .into_iter()
+            .map(|(owner, (ports, sharers))| {
+                let rows = procfs::listen_rows(owner);
+                let listeners = ports
+                    .iter()
+                    .map(|&port| {
+                        let (count, oldest) = waiting.get(&port).copied().unwrap_or_default();
+                        let accept_queue = rows.iter().filter(|r| r.port == port).map(|r| r.accept_queue).sum();
+                        ListenerFacts { port, accept_queue, waiting: count, oldest_unread_ns: oldest }
+                    })
+                    .collect();
+                let sharers: Vec<u32> = sharers.into_iter().collect();
+                let impact = tracker.stats.impact_of(&sharers, since, threshold_ns);
+                QueueFacts {
+                    pid: owner,
+                    comm: procfs::comm(owner).unwrap_or_default(),
+                    listeners,
+                    window_ns,
+                    completed: impact.requests,
+                    delayed: impact.delayed_in_socket,
+                    max_queue_ns: (impact.max_socket_queue_seconds * 1e9) as u64,
+                    refused: impact.refused,
+                    listen_overflows: self.overflows_in_window(owner, now_ns, window_ns),
+                }
+            })
+            .collect();
+        Ok(())
+    }
+
+    /// The listeners of `pid` for the snapshot (empty for a process that does not own one).
+    pub fn listeners_of(&self, pid: u32) -> serde_json::Value {
+        let listeners: Vec<serde_json::Value> = self
+            .last
+            .iter()
+            .filter(|facts| facts.pid == pid)
+            .flat_map(|facts| &facts.listeners)
+            .map(|l| {
+                serde_json::json!({"port": l.port, "accept_queue": l.accept_queue, "waiting": l.waiting,
+                                   "oldest_unread_seconds": l.oldest_unread_ns as f64 / 1e9})
+            })
+            .collect();
+        serde_json::json!(listeners)
+    }
+
+    pub fn render(&self, e: &mut Exposition) {
+        let name = "gateway_observer_accept_queue_connections";
+        e.family(name, "gauge", "Connections handshaken on a target's listening port and not yet accepted.");
+        for facts in &self.last {
+            for l in &facts.listeners {
+                e.sample(name, &[("process", facts.comm.as_str()), ("port", &l.port.to_string())], f64::from(l.accept_queue));
+            }
+        }
+        let name = "gateway_observer_socket_waiting_connections";
+        e.family(name, "gauge", "Connections on a target's listening port holding request bytes unread past the RequestQueueing threshold.");
+        for facts in &self.last {
+            for l in &facts.listeners {
+                e.sample(name, &[("process", facts.comm.as_str()), ("port", &l.port.to_string())], f64::from(l.waiting));
+            }
+        }
+    }
+
+    /// ListenOverflows of the owner's namespace over the window (the counter is namespace-wide:
+    /// another listener's overflows count too, which the evidence says by its name).
+    fn overflows_in_window(&mut self, owner: u32, now_ns: u64, window_ns: u64) -> u64 {
+        let Some(value) = procfs::listen_overflows(owner) else { return 0 };
+        let samples = self.overflow_samples.entry(owner).or_default();
+        samples.push_back((now_ns, value));
+        while samples.len() > 1 && samples.front().is_some_and(|(t, _)| now_ns.saturating_sub(*t) > window_ns) {
+            samples.pop_front();
+        }
+        samples.front().map_or(0, |(_, first)| value.saturating_sub(*first))
+    }
+}
+
+/// Per listening port, the idle inbound connections whose unread bytes arrived at least
+/// `threshold_ns` ago.
+fn waiting_connections(tracker: &mut RequestTracker, probes: &Probes, now_ns: u64, threshold_ns: u64) -> Result<Waiting, ProbeError> {
+    let candidates = tracker.unread_candidates(now_ns, threshold_ns, LOOKUPS_PER_TICK);
+    let port_of: HashMap<u64, u16> = candidates.iter().map(|c| (c.sk, c.port)).collect();
+    let sks: Vec<u64> = candidates.iter().map(|c| c.sk).collect();
+    let mut waiting = Waiting::new();
+    for (sk, since) in probes.unread_since(&sks)? {
+        let age = now_ns.saturating_sub(since);
+        if age < threshold_ns {
+            continue;
+        }
+        let Some(port) = port_of.get(&sk) else { continue };
+        let entry = waiting.entry(*port).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.max(age);
+    }
+    Ok(waiting)
+}
