@@ -27,7 +27,7 @@ use crate::{
     sinks::prometheus::{Exposition, Log2Histogram},
     state::{
         counters::DeltaCounters,
-        targets::{TargetSpec, host_processes, resolve},
+        targets::{PortListeners, TargetSpec, host_processes, resolve, waiting_specs},
         threads::ThreadNames,
     },
 };
@@ -105,6 +105,8 @@ pub struct Collector {
     cpu_cores: HashMap<u32, f64>,
     /// Requests waiting in targets' sockets, as of the last tick.
     request_queues: RequestQueues,
+    /// Processes listening on the ports of `port=` specs (refreshed every few seconds).
+    port_listeners: PortListeners,
 }
 
 impl Collector {
@@ -142,6 +144,7 @@ impl Collector {
             cpu_seen: HashMap::new(),
             cpu_cores: HashMap::new(),
             request_queues: RequestQueues::default(),
+            port_listeners: PortListeners::default(),
         }
     }
 
@@ -256,12 +259,10 @@ impl Collector {
     /// Adds processes the specs now select, and removes targets that exited. Returns the tgids
     /// in TARGETS afterwards.
     fn sync_targets(&mut self) -> Result<HashSet<u32>, ProbeError> {
-        let wanted = resolve(&self.specs, &host_processes());
-        self.specs_waiting = self
-            .specs
-            .iter()
-            .filter(|spec| !wanted.iter().any(|(pid, root)| pid == root && spec_matches(spec, *pid)))
-            .count();
+        self.port_listeners.refresh(&self.specs, Instant::now());
+        let processes = host_processes(&self.specs, &self.port_listeners);
+        let wanted = resolve(&self.specs, &processes);
+        self.specs_waiting = waiting_specs(&self.specs, &processes);
         let current: HashMap<u32, u32> = self.probes.targets()?.into_iter().collect();
         // Dead targets go first, so that a full TARGETS map frees room before anything is added.
         let mut live: HashSet<u32> = HashSet::new();
@@ -696,13 +697,6 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes one timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
-}
-
-fn spec_matches(spec: &TargetSpec, pid: u32) -> bool {
-    match spec {
-        TargetSpec::Pid(p) => *p == pid,
-        TargetSpec::Comm(comm) => procfs::comm(pid).as_deref() == Some(comm.as_str()),
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::state::targets::TargetSpec;
 pub struct Config {
     /// Address of /metrics, /live and /ready.
     pub listen: SocketAddr,
-    /// Processes to watch (`pid=N`, `comm=NAME`); flags add to these.
+    /// Processes to watch (`pid=N`, `comm=NAME`, `port=N`, `cgroup=PATH`); flags add to these.
     pub targets: Vec<TargetSpec>,
     /// How often maps are read and metrics refreshed.
     #[serde(with = "humantime_serde")]

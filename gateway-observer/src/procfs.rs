@@ -214,8 +214,19 @@ fn parse_proc_addr(field: &str) -> Option<std::net::SocketAddr> {
     Some(std::net::SocketAddr::new(ip, port))
 }
 
+/// The cgroup paths of a process, one per hierarchy (a single `0::/path` line on cgroup v2).
+pub fn cgroups(pid: u32) -> Vec<String> {
+    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else { return Vec::new() };
+    text.lines().filter_map(|line| line.splitn(3, ':').nth(2)).map(str::to_owned).collect()
+}
+
+/// The process's network namespace (`net:[INODE]`), to read each namespace's tables once.
+pub fn net_namespace(pid: u32) -> Option<String> {
+    fs::read_link(format!("/proc/{pid}/ns/net")).ok()?.to_str().map(str::to_owned)
+}
+
 /// Inodes of the process's open sockets (`/proc/PID/fd/N -> socket:[INODE]`).
-fn socket_inodes(pid: u32) -> Vec<u64> {
+pub fn socket_inodes(pid: u32) -> Vec<u64> {
     let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
     entries
         .filter_map(Result::ok)
@@ -249,6 +260,13 @@ mod tests {
         let _clients: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect")).collect();
         let row = listen_rows(std::process::id()).into_iter().find(|r| r.port == port).expect("listed");
         assert_eq!(row.accept_queue, 3);
+    }
+
+    #[test]
+    fn cgroups_and_namespace_of_this_process() {
+        let cgroups = cgroups(std::process::id());
+        assert!(!cgroups.is_empty() && cgroups.iter().all(|c| c.starts_with('/')), "{cgroups:?}");
+        assert!(net_namespace(std::process::id()).is_some_and(|ns| ns.starts_with("net:[")));
     }
 
     #[test]

@@ -39,8 +39,9 @@ pub struct RunArgs {
     /// TOML config file; flags override its values.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// A process to watch, with its descendants: pid=N or comm=NAME. Repeatable.
-    #[arg(long = "target", value_name = "pid=N|comm=NAME")]
+    /// A process to watch, with its descendants: pid=N, comm=NAME, port=N (whoever listens on
+    /// that TCP port) or cgroup=PATH (a cgroup subtree: a systemd service, a pod). Repeatable.
+    #[arg(long = "target", value_name = "pid=N|comm=NAME|port=N|cgroup=PATH")]
     pub targets: Vec<TargetSpec>,
     /// Address for /metrics, /live, /ready [default: 127.0.0.1:9464].
     #[arg(long)]

@@ -68,7 +68,7 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
     }
     config.validate().map_err(|e| RunError::Usage(e.to_string()))?;
     if config.targets.is_empty() {
-        return Err(RunError::Usage("no target: pass --target pid=N or --target comm=NAME".into()));
+        return Err(RunError::Usage("no target: pass --target pid=N, comm=NAME, port=N or cgroup=PATH".into()));
     }
     for spec in &config.targets {
         if let TargetSpec::Pid(pid) = spec

@@ -1,8 +1,15 @@
-//! Which processes to watch: `--target pid=N` and `--target comm=NAME`, plus every descendant of a
-//! match (pre-fork workers such as nginx's). Specs are resolved against /proc at each tick, so a
-//! matching process that starts later is picked up and one that exits is dropped.
+//! Which processes to watch: `--target pid=N`, `comm=NAME`, `port=N` (whoever listens on that TCP
+//! port: gateways found by what they serve) and `cgroup=PATH` (every process of a cgroup subtree:
+//! a systemd service, a Kubernetes pod), plus every descendant of a match (pre-fork workers such
+//! as nginx's). Specs are resolved against /proc at each tick, so a matching process that starts
+//! later is picked up and one that exits is dropped.
 
-use std::{collections::BTreeMap, fmt, str::FromStr};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    fmt,
+    str::FromStr,
+    time::{Duration, Instant},
+};
 
 use crate::procfs;
 
@@ -11,17 +18,28 @@ pub enum TargetSpec {
     Pid(u32),
     /// Exact match on /proc/PID/comm (at most 15 bytes, as the kernel truncates it).
     Comm(String),
+    /// Processes with a TCP socket listening on this port (in their own network namespace).
+    Port(u16),
+    /// Processes in this cgroup or below, as /proc/PID/cgroup names it (`/system.slice/nginx.service`);
+    /// a path under /sys/fs/cgroup is accepted too.
+    Cgroup(String),
 }
+
+const KINDS: &str = "pid=N, comm=NAME, port=N or cgroup=PATH";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TargetSpecError {
-    #[error("target {0:?} is not KEY=VALUE (pid=N or comm=NAME)")]
+    #[error("target {0:?} is not KEY=VALUE ({KINDS})")]
     NoEquals(String),
     #[error("target {0:?}: pid must be a positive number")]
     BadPid(String),
     #[error("target {0:?}: comm is empty or longer than the kernel's 15 bytes")]
     BadComm(String),
-    #[error("target {0:?}: unknown kind (use pid=N or comm=NAME)")]
+    #[error("target {0:?}: port must be 1..=65535")]
+    BadPort(String),
+    #[error("target {0:?}: cgroup must be an absolute path such as /system.slice/nginx.service")]
+    BadCgroup(String),
+    #[error("target {0:?}: unknown kind (use {KINDS})")]
     UnknownKind(String),
 }
 
@@ -37,6 +55,11 @@ impl FromStr for TargetSpec {
             },
             "comm" if !value.is_empty() && value.len() <= 15 => Ok(Self::Comm(value.into())),
             "comm" => Err(TargetSpecError::BadComm(s.into())),
+            "port" => match value.parse::<u16>() {
+                Ok(port) if port > 0 => Ok(Self::Port(port)),
+                _ => Err(TargetSpecError::BadPort(s.into())),
+            },
+            "cgroup" => cgroup_path(value).map(Self::Cgroup).ok_or_else(|| TargetSpecError::BadCgroup(s.into())),
             _ => Err(TargetSpecError::UnknownKind(s.into())),
         }
     }
@@ -47,6 +70,46 @@ impl fmt::Display for TargetSpec {
         match self {
             Self::Pid(pid) => write!(f, "pid={pid}"),
             Self::Comm(comm) => write!(f, "comm={comm}"),
+            Self::Port(port) => write!(f, "port={port}"),
+            Self::Cgroup(path) => write!(f, "cgroup={path}"),
+        }
+    }
+}
+
+/// A cgroup path as /proc/PID/cgroup writes it: absolute, without a trailing slash, the
+/// /sys/fs/cgroup mount point (and a cgroup v1 or hybrid hierarchy directory) taken off.
+fn cgroup_path(value: &str) -> Option<String> {
+    if !value.starts_with('/') || value.contains("/../") || value.ends_with("/..") {
+        return None;
+    }
+    let mut path = value.trim_end_matches('/');
+    if let Some(rest) = path.strip_prefix("/sys/fs/cgroup") {
+        path = rest;
+        for hierarchy in ["/unified", "/systemd", "/memory", "/cpu", "/pids"] {
+            if let Some(rest) = path.strip_prefix(hierarchy)
+                && (rest.is_empty() || rest.starts_with('/'))
+            {
+                path = rest;
+                break;
+            }
+        }
+    }
+    Some(if path.is_empty() { "/".to_owned() } else { path.to_owned() })
+}
+
+/// Whether `cgroup` is `path` or below it.
+fn cgroup_within(cgroup: &str, path: &str) -> bool {
+    path == "/" || cgroup == path || cgroup.strip_prefix(path).is_some_and(|rest| rest.starts_with('/'))
+}
+
+impl TargetSpec {
+    /// Whether `process` itself matches (not through an ancestor).
+    pub fn matches(&self, process: &ProcessEntry) -> bool {
+        match self {
+            Self::Pid(pid) => process.pid == *pid,
+            Self::Comm(comm) => process.comm == *comm,
+            Self::Port(port) => process.ports.contains(port),
+            Self::Cgroup(path) => process.cgroups.iter().any(|c| cgroup_within(c, path)),
         }
     }
 }
@@ -58,19 +121,73 @@ impl<'de> serde::Deserialize<'de> for TargetSpec {
     }
 }
 
-/// A process on the host: its pid, parent and comm.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A process on the host: its pid, parent and comm; its cgroups and listening ports when a spec
+/// asks for them (empty otherwise).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ProcessEntry {
     pub pid: u32,
     pub parent: u32,
     pub comm: String,
+    pub cgroups: Vec<String>,
+    pub ports: BTreeSet<u16>,
 }
 
-pub fn host_processes() -> Vec<ProcessEntry> {
+pub fn host_processes(specs: &[TargetSpec], listeners: &PortListeners) -> Vec<ProcessEntry> {
+    let want_cgroups = specs.iter().any(|s| matches!(s, TargetSpec::Cgroup(_)));
     procfs::processes()
         .into_iter()
-        .filter_map(|pid| Some(ProcessEntry { pid, parent: procfs::parent(pid)?, comm: procfs::comm(pid)? }))
+        .filter_map(|pid| {
+            Some(ProcessEntry {
+                pid,
+                parent: procfs::parent(pid)?,
+                comm: procfs::comm(pid)?,
+                cgroups: if want_cgroups { procfs::cgroups(pid) } else { Vec::new() },
+                ports: listeners.by_pid.get(&pid).cloned().unwrap_or_default(),
+            })
+        })
         .collect()
+}
+
+/// Processes listening on the ports that `port=` specs name. Finding them reads every process's
+/// open sockets, so it is redone every `PORT_REFRESH` only: a gateway that starts listening is
+/// picked up within it.
+#[derive(Debug, Default)]
+pub struct PortListeners {
+    refreshed: Option<Instant>,
+    by_pid: BTreeMap<u32, BTreeSet<u16>>,
+}
+
+const PORT_REFRESH: Duration = Duration::from_secs(5);
+
+impl PortListeners {
+    pub fn refresh(&mut self, specs: &[TargetSpec], now: Instant) {
+        let ports: BTreeSet<u16> = specs.iter().filter_map(|s| if let TargetSpec::Port(p) = s { Some(*p) } else { None }).collect();
+        if ports.is_empty() || self.refreshed.is_some_and(|at| now.duration_since(at) < PORT_REFRESH) {
+            return;
+        }
+        self.refreshed = Some(now);
+        // Listening sockets on those ports, per network namespace (read once per namespace).
+        let mut by_netns: HashMap<String, HashMap<u64, u16>> = HashMap::new();
+        self.by_pid.clear();
+        for pid in procfs::processes() {
+            let Some(netns) = procfs::net_namespace(pid) else { continue };
+            let inodes = by_netns.entry(netns).or_insert_with(|| {
+                procfs::listen_rows(pid).into_iter().filter(|r| ports.contains(&r.port)).map(|r| (r.inode, r.port)).collect()
+            });
+            if inodes.is_empty() {
+                continue;
+            }
+            let mine: BTreeSet<u16> = procfs::socket_inodes(pid).iter().filter_map(|inode| inodes.get(inode).copied()).collect();
+            if !mine.is_empty() {
+                self.by_pid.insert(pid, mine);
+            }
+        }
+    }
+}
+
+/// Specs that select no process now (a gateway not started yet, a typo).
+pub fn waiting_specs(specs: &[TargetSpec], processes: &[ProcessEntry]) -> usize {
+    specs.iter().filter(|spec| !processes.iter().any(|p| spec.matches(p))).count()
 }
 
 /// The processes the specs select among `processes`: pid → the root it descends from (itself for
@@ -78,10 +195,7 @@ pub fn host_processes() -> Vec<ProcessEntry> {
 pub fn resolve(specs: &[TargetSpec], processes: &[ProcessEntry]) -> BTreeMap<u32, u32> {
     let mut selected = BTreeMap::new();
     for process in processes {
-        let direct = specs.iter().any(|spec| match spec {
-            TargetSpec::Pid(pid) => process.pid == *pid,
-            TargetSpec::Comm(comm) => process.comm == *comm,
-        });
+        let direct = specs.iter().any(|spec| spec.matches(process));
         if direct {
             selected.insert(process.pid, process.pid);
         }
@@ -104,7 +218,7 @@ mod tests {
     use super::*;
 
     fn entry(pid: u32, parent: u32, comm: &str) -> ProcessEntry {
-        ProcessEntry { pid, parent, comm: comm.into() }
+        ProcessEntry { pid, parent, comm: comm.into(), ..ProcessEntry::default() }
     }
 
     #[test]
@@ -139,5 +253,39 @@ mod tests {
         let by_pid = resolve(&[TargetSpec::Pid(200)], &table);
         assert_eq!(by_pid, BTreeMap::from([(200, 200), (201, 200), (202, 200)]));
         assert!(resolve(&[TargetSpec::Pid(999)], &table).is_empty());
+    }
+
+    #[test]
+    fn ports_and_cgroups_select_processes_and_their_descendants() {
+        let mut nginx = entry(100, 1, "nginx");
+        nginx.ports = BTreeSet::from([8080]);
+        let mut worker = entry(101, 100, "nginx");
+        worker.ports = BTreeSet::from([8080]);
+        let mut java = entry(200, 1, "java");
+        java.cgroups = vec!["/kubepods.slice/pod-a/ctr-1".into(), "/".into()];
+        let mut sidecar = entry(300, 1, "envoy");
+        sidecar.cgroups = vec!["/kubepods.slice/pod-ab/ctr-2".into()];
+        let table = [entry(1, 0, "init"), nginx, worker, java, entry(201, 200, "sh"), sidecar];
+        let by_port = resolve(&[TargetSpec::Port(8080)], &table);
+        assert_eq!(by_port.keys().copied().collect::<Vec<_>>(), vec![100, 101]);
+        let by_cgroup = resolve(&["cgroup=/kubepods.slice/pod-a".parse().unwrap()], &table);
+        assert_eq!(by_cgroup.keys().copied().collect::<Vec<_>>(), vec![200, 201], "pod-ab is not below pod-a");
+        assert_eq!(waiting_specs(&[TargetSpec::Port(9090), TargetSpec::Port(8080)], &table), 1);
+    }
+
+    #[test]
+    fn parses_ports_and_cgroup_paths() {
+        assert_eq!("port=8080".parse(), Ok(TargetSpec::Port(8080)));
+        assert!(matches!("port=0".parse::<TargetSpec>(), Err(TargetSpecError::BadPort(_))));
+        assert!(matches!("port=70000".parse::<TargetSpec>(), Err(TargetSpecError::BadPort(_))));
+        assert_eq!("cgroup=/system.slice/nginx.service/".parse(), Ok(TargetSpec::Cgroup("/system.slice/nginx.service".into())));
+        assert_eq!("cgroup=/sys/fs/cgroup/system.slice/x".parse(), Ok(TargetSpec::Cgroup("/system.slice/x".into())));
+        assert_eq!("cgroup=/sys/fs/cgroup/unified/gw".parse(), Ok(TargetSpec::Cgroup("/gw".into())));
+        assert_eq!("cgroup=/sys/fs/cgroup/unifiedx".parse(), Ok(TargetSpec::Cgroup("/unifiedx".into())));
+        assert!(matches!("cgroup=relative/path".parse::<TargetSpec>(), Err(TargetSpecError::BadCgroup(_))));
+        assert!(matches!("cgroup=/a/../etc".parse::<TargetSpec>(), Err(TargetSpecError::BadCgroup(_))));
+        assert_eq!(TargetSpec::Port(80).to_string(), "port=80");
+        let err = "uid=3".parse::<TargetSpec>().unwrap_err().to_string();
+        assert!(err.contains("port=N") && err.contains("cgroup=PATH"), "{err}");
     }
 }

@@ -24,9 +24,16 @@ pub struct Observer {
 
 impl Observer {
     pub fn start(pid: u32) -> Observer {
+        Self::start_with_targets(&[&format!("pid={pid}")])
+    }
+
+    /// The daemon watching `targets` (each a `--target` value: `port=8080`, `cgroup=/x`).
+    pub fn start_with_targets(targets: &[&str]) -> Observer {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_gateway-observer"))
-            .args(["run", "--target", &format!("pid={pid}"), "--listen", &format!("127.0.0.1:{port}")])
+            .arg("run")
+            .args(targets.iter().flat_map(|t| ["--target", t]))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
             // Nice 0, not the default 10: here the load generators share the two CPUs with the
             // daemon, and the tests time detection, not the daemon's manners.
             .args(["--interval", "500ms", "--nice", "0"])
