@@ -13,7 +13,7 @@ use gateway_observer_common::{THREAD_HIST_BUCKETS, ThreadState, drop_index, reas
 use crate::{
     detect::{
         Detectors, LoopStatus,
-        busy::BusyLoop,
+        busy::{BusyLoop, open_iteration},
         event_loop::{BLOCKING_REASONS, BlockedLoop, EventLoopConfig},
         history::ThreadInfo,
         pool::SaturatedPool,
@@ -71,6 +71,8 @@ pub struct Collector {
     recent_iterations: VecDeque<LongIteration>,
     /// Event loops found busy at the last tick.
     busy_loops: Vec<BusyLoop>,
+    /// Iterations still running past the busy threshold, as of this tick.
+    open_iterations: Vec<LongIteration>,
     /// Blocks received since the last tick, counted at the tick once their threads are named.
     pending_blocks: Vec<Block>,
     /// Names of threads that exited, from their slots, with the collection they were read at:
@@ -124,6 +126,7 @@ impl Collector {
             thread_states: BTreeMap::new(),
             symbolizer: crate::symbolize::Symbolizer::default(),
             busy_loops: Vec::new(),
+            open_iterations: Vec::new(),
             exit_names: HashMap::new(),
             long_blocks: BTreeMap::new(),
             decode_errors: 0,
@@ -230,6 +233,7 @@ impl Collector {
         let mut owners = live_targets.clone();
         let mut latest = HashMap::new();
         self.thread_states.clear();
+        self.open_iterations.clear();
         for (slot, state) in threads {
             owners.insert(state.tgid);
             latest.insert(state.tid, state.offcpu_ns);
@@ -313,7 +317,9 @@ impl Collector {
             *self.thread_states.entry((process.clone(), group.clone(), thread_state_label(state))).or_insert(0) += 1;
         }
         let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name };
-        self.detectors.record(now, info, with_open_span(state, now_mono));
+        let totals = with_open_span(state, now_mono);
+        self.detectors.record(now, info, totals);
+        self.note_open_iteration(state, &totals, now, now_mono);
         // An exit the hook saw, or a thread gone without it (exited before it had a slot).
         if state.exited == 0 && procfs::exists(tid) {
             return Ok(());
@@ -338,6 +344,18 @@ impl Collector {
         self.names.forget_thread(tid);
         self.detectors.forget(tid);
         self.probes.release_thread(slot, tid)
+    }
+
+    /// An event-loop iteration still running past the busy threshold is judged now, not when it
+    /// ends (a loop spinning forever never ends it).
+    fn note_open_iteration(&mut self, state: &ThreadState, totals: &[u64], now: Instant, now_mono: u64) {
+        let offcpu: u64 = totals.iter().fold(0u64, |sum, ns| sum.wrapping_add(*ns));
+        let busy_ns = u64::try_from(self.detectors.event_loop.busy_iteration.as_nanos()).unwrap_or(u64::MAX);
+        let open = open_iteration(state.tid, state.tgid, state.iter_start_ns, state.iter_offcpu_base_ns, offcpu, now_mono);
+        if let Some(open) = open.filter(|it| it.on_cpu_ns >= busy_ns && state.exited == 0) {
+            self.detectors.keep_as_loop(state.tid, now);
+            self.open_iterations.push(open);
+        }
     }
 
     /// A thread the fork hook gave a slot while userspace was giving it one too (a target added
@@ -388,7 +406,7 @@ impl Collector {
         let now_mono = monotonic_ns();
         self.blocked_loops = self.detectors.blocked_loops(&blocks, now, now_mono);
         self.saturated_pools = self.detectors.saturated_pools(&blocks, now, now_mono);
-        let iterations: Vec<LongIteration> = self.recent_iterations.iter().cloned().collect();
+        let iterations: Vec<LongIteration> = self.recent_iterations.iter().chain(&self.open_iterations).cloned().collect();
         self.busy_loops = self.detectors.busy_loops(&iterations, now, now_mono);
     }
 

@@ -24,6 +24,8 @@ pub struct LongIteration {
     pub on_cpu_ns: u64,
     pub iteration_ns: u64,
     pub timestamp_ns: u64,
+    /// Still running: measured at a tick from the thread's slot, not reported at its end.
+    pub ongoing: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +82,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
             on_cpu_ns: event.wait_ns,
             iteration_ns: event.runqueue_ns,
             timestamp_ns: event.timestamp_ns,
+            ongoing: false,
         })),
         event_kind::PROCESS_FORK => {
             Ok(Record::ProcessFork { parent_tgid: event.tgid, child_tgid: event.reason })
@@ -141,7 +144,7 @@ mod tests {
     #[test]
     fn long_iteration() {
         let e = Event { kind: event_kind::LONG_ITERATION, tid: 3, tgid: 2, wait_ns: 250, runqueue_ns: 300, timestamp_ns: 9, ..Event::default() };
-        let expected = LongIteration { tid: 3, tgid: 2, on_cpu_ns: 250, iteration_ns: 300, timestamp_ns: 9 };
+        let expected = LongIteration { tid: 3, tgid: 2, on_cpu_ns: 250, iteration_ns: 300, timestamp_ns: 9, ongoing: false };
         assert_eq!(decode(&bytes_of(&e)), Ok(Record::LongIteration(expected)));
     }
 

@@ -2,7 +2,8 @@
 //! threshold (the kernel measures each iteration from a poll's return to the next poll, less the
 //! time it waited for something in between — run-queue time counts as busy — and reports the
 //! long ones). Meanwhile every other connection it
-//! serves waits, just as when it blocks.
+//! serves waits, just as when it blocks. An iteration still running (a loop spinning forever
+//! never reaches its next poll) is measured at each tick from the thread's slot.
 
 use std::time::Duration;
 
@@ -20,6 +21,20 @@ pub struct BusyLoop {
     pub longest_on_cpu_ns: u64,
     pub total_on_cpu_ns: u64,
     pub window: Duration,
+    /// An iteration is still running: the loop has not come back to poll yet.
+    pub ongoing: bool,
+}
+
+/// The iteration a thread is in now, if it began at a poll's return (`iter_start_ns`, 0 when the
+/// thread is in a poll or never polled): its length so far less the time off the CPU since
+/// (`offcpu_total_ns` now, including an open span, minus `offcpu_base_ns` at its start).
+pub fn open_iteration(tid: u32, tgid: u32, iter_start_ns: u64, offcpu_base_ns: u64, offcpu_total_ns: u64, now_ns: u64) -> Option<LongIteration> {
+    if iter_start_ns == 0 || now_ns <= iter_start_ns {
+        return None;
+    }
+    let iteration_ns = now_ns - iter_start_ns;
+    let on_cpu_ns = iteration_ns.saturating_sub(offcpu_total_ns.wrapping_sub(offcpu_base_ns));
+    Some(LongIteration { tid, tgid, on_cpu_ns, iteration_ns, timestamp_ns: now_ns, ongoing: true })
 }
 
 /// Event loops with long on-CPU iterations in the last window. `now_mono_ns` is the clock of the
@@ -43,6 +58,7 @@ pub fn busy_loops(
             entry.iterations += 1;
             entry.longest_on_cpu_ns = entry.longest_on_cpu_ns.max(it.on_cpu_ns);
             entry.total_on_cpu_ns += it.on_cpu_ns;
+            entry.ongoing |= it.ongoing;
             continue;
         }
         let Some(info) = loops.get(&it.tid) else { continue };
@@ -55,6 +71,7 @@ pub fn busy_loops(
             longest_on_cpu_ns: it.on_cpu_ns,
             total_on_cpu_ns: it.on_cpu_ns,
             window: config.window,
+            ongoing: it.ongoing,
         });
     }
     found.sort_by_key(|b| (b.pid, b.tid));
@@ -63,6 +80,15 @@ pub fn busy_loops(
 
 impl BusyLoop {
     pub fn summary(&self, config: &EventLoopConfig) -> String {
+        if self.ongoing {
+            return format!(
+                "event loop on CPU {} ms so far without returning to poll (still running; {} iterations > {} ms in the last {:.0}s)",
+                self.longest_on_cpu_ns / 1_000_000,
+                self.iterations,
+                config.busy_iteration.as_millis(),
+                self.window.as_secs_f64()
+            );
+        }
         format!(
             "event loop on CPU {} ms without returning to poll ({} iterations > {} ms in the last {:.0}s)",
             self.longest_on_cpu_ns / 1_000_000,
@@ -83,7 +109,15 @@ mod tests {
     use crate::detect::history::ThreadInfo;
 
     fn iteration(tid: u32, on_cpu_ms: u64, at_ns: u64) -> LongIteration {
-        LongIteration { tid, tgid: 9, on_cpu_ns: on_cpu_ms * 1_000_000, iteration_ns: on_cpu_ms * 1_000_000, timestamp_ns: at_ns }
+        LongIteration { tid, tgid: 9, on_cpu_ns: on_cpu_ms * 1_000_000, iteration_ns: on_cpu_ms * 1_000_000, timestamp_ns: at_ns, ongoing: false }
+    }
+
+    #[test]
+    fn an_iteration_still_running_is_measured_less_its_waits() {
+        // Began at 1 s with 5 s off-CPU behind it; now 3 s, 0.5 s more off-CPU since: 1.5 s on CPU.
+        let it = open_iteration(4, 9, 1_000_000_000, 5_000_000_000, 5_500_000_000, 3_000_000_000).expect("open");
+        assert_eq!((it.on_cpu_ns, it.iteration_ns, it.ongoing), (1_500_000_000, 2_000_000_000, true));
+        assert_eq!(open_iteration(4, 9, 0, 0, 0, 3_000_000_000), None, "in a poll, or never polled");
     }
 
     #[test]
@@ -103,6 +137,11 @@ mod tests {
         assert_eq!(found[0].iterations, 2, "the one 9 s ago is outside the 5 s window");
         assert_eq!(found[0].longest_on_cpu_ns, 250_000_000);
         assert!(found[0].summary(&EventLoopConfig::default()).starts_with("event loop on CPU 250 ms"));
+        assert!(!found[0].ongoing);
+        let spinning = LongIteration { ongoing: true, ..iteration(4, 2_000, now) };
+        let found = busy_loops(&h, &[its[0].clone(), spinning], at, now, &EventLoopConfig::default());
+        assert!(found[0].ongoing && found[0].longest_on_cpu_ns == 2_000_000_000, "{found:?}");
+        assert!(found[0].summary(&EventLoopConfig::default()).contains("still running"));
         assert!(busy_loops(&h, &[], at, now, &EventLoopConfig::default()).is_empty());
         let excluded = EventLoopConfig { exclude: vec!["node".into()], ..EventLoopConfig::default() };
         assert!(busy_loops(&h, &its, at, now, &excluded).is_empty(), "excluded by name");

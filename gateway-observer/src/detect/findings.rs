@@ -50,6 +50,7 @@ pub fn event_loop_busy(found: &BusyLoop, config: &EventLoopConfig) -> Finding {
             "tid": found.tid,
             "long_iterations": found.iterations,
             "longest_on_cpu_seconds": found.longest_on_cpu_ns as f64 / 1e9,
+            "ongoing": found.ongoing,
             "on_cpu_seconds_in_long_iterations": found.total_on_cpu_ns as f64 / 1e9,
             "busy_iteration_threshold_seconds": config.busy_iteration.as_secs_f64(),
             "window_seconds": found.window.as_secs_f64(),

@@ -90,6 +90,17 @@ impl History {
         }
     }
 
+    /// An event loop (polled within `memory`) that is on CPU in a long iteration stays one, like
+    /// one stuck in a call: a loop spinning for minutes must not stop being judged as a loop. A
+    /// thread that polled once long ago and computes since is not made one.
+    pub fn keep_as_loop(&mut self, tid: u32, now: Instant, memory: Duration) {
+        if let Some(track) = self.tracks.get_mut(&tid)
+            && track.last_polled.is_some_and(|p| now.duration_since(p) <= memory)
+        {
+            track.last_polled = Some(now);
+        }
+    }
+
     /// Forgets a thread that exited.
     pub fn forget(&mut self, tid: u32) {
         self.tracks.remove(&tid);

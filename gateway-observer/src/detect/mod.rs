@@ -55,6 +55,11 @@ impl Detectors {
         self.history.record(now, info, totals);
     }
 
+    /// See `History::keep_as_loop`.
+    pub fn keep_as_loop(&mut self, tid: u32, now: Instant) {
+        self.history.keep_as_loop(tid, now, self.event_loop.loop_memory);
+    }
+
     pub fn forget(&mut self, tid: u32) {
         self.history.forget(tid);
         self.history.retain_processes();
