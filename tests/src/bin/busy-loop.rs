@@ -41,7 +41,7 @@ fn event_loop(run_for: Duration, spin: Duration) -> u32 {
         while Instant::now() < end {
             libc::epoll_wait(ep, events.as_mut_ptr(), 4, 20);
             iteration += 1;
-            if iteration % 10 == 0 {
+            if iteration.is_multiple_of(10) {
                 let start = Instant::now();
                 let mut x = 0u64;
                 while start.elapsed() < spin {
