@@ -234,6 +234,9 @@ pub struct ThreadState {
     /// off-CPU part, the rest was on CPU.
     pub iter_start_ns: u64,
     pub iter_offcpu_base_ns: u64,
+    /// log2 histogram of finished iterations' on-CPU time, and its sum.
+    pub iter_hist: [u32; THREAD_HIST_BUCKETS],
+    pub iter_on_cpu_ns: u64,
     /// The socket data syscall the thread is in: its buffer argument (1) and count (2), the
     /// socket (`struct sock` address, set when the socket layer reports the transfer), and when
     /// the bytes it reads first arrived in that socket (0 unknown).
@@ -246,7 +249,8 @@ pub struct ThreadState {
     pub data_shape: u8,
     pub _pad: [u8; 3],
 }
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 528);
+pub const THREAD_STATE_SIZE: usize = 696;
+const _: () = assert!(core::mem::size_of::<ThreadState>() == THREAD_STATE_SIZE);
 
 impl Default for ThreadState {
     fn default() -> Self {
@@ -270,6 +274,8 @@ impl Default for ThreadState {
             exit_comm: [0; 16],
             iter_start_ns: 0,
             iter_offcpu_base_ns: 0,
+            iter_hist: [0; THREAD_HIST_BUCKETS],
+            iter_on_cpu_ns: 0,
             data_buf: 0,
             data_count: 0,
             data_sk: 0,

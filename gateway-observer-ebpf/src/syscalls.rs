@@ -11,7 +11,7 @@ const BPF_F_USER_STACK: u64 = 1 << 8;
 use gateway_observer_common::{Event, ThreadState, data_shape, drop_index, event_kind, syscall_class};
 
 use crate::{
-    maps::{SYSCALL_CLASS, STACKS, btf_field, config, count_drop, current_ids, emit, now_ns, thread_state},
+    maps::{SYSCALL_CLASS, STACKS, btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state},
     offcpu::close_offcpu_span,
     sockets::{enter_data_syscall, exit_data_syscall},
 };
@@ -116,6 +116,8 @@ fn end_iteration(state: &mut ThreadState, tid: u32, busy_ns: u64) {
     let offcpu = offcpu_total(state).wrapping_sub(state.iter_offcpu_base_ns);
     let on_cpu = iteration.saturating_sub(offcpu);
     state.iter_start_ns = 0;
+    hist_add(&mut state.iter_hist, on_cpu);
+    state.iter_on_cpu_ns = state.iter_on_cpu_ns.wrapping_add(on_cpu);
     if on_cpu >= busy_ns {
         emit(Event {
             kind: event_kind::LONG_ITERATION,

@@ -51,6 +51,8 @@ const SOCKET_COUNT_TICKS: u64 = 10;
 enum HistKind {
     Runqueue,
     FutexWait,
+    /// Event-loop iterations' on-CPU time.
+    Iteration,
 }
 
 pub struct Collector {
@@ -332,7 +334,7 @@ impl Collector {
         for code in 0..reason::COUNT {
             self.offcpu.forget(&(tid, code));
         }
-        for kind in [HistKind::Runqueue, HistKind::FutexWait] {
+        for kind in [HistKind::Runqueue, HistKind::FutexWait, HistKind::Iteration] {
             for bucket in 0..THREAD_HIST_BUCKETS {
                 self.hist_count.forget(&(tid, kind, bucket));
             }
@@ -557,6 +559,7 @@ impl Collector {
         for (kind, hist, sum) in [
             (HistKind::Runqueue, &state.runqueue_hist, runqueue_sum),
             (HistKind::FutexWait, &state.futex_hist, state.futex_wait_ns),
+            (HistKind::Iteration, &state.iter_hist, state.iter_on_cpu_ns),
         ] {
             for (bucket, &count) in hist.iter().enumerate().filter(|(_, c)| **c > 0) {
                 self.hist_count.observe_u32((tid, kind, bucket), count, (process.to_owned(), kind, bucket));
@@ -601,6 +604,11 @@ impl Collector {
         for (kind, name, help) in [
             (HistKind::FutexWait, "gateway_observer_futex_wait_seconds", "Futex waits that blocked: from leaving the CPU to running again."),
             (HistKind::Runqueue, "gateway_observer_runqueue_latency_seconds", "Time runnable threads waited for a CPU."),
+            (
+                HistKind::Iteration,
+                "gateway_observer_event_loop_iteration_seconds",
+                "On-CPU time of event-loop iterations: from a poll's return to the next poll, less the time off the CPU meanwhile.",
+            ),
         ] {
             e.family(name, "histogram", help);
             for (process, hist) in self.histograms_of(kind) {

@@ -26,8 +26,8 @@ pub struct Config {
     /// Request bytes waiting unread in a target's socket this long raise RequestQueueing.
     #[serde(with = "humantime_serde")]
     pub request_queueing: Duration,
-    /// How many target threads the kernel can follow at once (each slot is 464 bytes of
-    /// locked kernel memory). Threads beyond it are counted in bpf_map_full_total.
+    /// How many target threads the kernel can follow at once (each slot is
+    /// `THREAD_STATE_SIZE`, 696 bytes, of locked kernel memory). Threads beyond it are counted in bpf_map_full_total.
     pub max_threads: u32,
     /// Alertmanager to push alerts to (`http://host:port`), or none.
     pub alertmanager: Option<String>,

@@ -8,6 +8,7 @@ use serde_json::Value;
 use tests::{
     daemon::{Daemon, http_get},
     fixture::Fixture,
+    metrics::{self, sum},
     privileged, serial, wait_for,
 };
 
@@ -44,7 +45,23 @@ fn a_loop_that_stays_on_cpu_is_named_busy() {
     let blocked: Vec<Value> = alerts(&daemon).into_iter().filter(|a| a["kind"] == "EventLoopBlocked").collect();
     assert!(blocked.is_empty(), "a spinning loop is busy, not blocked: {blocked:#?}");
 
-    let _ = fixture.result_line();
+    // The iteration histogram: the spins, and only they, took more than 67 ms on CPU.
+    let spins: f64 = fixture.result_line().trim().strip_prefix("done ").and_then(|n| n.parse().ok()).expect("done N");
+    std::thread::sleep(Duration::from_millis(600));
+    let (_, text) = http_get(daemon.port, "/metrics");
+    let samples = metrics::parse(&text);
+    let name = "gateway_observer_event_loop_iteration_seconds";
+    let process = ("process", "busy-loop");
+    let all = sum(&samples, &format!("{name}_count"), &[process]);
+    let short = sum(&samples, &format!("{name}_bucket"), &[process, ("le", "0.067108864")]);
+    let long_sum = sum(&samples, &format!("{name}_sum"), &[process]);
+    eprintln!("{spins} spins; iterations {all}, of them over 67 ms {}; on-CPU sum {long_sum:.2} s", all - short);
+    assert!((all - short - spins).abs() <= 1.0, "long iterations {} vs {spins} spins", all - short);
+    // Nine 20 ms polls come between two spins.
+    assert!(all >= 9.0 * spins, "the 20 ms polls are iterations too: {all}");
+    // The short iterations add microseconds each; a spin may lose a little to run-queue waits.
+    let expected = (all - short) * 0.25;
+    assert!((long_sum - expected).abs() <= expected * 0.1 + 0.05, "on-CPU sum {long_sum:.3} s for {} iterations of 0.25 s", all - short);
     fixture.finish();
 }
 
