@@ -448,8 +448,20 @@ pub struct ProbeConfig {
     pub tcp_snd_nxt_offset: u32,
     /// Offset in `struct sock` of `__sk_common.skc_state`.
     pub sock_state_offset: u32,
+    /// Offset in `struct sock` of `__sk_common.skc_net` (the `struct net *`), and in `struct net`
+    /// of `ns.inum`: a socket's network namespace, as /proc/PID/ns/net names it.
+    pub sock_net_offset: u32,
+    pub net_inum_offset: u32,
 }
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 88);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 96);
+
+/// Key of `LISTEN_PORTS`: a port in one network namespace.
+pub fn listen_key(netns_inum: u32, port: u16) -> u64 {
+    (u64::from(netns_inum) << 16) | u64::from(port)
+}
+
+/// Listening (namespace, port) pairs followed at once.
+pub const MAX_LISTEN_PORTS: u32 = 4096;
 
 #[cfg(feature = "user")]
 mod pod {

@@ -37,6 +37,8 @@ static PROBE_CONFIG: ProbeConfig = ProbeConfig {
     tcp_snd_una_offset: 0,
     tcp_snd_nxt_offset: 0,
     sock_state_offset: 0,
+    sock_net_offset: 0,
+    net_inum_offset: 0,
 };
 
 #[inline(always)]

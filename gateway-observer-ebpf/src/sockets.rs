@@ -11,12 +11,12 @@
 use aya_ebpf::{
     helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user},
     macros::{btf_tracepoint, map},
-    maps::{Array, HashMap, RingBuf},
+    maps::{HashMap, RingBuf},
     programs::BtfTracePointContext,
 };
 use gateway_observer_common::{
-    ConnEvent, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FlowEvent, MAX_SOCKETS, SOCKET_RINGBUF_BYTES, SockState,
-    ThreadState, conn_role, data_shape, drop_index, event_kind,
+    ConnEvent, DATA_HEAD_BYTES, MAX_LISTEN_PORTS, DATA_TAIL_BYTES, DataEvent, FlowEvent, MAX_SOCKETS, SOCKET_RINGBUF_BYTES, SockState,
+    ThreadState, conn_role, data_shape, drop_index, event_kind, listen_key,
 };
 
 use crate::maps::{TARGETS, btf_field, config, count_drop, current_ids, now_ns, thread_state};
@@ -25,10 +25,11 @@ use crate::maps::{TARGETS, btf_field, config, count_drop, current_ids, now_ns, t
 #[map]
 pub static SOCKS: HashMap<u64, SockState> = HashMap::with_max_entries(MAX_SOCKETS, 0);
 
-/// 1 for each local port a target listens on (userspace keeps it current): a connection
-/// accepted there is followed from its handshake, before the target reads it.
+/// `listen_key(namespace, port)` → 1 for each port a target listens on in its network namespace
+/// (userspace keeps it current): a connection accepted there is followed from its handshake,
+/// before the target reads it. The same port in another namespace (another pod) is not.
 #[map]
-pub static LISTEN_PORTS: Array<u8> = Array::with_max_entries(65536, 0);
+pub static LISTEN_PORTS: HashMap<u64, u8> = HashMap::with_max_entries(MAX_LISTEN_PORTS, 0);
 
 #[map]
 pub static SOCKET_EVENTS: RingBuf = RingBuf::with_byte_size(SOCKET_RINGBUF_BYTES, 0);
@@ -286,8 +287,12 @@ fn is_closed_or_listening(sk: *const u8) -> bool {
 
 #[inline(always)]
 fn listened_on(sk: *const u8) -> bool {
-    let port: u16 = btf_field(sk, config().sock_local_port_offset);
-    LISTEN_PORTS.get(u32::from(port)).is_some_and(|listened| *listened != 0)
+    let cfg = config();
+    let port: u16 = btf_field(sk, cfg.sock_local_port_offset);
+    let net: *const u8 = btf_field(sk, cfg.sock_net_offset);
+    let netns: u32 = btf_field(net, cfg.net_inum_offset);
+    // SAFETY: a lookup in our own map; the value is only read.
+    unsafe { LISTEN_PORTS.get(&listen_key(netns, port)) }.is_some_and(|listened| *listened != 0)
 }
 
 /// Announces a connection with its addresses (read once per connection, not per transfer).

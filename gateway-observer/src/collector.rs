@@ -99,7 +99,7 @@ pub struct Collector {
     /// HTTP requests from the socket ring buffer.
     requests: RequestTracker,
     /// Ports in the kernel's LISTEN_PORTS, and the targets they were read for.
-    listen_ports: BTreeSet<u16>,
+    listen_ports: BTreeSet<u64>,
     listen_ports_of: HashSet<u32>,
     socket_decode_errors: u64,
     /// Socket records the kernel had lost at the last drain.
@@ -185,7 +185,13 @@ impl Collector {
         }
         let per_process: HashMap<u32, BTreeSet<u16>> =
             live.iter().map(|&tgid| (tgid, procfs::listening_ports(tgid))).collect();
-        let all: BTreeSet<u16> = per_process.values().flatten().copied().collect();
+        // Keyed by network namespace too: the same port in another pod is not the target's.
+        let all: BTreeSet<u64> = per_process
+            .iter()
+            .filter_map(|(tgid, ports)| procfs::net_namespace_inum(*tgid).map(|netns| (netns, ports)))
+            .flat_map(|(netns, ports)| ports.iter().map(move |port| gateway_observer_common::listen_key(netns, *port)))
+            .take(gateway_observer_common::MAX_LISTEN_PORTS as usize)
+            .collect();
         self.probes.set_listen_ports(&self.listen_ports, &all)?;
         self.listen_ports = all;
         self.listen_ports_of = live.clone();

@@ -225,6 +225,11 @@ pub fn net_namespace(pid: u32) -> Option<String> {
     fs::read_link(format!("/proc/{pid}/ns/net")).ok()?.to_str().map(str::to_owned)
 }
 
+/// The inode number of the process's network namespace (`net:[4026531840]` → 4026531840).
+pub fn net_namespace_inum(pid: u32) -> Option<u32> {
+    net_namespace(pid)?.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+}
+
 /// Inodes of the process's open sockets (`/proc/PID/fd/N -> socket:[INODE]`).
 pub fn socket_inodes(pid: u32) -> Vec<u64> {
     let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
@@ -267,6 +272,8 @@ mod tests {
         let cgroups = cgroups(std::process::id());
         assert!(!cgroups.is_empty() && cgroups.iter().all(|c| c.starts_with('/')), "{cgroups:?}");
         assert!(net_namespace(std::process::id()).is_some_and(|ns| ns.starts_with("net:[")));
+        let inum = net_namespace_inum(std::process::id()).expect("inum");
+        assert_eq!(net_namespace(std::process::id()), Some(format!("net:[{inum}]")));
     }
 
     #[test]

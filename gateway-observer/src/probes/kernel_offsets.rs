@@ -41,6 +41,8 @@ pub struct KernelOffsets {
     pub tcp_snd_una: u32,
     pub tcp_snd_nxt: u32,
     pub sock_state: u32,
+    pub sock_net: u32,
+    pub net_inum: u32,
 }
 
 impl KernelOffsets {
@@ -66,6 +68,8 @@ impl KernelOffsets {
             tcp_snd_una: field_offset(&btf, "tcp_sock", "snd_una")?,
             tcp_snd_nxt: field_offset(&btf, "tcp_sock", "snd_nxt")?,
             sock_state: sock_common_offset(&btf, "skc_state")?,
+            sock_net: sock_common_offset(&btf, "skc_net")?,
+            net_inum: field_offset(&btf, "net", "ns")? + field_offset(&btf, "ns_common", "inum")?,
         })
     }
 }

@@ -135,6 +135,8 @@ impl Probes {
             tcp_snd_una_offset: offsets.tcp_snd_una,
             tcp_snd_nxt_offset: offsets.tcp_snd_nxt,
             sock_state_offset: offsets.sock_state,
+            sock_net_offset: offsets.sock_net,
+            net_inum_offset: offsets.net_inum,
         };
         let max_threads = settings.max_threads.max(1);
         let ebpf = EbpfLoader::new()
@@ -319,15 +321,16 @@ impl Probes {
         RingBuf::try_from(map).map_err(map_err(name))
     }
 
-    /// Makes `ports` the set of ports connections are followed from accept on; returns how many
-    /// entries changed.
-    pub fn set_listen_ports(&mut self, old: &std::collections::BTreeSet<u16>, new: &std::collections::BTreeSet<u16>) -> Result<(), ProbeError> {
-        let mut ports: Array<&mut MapData, u8> = self.map_mut("LISTEN_PORTS")?;
-        for port in old.difference(new) {
-            ports.set(u32::from(*port), 0, 0).map_err(map_err("LISTEN_PORTS"))?;
+    /// Makes `new` (`listen_key(namespace, port)` values) the ports connections are followed
+    /// from accept on, replacing `old`.
+    pub fn set_listen_ports(&mut self, old: &std::collections::BTreeSet<u64>, new: &std::collections::BTreeSet<u64>) -> Result<(), ProbeError> {
+        let mut ports: HashMap<&mut MapData, u64, u8> = self.map_mut("LISTEN_PORTS")?;
+        for key in old.difference(new) {
+            // Already gone is fine: the aim is its absence.
+            let _ = ports.remove(key);
         }
-        for port in new.difference(old) {
-            ports.set(u32::from(*port), 1, 0).map_err(map_err("LISTEN_PORTS"))?;
+        for key in new.difference(old) {
+            ports.insert(key, 1, 0).map_err(map_err("LISTEN_PORTS"))?;
         }
         Ok(())
     }
