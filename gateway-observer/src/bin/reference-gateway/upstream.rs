@@ -224,14 +224,20 @@ impl Pool {
         let exchange = async {
             let mut req = req;
             // A pooled connection may have been closed by the upstream since it was parked; hyper
-            // then hands the unsent request back and it goes out on a fresh connection.
+            // then hands the unsent request back and it goes out on a fresh connection. If the
+            // close raced with the request (sent, then the connection ended before any answer), a
+            // request without a body is replayed on a fresh connection, as nginx does.
             while let Some(mut up) = self.take_idle(i) {
                 if std::future::poll_fn(|cx| up.poll_ready(cx)).await.is_err() {
                     continue;
                 }
+                let replay = replayable(&req);
                 match exchange(&mut up, req, true).await {
                     Ok(resp) => return Ok((resp, up)),
                     Err(Retry::Unsent(unsent)) => req = *unsent,
+                    Err(Retry::Failed(e)) if closed_before_answer(&e) && replay.is_some() => {
+                        req = replay.expect("checked");
+                    }
                     Err(Retry::Failed(e)) => return Err(classify(addr, &e)),
                 }
             }
@@ -258,6 +264,34 @@ impl Pool {
             }
         }
     }
+}
+
+/// A copy of a request without a body, to send again; `None` when it has a body.
+fn replayable(req: &http::Request<ProxyBody>) -> Option<http::Request<ProxyBody>> {
+    if !req.body().is_end_stream() {
+        return None;
+    }
+    let mut copy = http::Request::new(ProxyBody::default());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
+}
+
+/// The connection ended (closed or reset) before any response byte: the upstream had closed it.
+fn closed_before_answer(e: &hyper::Error) -> bool {
+    if e.is_incomplete_message() {
+        return true;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return matches!(io.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe);
+        }
+        source = err.source();
+    }
+    false
 }
 
 enum Retry {
