@@ -41,12 +41,16 @@ fn a_loop_that_stays_on_cpu_is_named_busy() {
     eprintln!("{alert:#}");
     assert_eq!(alert["subject"], "loop-1", "{alert:#}");
     let longest = alert["evidence"]["longest_on_cpu_seconds"].as_f64().expect("longest");
-    assert!((0.2..=0.35).contains(&longest), "longest on-CPU iteration {longest:.3} s; the loop spins 0.25 s");
+    // A 250 ms spin of wall time gets less CPU on a crowded machine (the exact check, against the
+    // thread's own CPU clock, is on the histogram below); never more.
+    assert!((0.1..=0.26).contains(&longest), "longest on-CPU iteration {longest:.3} s; the loop spins 0.25 s");
     let blocked: Vec<Value> = alerts(&daemon).into_iter().filter(|a| a["kind"] == "EventLoopBlocked").collect();
     assert!(blocked.is_empty(), "a spinning loop is busy, not blocked: {blocked:#?}");
 
     // The iteration histogram: the spins, and only they, took more than 67 ms on CPU.
-    let spins: f64 = fixture.result_line().trim().strip_prefix("done ").and_then(|n| n.parse().ok()).expect("done N");
+    let line = fixture.result_line();
+    let numbers: Vec<f64> = line.split_whitespace().skip(1).filter_map(|n| n.parse().ok()).collect();
+    let [spins, spin_cpu_ns] = numbers[..] else { panic!("fixture said {line:?}") };
     std::thread::sleep(Duration::from_millis(600));
     let (_, text) = http_get(daemon.port, "/metrics");
     let samples = metrics::parse(&text);
@@ -55,13 +59,15 @@ fn a_loop_that_stays_on_cpu_is_named_busy() {
     let all = sum(&samples, &format!("{name}_count"), &[process]);
     let short = sum(&samples, &format!("{name}_bucket"), &[process, ("le", "0.067108864")]);
     let long_sum = sum(&samples, &format!("{name}_sum"), &[process]);
-    eprintln!("{spins} spins; iterations {all}, of them over 67 ms {}; on-CPU sum {long_sum:.2} s", all - short);
+    eprintln!("{spins} spins ({:.2} s CPU); iterations {all}, of them over 67 ms {}; on-CPU sum {long_sum:.2} s", spin_cpu_ns / 1e9, all - short);
     assert!((all - short - spins).abs() <= 1.0, "long iterations {} vs {spins} spins", all - short);
     // Nine 20 ms polls come between two spins.
     assert!(all >= 9.0 * spins, "the 20 ms polls are iterations too: {all}");
-    // The short iterations add microseconds each; a spin may lose a little to run-queue waits.
-    let expected = (all - short) * 0.25;
-    assert!((long_sum - expected).abs() <= expected * 0.1 + 0.05, "on-CPU sum {long_sum:.3} s for {} iterations of 0.25 s", all - short);
+    // Ground truth: the CPU time the spins took by the thread's own clock (on a crowded machine a
+    // 250 ms spin gets less), less the last spin's share if its iteration was still open. The
+    // short iterations add microseconds each.
+    let expected = spin_cpu_ns / 1e9 * (all - short) / spins;
+    assert!((long_sum - expected).abs() <= expected * 0.1 + 0.05, "on-CPU sum {long_sum:.3} s vs {expected:.3} s by the thread's clock");
     fixture.finish();
 }
 
