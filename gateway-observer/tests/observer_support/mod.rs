@@ -29,9 +29,16 @@ impl Observer {
 
     /// The daemon watching `targets` (each a `--target` value: `port=8080`, `cgroup=/x`).
     pub fn start_with_targets(targets: &[&str]) -> Observer {
+        Self::start_with(targets, &[])
+    }
+
+    /// As `start_with_targets`, with more `run` arguments (a `--config FILE`: the flags given
+    /// here override it).
+    pub fn start_with(targets: &[&str], extra: &[&str]) -> Observer {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_gateway-observer"))
             .arg("run")
+            .args(extra)
             .args(targets.iter().flat_map(|t| ["--target", t]))
             .args(["--listen", &format!("127.0.0.1:{port}")])
             // Nice 0, not the default 10: here the load generators share the two CPUs with the
@@ -41,13 +48,20 @@ impl Observer {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start gateway-observer");
-        let observer = Observer { child, port };
+        let mut observer = Observer { child, port };
         let end = Instant::now() + Duration::from_secs(30);
         while observer.get("/ready").map(|(s, _)| s) != Some(200) {
+            if let Ok(Some(status)) = observer.child.try_wait() {
+                panic!("gateway-observer exited before it was ready: {status}");
+            }
             assert!(Instant::now() < end, "observer not ready within 30 s");
             thread::sleep(Duration::from_millis(100));
         }
         observer
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
