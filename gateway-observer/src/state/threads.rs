@@ -90,6 +90,11 @@ mod tests {
         let (tid, name) = handle.join().expect("join");
         assert_eq!(name.name, "probe-test-7");
         assert_eq!(name.group, "probe-test-*");
+        // join() returns when the thread's tid is cleared; its /proc entry goes a moment later.
+        let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::path::Path::new(&format!("/proc/{me}/task/{tid}")).exists() && std::time::Instant::now() < gone_by {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let mut names = ThreadNames::new(5);
         assert_eq!(names.thread(tid, me).name, format!("tid-{tid}"), "an exited thread never seen");
         assert!(!names.process(me).is_empty());
