@@ -110,6 +110,8 @@ fn process_view_shows_event_loops_with_their_alert() {
         assert!(row.contains("96%") && row.contains("EventLoopBlocked") && row.contains('█'), "utilization bar and alert at {size:?}: {row:?}\n{screen}");
         assert!(screen.contains("reference-gatew (9279)"), "{screen}");
         assert!(screen.contains("thread groups: not in this daemon's snapshot"), "{screen}");
+        let listening = line_with(&screen, "listening");
+        assert!(listening.contains(":8080 accept queue 3, 2 waiting unread up to 1.40s"), "at {size:?}: {listening:?}\n{screen}");
     }
 }
 

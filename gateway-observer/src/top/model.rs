@@ -45,6 +45,19 @@ pub struct Process {
     pub cpu: Option<f64>,
     /// Per thread group state mix, when the daemon reports it.
     pub thread_groups: Vec<ThreadGroup>,
+    /// Its listening ports with their accept queues and requests waiting unread.
+    pub listeners: Vec<Listener>,
+}
+
+/// A port the process listens on, now.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Listener {
+    pub port: u16,
+    pub accept_queue: Option<u64>,
+    /// Connections holding request bytes unread past the RequestQueueing threshold.
+    pub waiting: Option<u64>,
+    pub oldest_unread_seconds: Option<f64>,
 }
 
 /// Rate and latency of one side over the daemon's window.

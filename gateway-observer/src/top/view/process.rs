@@ -13,7 +13,7 @@ use super::{WIDE, alert_state_style, empty, share_color, state, table, titled};
 use crate::top::{
     app::{App, Screen},
     format::{bar, count, pct, rate, secs},
-    model::ThreadGroup,
+    model::{Listener, ThreadGroup},
 };
 
 pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
@@ -24,7 +24,7 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
     let groups = app.group_rows();
     let groups_height = if groups.is_empty() { 3 } else { (groups.len() as u16 + 3).min(area.height / 2) };
     let [summary, loops_area, groups_area] =
-        Layout::vertical([Constraint::Length(5), Constraint::Min(4), Constraint::Length(groups_height)]).areas(area);
+        Layout::vertical([Constraint::Length(6), Constraint::Min(4), Constraint::Length(groups_height)]).areas(area);
 
     let process = app.focus_process();
     let comm = process
@@ -53,6 +53,7 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
             count(process.and_then(|p| p.in_flight)),
             process.and_then(|p| p.cpu).map_or_else(|| "-".into(), |c| format!("{c:.2}")),
         )),
+        listeners_line(process.map_or(&[], |p| p.listeners.as_slice())),
     ];
     frame.render_widget(Paragraph::new(lines).block(block), summary);
 
@@ -111,6 +112,22 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
         ];
         frame.render_widget(table(rows, header, widths, block), groups_area);
     }
+}
+
+/// Each listening port with its accept queue and the connections whose requests wait unread (red).
+fn listeners_line(listeners: &[Listener]) -> Line<'static> {
+    let mut spans = vec![Span::raw("listening")];
+    if listeners.is_empty() {
+        spans.push(Span::raw(" -"));
+    }
+    for l in listeners {
+        spans.push(Span::raw(format!("  :{} accept queue {}", l.port, count(l.accept_queue))));
+        if l.waiting.unwrap_or(0) > 0 {
+            let waiting = format!(", {} waiting unread up to {}", count(l.waiting), secs(l.oldest_unread_seconds));
+            spans.push(Span::styled(waiting, Style::new().fg(Color::Red)));
+        }
+    }
+    Line::from(spans)
 }
 
 /// Running (green), runnable (yellow), blocked (red), idle (gray) as one 12-cell stacked bar.
