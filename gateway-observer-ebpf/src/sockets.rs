@@ -81,22 +81,23 @@ pub fn sock_send_length(ctx: BtfTracePointContext) -> u32 {
 fn on_transfer(ctx: &BtfTracePointContext, recv: bool) {
     let (tid, tgid) = current_ids();
     let Some(state) = thread_state(tid) else { return };
-    if state.data_shape == data_shape::NONE || state.data_sk != 0 || data_shape::is_read(state.data_shape) != recv {
-        return;
-    }
     let sk: *const u8 = ctx.arg(0);
     let key = sk as u64;
     let ret: i32 = ctx.arg(1);
     let flags: i32 = ctx.arg(2);
+    if state.data_shape == data_shape::NONE || state.data_sk != 0 || data_shape::is_read(state.data_shape) != recv {
+        // Not a transfer we report (splice, io_uring, a second socket in one call), but a read
+        // still takes the bytes that marked the socket unread.
+        if recv && ret > 0 && flags & MSG_PEEK == 0 {
+            clear_unread(key);
+        }
+        return;
+    }
     if ret <= 0 {
         // An error or end of stream moves no bytes (and may come after the connection closed).
         // Reading the end of stream takes the FIN that marked the socket unread.
-        if ret == 0
-            && recv
-            && let Some(sock) = SOCKS.get_ptr_mut(&key)
-        {
-            // SAFETY: a map value pointer, valid for this program run.
-            unsafe { (*sock).unread_since_ns = 0 };
+        if ret == 0 && recv {
+            clear_unread(key);
         }
         return;
     }
@@ -132,6 +133,15 @@ fn on_transfer(ctx: &BtfTracePointContext, recv: bool) {
         }
     }
     state.data_sk = key;
+}
+
+/// The bytes that made a followed socket unread were read.
+#[inline(always)]
+fn clear_unread(key: u64) {
+    if let Some(sock) = SOCKS.get_ptr_mut(&key) {
+        // SAFETY: a map value pointer, valid for this program run.
+        unsafe { (*sock).unread_since_ns = 0 };
+    }
 }
 
 /// sk_data_ready(const struct sock *sk): bytes arrived; runs for every socket on the host.

@@ -13,7 +13,7 @@ use gateway_observer_common::{THREAD_HIST_BUCKETS, ThreadState, drop_index, reas
 use crate::{
     detect::{
         Detectors, LoopStatus,
-        busy::{BusyLoop, open_iteration},
+        busy::{BusyLoop, MIN_ITERATIONS_BEFORE_OPEN, open_iteration},
         event_loop::{BLOCKING_REASONS, BlockedLoop, EventLoopConfig},
         history::ThreadInfo,
         pool::SaturatedPool,
@@ -359,8 +359,12 @@ impl Collector {
     fn note_open_iteration(&mut self, state: &ThreadState, totals: &[u64], now: Instant, now_mono: u64) {
         let offcpu: u64 = totals.iter().fold(0u64, |sum, ns| sum.wrapping_add(*ns));
         let busy_ns = u64::try_from(self.detectors.event_loop.busy_iteration.as_nanos()).unwrap_or(u64::MAX);
+        let completed: u64 = state.iter_hist.iter().map(|n| u64::from(*n)).sum();
+        if completed < MIN_ITERATIONS_BEFORE_OPEN || state.exited != 0 {
+            return;
+        }
         let open = open_iteration(state.tid, state.tgid, state.iter_start_ns, state.iter_offcpu_base_ns, offcpu, now_mono);
-        if let Some(open) = open.filter(|it| it.on_cpu_ns >= busy_ns && state.exited == 0) {
+        if let Some(open) = open.filter(|it| it.on_cpu_ns >= busy_ns) {
             self.detectors.keep_as_loop(state.tid, now);
             self.open_iterations.push(open);
         }
@@ -442,7 +446,7 @@ impl Collector {
         findings.extend(crate::detect::upstream::upstream_no_response(&peers, upstream));
         findings.extend(crate::detect::upstream::one_way_stall(&peers, upstream));
         findings.extend(crate::detect::queueing::request_queueing(&self.request_queues.last, &self.detectors.queueing));
-        crate::detect::queueing::add_likely_causes(&mut findings);
+        crate::detect::queueing::add_likely_causes(&mut findings, &self.request_queues.last);
         findings
     }
 

@@ -64,6 +64,7 @@ impl RequestQueues {
                 QueueFacts {
                     pid: owner,
                     comm: procfs::comm(owner).unwrap_or_default(),
+                    sharers,
                     listeners,
                     window_ns,
                     completed: impact.requests,

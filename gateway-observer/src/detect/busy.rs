@@ -25,6 +25,11 @@ pub struct BusyLoop {
     pub ongoing: bool,
 }
 
+/// Iterations a thread must have completed before an unfinished one is judged: an event loop
+/// goes round many times, a worker that polled once (a connect timeout) and computes since is not
+/// one.
+pub const MIN_ITERATIONS_BEFORE_OPEN: u64 = 8;
+
 /// The iteration a thread is in now, if it began at a poll's return (`iter_start_ns`, 0 when the
 /// thread is in a poll or never polled): its length so far less the time off the CPU since
 /// (`offcpu_total_ns` now, including an open span, minus `offcpu_base_ns` at its start).

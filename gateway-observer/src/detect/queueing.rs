@@ -49,6 +49,8 @@ pub struct ListenerFacts {
 pub struct QueueFacts {
     pub pid: u32,
     pub comm: String,
+    /// Every process sharing the listeners (nginx's master and workers), `pid` among them.
+    pub sharers: Vec<u32>,
     pub listeners: Vec<ListenerFacts>,
     pub window_ns: u64,
     /// Inbound requests completed in the window, those whose bytes waited past the threshold
@@ -137,16 +139,19 @@ fn finding(facts: &QueueFacts, config: &QueueingConfig) -> Finding {
     }
 }
 
-/// Adds to each RequestQueueing finding the other findings of its process, which are the likely
-/// reasons the gateway stopped reading (a blocked loop, a saturated pool).
-pub fn add_likely_causes(findings: &mut [Finding]) {
+/// Adds to each RequestQueueing finding the other findings of the processes sharing its
+/// listeners (a pre-fork server's workers too), which are the likely reasons the gateway stopped
+/// reading (a blocked loop, a saturated pool).
+pub fn add_likely_causes(findings: &mut [Finding], facts: &[QueueFacts]) {
     let causes: Vec<(u32, String)> = findings
         .iter()
         .filter(|f| f.kind != AlertKind::RequestQueueing)
         .map(|f| (f.pid, format!("{} {}", f.kind, f.subject)))
         .collect();
     for finding in findings.iter_mut().filter(|f| f.kind == AlertKind::RequestQueueing) {
-        let mine: Vec<&String> = causes.iter().filter(|(pid, _)| *pid == finding.pid).map(|(_, c)| c).collect();
+        let sharers = facts.iter().find(|f| f.pid == finding.pid).map_or(&[][..], |f| f.sharers.as_slice());
+        let mine: Vec<&String> =
+            causes.iter().filter(|(pid, _)| *pid == finding.pid || sharers.contains(pid)).map(|(_, c)| c).collect();
         finding.evidence["likely_causes"] = json!(mine);
     }
 }
@@ -161,6 +166,7 @@ mod tests {
         QueueFacts {
             pid: 7,
             comm: "gw".into(),
+            sharers: vec![7, 9],
             listeners: vec![
                 ListenerFacts { port: 8080, accept_queue: 2, waiting, oldest_unread_ns: u64::from(waiting) * 900 * MS },
                 ListenerFacts { port: 9090, ..ListenerFacts::default() },
@@ -197,7 +203,8 @@ mod tests {
 
     #[test]
     fn likely_causes_are_the_same_process_findings() {
-        let mut findings = request_queueing(&[facts(1, 10, 5)], &QueueingConfig::default());
+        let facts = [facts(1, 10, 5)];
+        let mut findings = request_queueing(&facts, &QueueingConfig::default());
         let blocked = |pid| Finding {
             kind: AlertKind::EventLoopBlocked,
             pid,
@@ -208,8 +215,9 @@ mod tests {
         };
         findings.push(blocked(7));
         findings.push(blocked(8));
-        add_likely_causes(&mut findings);
-        assert_eq!(findings[0].evidence["likely_causes"], json!(["EventLoopBlocked worker-7"]));
+        findings.push(blocked(9));
+        add_likely_causes(&mut findings, &facts);
+        assert_eq!(findings[0].evidence["likely_causes"], json!(["EventLoopBlocked worker-7", "EventLoopBlocked worker-9"]), "a worker sharing the listener, not pid 8");
         assert!(findings[1].evidence.get("likely_causes").is_none());
     }
 }

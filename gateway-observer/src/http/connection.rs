@@ -268,6 +268,12 @@ impl Connection {
         self.pending.iter().map(|p| &p.info)
     }
 
+    /// Still an exchange of HTTP/1.x requests: not judged another protocol (TLS, HTTP/2) and not
+    /// upgraded (a websocket or tunnel, whose reader may legitimately pause).
+    pub fn exchanges_requests(&self) -> bool {
+        self.mode == Mode::Http
+    }
+
     /// False once the traffic was judged not HTTP/1.x.
     pub fn is_http(&self) -> bool {
         self.mode != Mode::NotHttp

@@ -38,8 +38,9 @@ impl RequestTracker {
             .iter()
             .filter(|(_, c)| c.side == Some(Side::Inbound) && now_ns.saturating_sub(c.last_read_ns) >= idle_ns)
             // A connection whose request is being served holds at most the client's next one
-            // (pipelined) or its FIN: the gateway is busy with it, not ignoring it.
-            .filter(|(_, c)| c.http.as_ref().is_none_or(|http| http.in_flight().next().is_none()))
+            // (pipelined) or its FIN: the gateway is busy with it, not ignoring it. Upgraded and
+            // non-HTTP streams (websockets, tunnels, TLS once seen) pause for their own reasons.
+            .filter(|(_, c)| c.http.as_ref().is_none_or(|http| http.exchanges_requests() && http.in_flight().next().is_none()))
             .filter_map(|(sk, c)| c.local_port.filter(|p| listened.contains(p)).map(|port| UnreadCandidate { sk: *sk, port }))
             .collect();
         if candidates.len() > limit {

@@ -184,11 +184,15 @@ fn idle_inbound_connections_are_the_unread_candidates() {
     tracker.handle(data(5, true, REQUEST, 450 * MS, None));
     tracker.handle(data(5, false, RESPONSE, 451 * MS, None));
     tracker.handle(open(6, Opened::Accepted, None, "127.0.0.1:7000", "127.0.0.1:50004", 100 * MS));
+    // 7: upgraded to a websocket at 100 ms: its reader may pause for its own reasons.
+    tracker.handle(open(7, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50005", 90 * MS));
+    tracker.handle(data(7, true, b"GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", 95 * MS, None));
+    tracker.handle(data(7, false, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", 100 * MS, None));
 
     let mut found = tracker.unread_candidates(500 * MS, 200 * MS, 10);
     found.sort_unstable_by_key(|c| c.sk);
     let expected = vec![UnreadCandidate { sk: 1, port: 8080 }, UnreadCandidate { sk: 3, port: 9090 }];
-    assert_eq!(found, expected, "idle for 200 ms, inbound, on a listened port, nothing in flight");
+    assert_eq!(found, expected, "idle for 200 ms, inbound, on a listened port, nothing in flight, not upgraded");
     // Past the limit, successive calls take turns.
     let first = tracker.unread_candidates(500 * MS, 200 * MS, 1);
     let second = tracker.unread_candidates(500 * MS, 200 * MS, 1);

@@ -155,6 +155,9 @@ pub fn host_processes(specs: &[TargetSpec], listeners: &PortListeners) -> Vec<Pr
 pub struct PortListeners {
     refreshed: Option<Instant>,
     by_pid: BTreeMap<u32, BTreeSet<u16>>,
+    /// The listening sockets (inodes) on the wanted ports at the last scan: while they stay the
+    /// same, their owners are not searched again (a host's fds can number in the 100 000s).
+    inodes: BTreeSet<u64>,
 }
 
 const PORT_REFRESH: Duration = Duration::from_secs(5);
@@ -168,18 +171,25 @@ impl PortListeners {
         self.refreshed = Some(now);
         // Listening sockets on those ports, per network namespace (read once per namespace).
         let mut by_netns: HashMap<String, HashMap<u64, u16>> = HashMap::new();
-        self.by_pid.clear();
-        for pid in procfs::processes() {
-            let Some(netns) = procfs::net_namespace(pid) else { continue };
-            let inodes = by_netns.entry(netns).or_insert_with(|| {
-                procfs::listen_rows(pid).into_iter().filter(|r| ports.contains(&r.port)).map(|r| (r.inode, r.port)).collect()
+        let processes: Vec<(u32, String)> =
+            procfs::processes().into_iter().filter_map(|pid| Some((pid, procfs::net_namespace(pid)?))).collect();
+        for (pid, netns) in &processes {
+            by_netns.entry(netns.clone()).or_insert_with(|| {
+                procfs::listen_rows(*pid).into_iter().filter(|r| ports.contains(&r.port)).map(|r| (r.inode, r.port)).collect()
             });
-            if inodes.is_empty() {
-                continue;
-            }
-            let mine: BTreeSet<u16> = procfs::socket_inodes(pid).iter().filter_map(|inode| inodes.get(inode).copied()).collect();
+        }
+        let inodes: BTreeSet<u64> = by_netns.values().flat_map(|m| m.keys().copied()).collect();
+        if inodes == self.inodes {
+            self.by_pid.retain(|pid, _| procfs::exists(*pid));
+            return;
+        }
+        self.inodes = inodes;
+        self.by_pid.clear();
+        for (pid, netns) in &processes {
+            let Some(inodes) = by_netns.get(netns).filter(|m| !m.is_empty()) else { continue };
+            let mine: BTreeSet<u16> = procfs::socket_inodes(*pid).iter().filter_map(|inode| inodes.get(inode).copied()).collect();
             if !mine.is_empty() {
-                self.by_pid.insert(pid, mine);
+                self.by_pid.insert(*pid, mine);
             }
         }
     }

@@ -224,21 +224,20 @@ impl Pool {
         let exchange = async {
             let mut req = req;
             // A pooled connection may have been closed by the upstream since it was parked; hyper
-            // then hands the unsent request back and it goes out on a fresh connection. If the
-            // close raced with the request (sent, then the connection ended before any answer), a
-            // request without a body is replayed on a fresh connection, as nginx does.
+            // then hands the unsent request back and it goes out on the next idle connection or a
+            // new one. If the close raced with the request (sent, then the connection ended before
+            // any answer), an idempotent request without a body is sent again the same way: nginx
+            // does so too (and, by default, not for POST or PATCH).
             while let Some(mut up) = self.take_idle(i) {
                 if std::future::poll_fn(|cx| up.poll_ready(cx)).await.is_err() {
                     continue;
                 }
                 let replay = replayable(&req);
-                match exchange(&mut up, req, true).await {
-                    Ok(resp) => return Ok((resp, up)),
-                    Err(Retry::Unsent(unsent)) => req = *unsent,
-                    Err(Retry::Failed(e)) if closed_before_answer(&e) && replay.is_some() => {
-                        req = replay.expect("checked");
-                    }
-                    Err(Retry::Failed(e)) => return Err(classify(addr, &e)),
+                match (exchange(&mut up, req, true).await, replay) {
+                    (Ok(resp), _) => return Ok((resp, up)),
+                    (Err(Retry::Unsent(unsent)), _) => req = *unsent,
+                    (Err(Retry::Failed(e)), Some(copy)) if closed_before_answer(&e) => req = copy,
+                    (Err(Retry::Failed(e)), _) => return Err(classify(addr, &e)),
                 }
             }
             // Boxed: connecting is rare with keep-alive, and its futures (handshake included)
@@ -266,9 +265,9 @@ impl Pool {
     }
 }
 
-/// A copy of a request without a body, to send again; `None` when it has a body.
+/// A copy of an idempotent request without a body, to send again; `None` otherwise.
 fn replayable(req: &http::Request<ProxyBody>) -> Option<http::Request<ProxyBody>> {
-    if !req.body().is_end_stream() {
+    if !req.body().is_end_stream() || !req.method().is_idempotent() {
         return None;
     }
     let mut copy = http::Request::new(ProxyBody::default());
