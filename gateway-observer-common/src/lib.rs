@@ -385,7 +385,9 @@ pub struct ConnEvent {
     /// Host byte order.
     pub local_port: u16,
     pub remote_port: u16,
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 2],
+    /// The socket's network namespace (its /proc/PID/ns/net inode number).
+    pub netns: u32,
     /// IPv4 addresses in the first four bytes, network order.
     pub local_addr: [u8; 16],
     pub remote_addr: [u8; 16],

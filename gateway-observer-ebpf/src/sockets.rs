@@ -297,12 +297,17 @@ fn is_closed_or_listening(sk: *const u8) -> bool {
 
 #[inline(always)]
 fn listened_on(sk: *const u8) -> bool {
-    let cfg = config();
-    let port: u16 = btf_field(sk, cfg.sock_local_port_offset);
-    let net: *const u8 = btf_field(sk, cfg.sock_net_offset);
-    let netns: u32 = btf_field(net, cfg.net_inum_offset);
+    let port: u16 = btf_field(sk, config().sock_local_port_offset);
     // SAFETY: a lookup in our own map; the value is only read.
-    unsafe { LISTEN_PORTS.get(&listen_key(netns, port)) }.is_some_and(|listened| *listened != 0)
+    unsafe { LISTEN_PORTS.get(&listen_key(sock_netns(sk), port)) }.is_some_and(|listened| *listened != 0)
+}
+
+/// The socket's network namespace: `sk->__sk_common.skc_net.net->ns.inum`.
+#[inline(always)]
+fn sock_netns(sk: *const u8) -> u32 {
+    let cfg = config();
+    let net: *const u8 = btf_field(sk, cfg.sock_net_offset);
+    btf_field(net, cfg.net_inum_offset)
 }
 
 /// Announces a connection with its addresses (read once per connection, not per transfer).
@@ -324,6 +329,7 @@ fn emit_conn(kind: u32, sk: *const u8, tgid: u32, role: u32) {
         family,
         local_port: btf_field(sk, cfg.sock_local_port_offset),
         remote_port: u16::from_be(remote_port_be),
+        netns: sock_netns(sk),
         ..ConnEvent::default()
     };
     if family == AF_INET6 {

@@ -185,17 +185,21 @@ impl Collector {
         }
         let per_process: HashMap<u32, BTreeSet<u16>> =
             live.iter().map(|&tgid| (tgid, procfs::listening_ports(tgid))).collect();
+        let netns_of: HashMap<u32, u32> =
+            live.iter().filter_map(|&tgid| Some((tgid, procfs::net_namespace_inum(tgid)?))).collect();
         // Keyed by network namespace too: the same port in another pod is not the target's.
         let all: BTreeSet<u64> = per_process
             .iter()
-            .filter_map(|(tgid, ports)| procfs::net_namespace_inum(*tgid).map(|netns| (netns, ports)))
+            .filter_map(|(tgid, ports)| netns_of.get(tgid).map(|netns| (*netns, ports)))
             .flat_map(|(netns, ports)| ports.iter().map(move |port| gateway_observer_common::listen_key(netns, *port)))
+            .collect::<BTreeSet<u64>>()
+            .into_iter()
             .take(gateway_observer_common::MAX_LISTEN_PORTS as usize)
             .collect();
         self.probes.set_listen_ports(&self.listen_ports, &all)?;
         self.listen_ports = all;
         self.listen_ports_of = live.clone();
-        self.requests.set_listen_ports(per_process);
+        self.requests.set_listen_ports(per_process, netns_of);
         Ok(())
     }
 

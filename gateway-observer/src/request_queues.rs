@@ -11,6 +11,7 @@ use crate::detect::queueing::{ListenerFacts, QueueFacts};
 use crate::probes::{ProbeError, Probes};
 use crate::procfs;
 use crate::requests::RequestTracker;
+use crate::requests::queueing::ListenerKey;
 use crate::sinks::prometheus::Exposition;
 
 /// SOCKS lookups per tick at most (a syscall each); more idle connections are looked at in turn.
@@ -24,8 +25,8 @@ pub struct RequestQueues {
     pub last: Vec<QueueFacts>,
 }
 
-/// Waiting connections per port: (count, oldest unread age).
-type Waiting = HashMap<u16, (u32, u64)>;
+/// Waiting connections per listener: (count, oldest unread age).
+type Waiting = HashMap<ListenerKey, (u32, u64)>;
 
 impl RequestQueues {
     pub fn gather(
@@ -37,12 +38,12 @@ impl RequestQueues {
         threshold_ns: u64,
     ) -> Result<(), ProbeError> {
         let waiting = waiting_connections(tracker, probes, now_ns, threshold_ns)?;
-        // Owner pid → (its ports, every pid sharing them).
-        let mut owners: BTreeMap<u32, (Vec<u16>, BTreeSet<u32>)> = BTreeMap::new();
-        for (port, pids) in tracker.listeners() {
+        // Owner pid → (its listeners, every pid sharing them).
+        let mut owners: BTreeMap<u32, (Vec<ListenerKey>, BTreeSet<u32>)> = BTreeMap::new();
+        for (listener, pids) in tracker.listeners() {
             let Some(&owner) = pids.first() else { continue };
             let entry = owners.entry(owner).or_default();
-            entry.0.push(port);
+            entry.0.push(listener);
             entry.1.extend(pids);
         }
         self.overflow_samples.retain(|pid, _| owners.contains_key(pid));
@@ -53,8 +54,8 @@ impl RequestQueues {
                 let rows = procfs::listen_rows(owner);
                 let listeners = ports
                     .iter()
-                    .map(|&port| {
-                        let (count, oldest) = waiting.get(&port).copied().unwrap_or_default();
+                    .map(|&(netns, port)| {
+                        let (count, oldest) = waiting.get(&(netns, port)).copied().unwrap_or_default();
                         let accept_queue = rows.iter().filter(|r| r.port == port).map(|r| r.accept_queue).sum();
                         ListenerFacts { port, accept_queue, waiting: count, oldest_unread_ns: oldest }
                     })
@@ -93,20 +94,26 @@ impl RequestQueues {
         serde_json::json!(listeners)
     }
 
+    /// Gauges per (process name, port), summed over processes of one name (the same gateway in
+    /// several pods listens on the same port in each: pids are never labels).
     pub fn render(&self, e: &mut Exposition) {
-        let name = "gateway_observer_accept_queue_connections";
-        e.family(name, "gauge", "Connections handshaken on a target's listening port and not yet accepted.");
+        let mut sums: BTreeMap<(&str, u16), (u32, u32)> = BTreeMap::new();
         for facts in &self.last {
             for l in &facts.listeners {
-                e.sample(name, &[("process", facts.comm.as_str()), ("port", &l.port.to_string())], f64::from(l.accept_queue));
+                let sum = sums.entry((facts.comm.as_str(), l.port)).or_default();
+                sum.0 += l.accept_queue;
+                sum.1 += l.waiting;
             }
+        }
+        let name = "gateway_observer_accept_queue_connections";
+        e.family(name, "gauge", "Connections handshaken on a target's listening port and not yet accepted.");
+        for ((process, port), (accept_queue, _)) in &sums {
+            e.sample(name, &[("process", process), ("port", &port.to_string())], f64::from(*accept_queue));
         }
         let name = "gateway_observer_socket_waiting_connections";
         e.family(name, "gauge", "Connections on a target's listening port holding request bytes unread past the RequestQueueing threshold.");
-        for facts in &self.last {
-            for l in &facts.listeners {
-                e.sample(name, &[("process", facts.comm.as_str()), ("port", &l.port.to_string())], f64::from(l.waiting));
-            }
+        for ((process, port), (_, waiting)) in &sums {
+            e.sample(name, &[("process", process), ("port", &port.to_string())], f64::from(*waiting));
         }
     }
 
@@ -127,7 +134,7 @@ impl RequestQueues {
 /// `threshold_ns` ago.
 fn waiting_connections(tracker: &mut RequestTracker, probes: &Probes, now_ns: u64, threshold_ns: u64) -> Result<Waiting, ProbeError> {
     let candidates = tracker.unread_candidates(now_ns, threshold_ns, LOOKUPS_PER_TICK);
-    let port_of: HashMap<u64, u16> = candidates.iter().map(|c| (c.sk, c.port)).collect();
+    let listener_of: HashMap<u64, ListenerKey> = candidates.iter().map(|c| (c.sk, c.listener)).collect();
     let sks: Vec<u64> = candidates.iter().map(|c| c.sk).collect();
     let mut waiting = Waiting::new();
     for (sk, since) in probes.unread_since(&sks)? {
@@ -135,8 +142,8 @@ fn waiting_connections(tracker: &mut RequestTracker, probes: &Probes, now_ns: u6
         if age < threshold_ns {
             continue;
         }
-        let Some(port) = port_of.get(&sk) else { continue };
-        let entry = waiting.entry(*port).or_default();
+        let Some(listener) = listener_of.get(&sk) else { continue };
+        let entry = waiting.entry(*listener).or_default();
         entry.0 += 1;
         entry.1 = entry.1.max(age);
     }

@@ -55,6 +55,8 @@ pub struct ConnInfo {
     pub local: SocketAddr,
     pub remote: SocketAddr,
     pub timestamp_ns: u64,
+    /// The socket's network namespace (inode number; 0 unknown).
+    pub netns: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,6 +162,7 @@ fn conn_info(event: &ConnEvent) -> ConnInfo {
         local: SocketAddr::new(ip(&event.local_addr), event.local_port),
         remote: SocketAddr::new(ip(&event.remote_addr), event.remote_port),
         timestamp_ns: event.timestamp_ns,
+        netns: event.netns,
     }
 }
 

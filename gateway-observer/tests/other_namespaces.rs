@@ -14,8 +14,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use netns_support::NetNs;
-use observer_support::{Observer, privileged};
-use python_support::PythonServer;
+use observer_support::{Observer, alerts_of, privileged, stop, stop_flag, wait_firing};
+use python_support::{PythonServer, load_at};
 
 /// A process in `ns` listening on `port` that never accepts: requests sent to it stay unread.
 struct DeafListener(Child);
@@ -79,4 +79,39 @@ fn the_same_port_in_another_namespace_is_not_the_targets() {
         thread::sleep(Duration::from_millis(500));
     }
     drop(clients);
+}
+
+/// Two pods of one gateway listen on the same port, each in its namespace; one stops reading.
+/// The alert names that one, and the other stays quiet.
+#[test]
+fn two_pods_on_one_port_are_told_apart() {
+    if !privileged() {
+        return;
+    }
+    let ns = NetNs::create(10);
+    let healthy = PythonServer::start();
+    let stalled = PythonServer::start_at(&ns.exec_prefix(), &ns.ns_ip, healthy.port);
+    let (healthy_pid, stalled_pid) = (healthy.child.id(), stalled.child.id());
+    let observer = Observer::start_with_targets(&[&format!("pid={healthy_pid}"), &format!("pid={stalled_pid}")]);
+
+    let done = stop_flag();
+    let mut clients = load_at("127.0.0.1", healthy.port, "/", 2, &done);
+    clients.extend(load_at(&ns.ns_ip, stalled.port, "/slow", 1, &done));
+    clients.extend(load_at(&ns.ns_ip, stalled.port, "/", 2, &done));
+    let (alert, after) = wait_firing(&observer, "RequestQueueing", Duration::from_secs(8));
+    eprintln!("RequestQueueing on pid {} {:.1}s in: {}", alert["process"]["pid"], after.as_secs_f64(), alert["summary"]);
+    assert_eq!(alert["process"]["pid"], stalled_pid, "the stalled pod, not the healthy one on the same port: {alert:#}");
+    let quiet_until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < quiet_until {
+        let alerts = observer.alerts();
+        let wrong: Vec<_> = alerts_of(&alerts, "RequestQueueing", "firing")
+            .into_iter()
+            .chain(alerts_of(&alerts, "RequestQueueing", "pending"))
+            .filter(|a| a["process"]["pid"] == healthy_pid)
+            .collect();
+        assert!(wrong.is_empty(), "the healthy pod named: {wrong:#?}");
+        thread::sleep(Duration::from_millis(250));
+    }
+    stop(&done);
+    clients.into_iter().for_each(|c| drop(c.join()));
 }

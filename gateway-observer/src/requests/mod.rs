@@ -40,6 +40,8 @@ struct Tracked {
     remote: Option<SocketAddr>,
     /// The local port: for inbound connections, the listener they came through.
     local_port: Option<u16>,
+    /// Its network namespace, when known: the listener is (namespace, port).
+    netns: Option<u32>,
     /// Outbound: the peer's metric label (`ip:port`, or `other` past the cap), once the owner is known.
     peer: Option<String>,
     /// The owner's name, kept with the connection: its last records may come after the process
@@ -70,6 +72,8 @@ pub struct TrackerCounts {
 pub struct RequestTracker {
     conns: HashMap<u64, Tracked>,
     listen_ports: HashMap<u32, BTreeSet<u16>>,
+    /// Each listening target's network namespace.
+    netns_of: HashMap<u32, u32>,
     names: HashMap<u32, Arc<str>>,
     peers: PeerLabels,
     pub stats: RequestStats,
@@ -138,8 +142,9 @@ fn side_from_bytes(read: bool, head: &[u8]) -> Option<Side> {
 
 impl RequestTracker {
     /// The ports each target listens on, for connections whose handshake was not seen.
-    pub fn set_listen_ports(&mut self, ports: HashMap<u32, BTreeSet<u16>>) {
+    pub fn set_listen_ports(&mut self, ports: HashMap<u32, BTreeSet<u16>>, netns_of: HashMap<u32, u32>) {
         self.listen_ports = ports;
+        self.netns_of = netns_of;
     }
 
     /// Forgets names and peers of processes that are gone.
@@ -192,6 +197,7 @@ impl RequestTracker {
                 side,
                 remote: Some(info.remote),
                 local_port: Some(info.local.port()),
+                netns: (info.netns != 0).then_some(info.netns),
                 peer: None,
                 process: None,
                 http: side.map(new_connection),
@@ -225,6 +231,7 @@ impl RequestTracker {
                 side: Some(side),
                 remote: addresses.map(|(_, remote)| remote),
                 local_port: addresses.map(|(local, _)| local.port()),
+                netns: self.netns_of.get(&data.tgid).copied(),
                 peer: None,
                 process: None,
                 http: Some(new_connection(side)),

@@ -8,9 +8,10 @@ use super::queueing::UnreadCandidate;
 use crate::socket_events::{ConnInfo, DataRecord, Opened, SocketRecord};
 
 const GW: u32 = u32::MAX - 7; // a pid that does not exist: its name is the number
+const NETNS: u32 = 4_026_531_840;
 
 fn open(sk: u64, opened: Opened, tgid: Option<u32>, local: &str, remote: &str, ts: u64) -> SocketRecord<'static> {
-    SocketRecord::Open(ConnInfo { sk, tgid, opened, local: local.parse().unwrap(), remote: remote.parse().unwrap(), timestamp_ns: ts })
+    SocketRecord::Open(ConnInfo { sk, tgid, opened, local: local.parse().unwrap(), remote: remote.parse().unwrap(), timestamp_ns: ts, netns: NETNS })
 }
 
 fn close(sk: u64, ts: u64) -> SocketRecord<'static> {
@@ -21,6 +22,7 @@ fn close(sk: u64, ts: u64) -> SocketRecord<'static> {
         local: "0.0.0.0:0".parse().unwrap(),
         remote: "0.0.0.0:0".parse().unwrap(),
         timestamp_ns: ts,
+        netns: NETNS,
     })
 }
 
@@ -111,7 +113,7 @@ fn a_hanging_upstream_is_outstanding_with_a_growing_age() {
 #[test]
 fn connections_older_than_the_daemon_take_their_side_from_the_listening_ports() {
     let mut tracker = RequestTracker::default();
-    tracker.set_listen_ports(HashMap::from([(GW, BTreeSet::from([8080]))]));
+    tracker.set_listen_ports(HashMap::from([(GW, BTreeSet::from([8080]))]), HashMap::from([(GW, NETNS)]));
     tracker.handle(open(1, Opened::Unknown, Some(GW), "127.0.0.1:8080", "127.0.0.1:50000", 0));
     tracker.handle(open(2, Opened::Unknown, Some(GW), "127.0.0.1:40000", "10.0.0.1:80", 0));
     tracker.handle(data(1, true, REQUEST, 10 * MS, None));
@@ -173,7 +175,10 @@ fn after_lost_records_requests_in_flight_are_forgotten_and_parsing_resumes() {
 #[test]
 fn idle_inbound_connections_are_the_unread_candidates() {
     let mut tracker = RequestTracker::default();
-    tracker.set_listen_ports(HashMap::from([(GW, BTreeSet::from([8080])), (GW - 1, BTreeSet::from([8080, 9090]))]));
+    // GW and GW - 1 share 8080 (a master and its worker); GW - 2 listens on 8080 in another
+    // network namespace (another pod).
+    let ports = HashMap::from([(GW, BTreeSet::from([8080])), (GW - 1, BTreeSet::from([8080, 9090])), (GW - 2, BTreeSet::from([8080]))]);
+    tracker.set_listen_ports(ports, HashMap::from([(GW, NETNS), (GW - 1, NETNS), (GW - 2, NETNS + 1)]));
     proxied_request(&mut tracker); // 1: inbound, last read at 100 ms, answered; 2: outbound
     // 3: accepted at 100 ms, never read (waits in the accept queue); 4: a request read at
     // 300 ms and not answered yet; 5: read at 450 ms; 6: a port nobody here listens on.
@@ -189,9 +194,23 @@ fn idle_inbound_connections_are_the_unread_candidates() {
     tracker.handle(data(7, true, b"GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", 95 * MS, None));
     tracker.handle(data(7, false, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", 100 * MS, None));
 
+    // 8: the other pod's connection on its 8080, never read.
+    tracker.handle(SocketRecord::Open(ConnInfo {
+        sk: 8,
+        tgid: None,
+        opened: Opened::Accepted,
+        local: "10.1.0.5:8080".parse().unwrap(),
+        remote: "10.1.0.9:50006".parse().unwrap(),
+        timestamp_ns: 100 * MS,
+        netns: NETNS + 1,
+    }));
     let mut found = tracker.unread_candidates(500 * MS, 200 * MS, 10);
     found.sort_unstable_by_key(|c| c.sk);
-    let expected = vec![UnreadCandidate { sk: 1, port: 8080 }, UnreadCandidate { sk: 3, port: 9090 }];
+    let expected = vec![
+        UnreadCandidate { sk: 1, listener: (NETNS, 8080) },
+        UnreadCandidate { sk: 3, listener: (NETNS, 9090) },
+        UnreadCandidate { sk: 8, listener: (NETNS + 1, 8080) },
+    ];
     assert_eq!(found, expected, "idle for 200 ms, inbound, on a listened port, nothing in flight, not upgraded");
     // Past the limit, successive calls take turns.
     let first = tracker.unread_candidates(500 * MS, 200 * MS, 1);
@@ -199,6 +218,7 @@ fn idle_inbound_connections_are_the_unread_candidates() {
     assert_eq!(first.len(), 1);
     assert_ne!(first, second);
     let listeners = tracker.listeners();
-    assert_eq!(listeners[&8080].iter().copied().collect::<Vec<_>>(), vec![GW - 1, GW]);
-    assert_eq!(listeners[&9090].len(), 1);
+    assert_eq!(listeners[&(NETNS, 8080)].iter().copied().collect::<Vec<_>>(), vec![GW - 1, GW]);
+    assert_eq!(listeners[&(NETNS + 1, 8080)].iter().copied().collect::<Vec<_>>(), vec![GW - 2], "another pod is another listener");
+    assert_eq!(listeners[&(NETNS, 9090)].len(), 1);
 }
