@@ -60,8 +60,9 @@ fn a_loop_that_stays_on_cpu_is_named_busy() {
     let short = sum(&samples, &format!("{name}_bucket"), &[process, ("le", "0.067108864")]);
     let long_sum = sum(&samples, &format!("{name}_sum"), &[process]);
     eprintln!("{spins} spins ({:.2} s CPU); iterations {all}, of them over 67 ms {}; on-CPU sum {long_sum:.2} s", spin_cpu_ns / 1e9, all - short);
-    // The last spin's iteration is still open when the thread ends; on a loaded machine the first
-    // spin (200 ms in) may come before the new thread is followed.
+    // The last spin's iteration is still open when the thread ends. One more fell below 67 ms once
+    // in a loaded CI-form run (16 of 18, the iteration count unchanged): a late-closed off-CPU
+    // span is the likely cause (bpf_missed_switches_total), tolerated here.
     assert!((spins - 2.0..=spins).contains(&(all - short)), "long iterations {} vs {spins} spins", all - short);
     // Nine 20 ms polls come between two spins.
     assert!(all >= 9.0 * spins, "the 20 ms polls are iterations too: {all}");
