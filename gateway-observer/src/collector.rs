@@ -183,10 +183,21 @@ impl Collector {
         if live.is_subset(&self.listen_ports_of) && !self.collections.is_multiple_of(LISTEN_REFRESH_TICKS) {
             return Ok(());
         }
-        let per_process: HashMap<u32, BTreeSet<u16>> =
-            live.iter().map(|&tgid| (tgid, procfs::listening_ports(tgid))).collect();
         let netns_of: HashMap<u32, u32> =
             live.iter().filter_map(|&tgid| Some((tgid, procfs::net_namespace_inum(tgid)?))).collect();
+        // Each namespace's listening rows are read once: reading them makes the kernel walk its
+        // whole connection hash.
+        let mut rows_of: HashMap<u32, Vec<procfs::ListenRow>> = HashMap::new();
+        let per_process: HashMap<u32, BTreeSet<u16>> = live
+            .iter()
+            .map(|&tgid| {
+                let ports = match netns_of.get(&tgid) {
+                    Some(netns) => procfs::listening_ports_among(tgid, rows_of.entry(*netns).or_insert_with(|| procfs::listen_rows(tgid))),
+                    None => procfs::listening_ports(tgid),
+                };
+                (tgid, ports)
+            })
+            .collect();
         // Keyed by network namespace too: the same port in another pod is not the target's.
         let all: BTreeSet<u64> = per_process
             .iter()

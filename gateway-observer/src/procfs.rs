@@ -113,7 +113,13 @@ fn descendants_in(root: u32, parents: &[(u32, u32)]) -> Vec<u32> {
 
 /// Local ports the process listens on with TCP (its own sockets, in its network namespace).
 pub fn listening_ports(pid: u32) -> std::collections::BTreeSet<u16> {
-    let listening: std::collections::HashMap<u64, u16> = listen_rows(pid).into_iter().map(|row| (row.inode, row.port)).collect();
+    listening_ports_among(pid, &listen_rows(pid))
+}
+
+/// The ports of `rows` (its namespace's listening sockets, read once for every process there)
+/// that are the process's own sockets.
+pub fn listening_ports_among(pid: u32, rows: &[ListenRow]) -> std::collections::BTreeSet<u16> {
+    let listening: std::collections::HashMap<u64, u16> = rows.iter().map(|row| (row.inode, row.port)).collect();
     if listening.is_empty() {
         return Default::default();
     }
