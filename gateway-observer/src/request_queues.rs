@@ -97,16 +97,8 @@ impl RequestQueues {
 
     /// The listeners of `pid` for the snapshot (empty for a process that does not own one).
     pub fn listeners_of(&self, pid: u32) -> serde_json::Value {
-        let listeners: Vec<serde_json::Value> = self
-            .last
-            .iter()
-            .filter(|facts| facts.pid == pid)
-            .flat_map(|facts| &facts.listeners)
-            .map(|l| {
-                serde_json::json!({"port": l.port, "accept_queue": l.accept_queue, "waiting": l.waiting,
-                                   "oldest_unread_seconds": l.oldest_unread_ns as f64 / 1e9})
-            })
-            .collect();
+        let listeners: Vec<serde_json::Value> =
+            self.last.iter().filter(|facts| facts.pid == pid).flat_map(|facts| &facts.listeners).map(ListenerFacts::to_json).collect();
         serde_json::json!(listeners)
     }
 

@@ -64,6 +64,14 @@ pub struct QueueFacts {
     pub listen_overflows: u64,
 }
 
+impl ListenerFacts {
+    /// As the alert evidence and the snapshot show it.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({"port": self.port, "accept_queue": self.accept_queue, "waiting": self.waiting,
+               "oldest_unread_seconds": secs(self.oldest_unread_ns)})
+    }
+}
+
 impl QueueFacts {
     pub fn waiting(&self) -> u32 {
         self.listeners.iter().map(|l| l.waiting).sum()
@@ -110,14 +118,7 @@ fn finding(facts: &QueueFacts, config: &QueueingConfig) -> Finding {
         config.threshold.as_millis(),
         secs(facts.max_queue_ns)
     );
-    let listeners: Vec<serde_json::Value> = facts
-        .listeners
-        .iter()
-        .map(|l| {
-            json!({"port": l.port, "accept_queue": l.accept_queue, "waiting": l.waiting,
-                   "oldest_unread_seconds": secs(l.oldest_unread_ns)})
-        })
-        .collect();
+    let listeners: Vec<serde_json::Value> = facts.listeners.iter().map(ListenerFacts::to_json).collect();
     Finding {
         kind: AlertKind::RequestQueueing,
         pid: facts.pid,
