@@ -136,8 +136,8 @@ pub struct ListenRow {
 }
 
 /// The LISTEN rows of `pid`'s network namespace (IPv4 and IPv6). The kernel lists listening
-/// sockets before connections, so reading stops at the first other row: the cost does not grow
-/// with the number of connections.
+/// sockets before connections, so reading stops at the first other row; the kernel still walks
+/// its connection hash to find that row, so callers read this once per namespace, and seldom.
 pub fn listen_rows(pid: u32) -> Vec<ListenRow> {
     use std::io::BufRead;
     let mut rows = Vec::new();

@@ -23,7 +23,7 @@ const ACCEPT_QUEUE_EVERY: u64 = 10;
 
 #[derive(Debug, Default)]
 pub struct RequestQueues {
-    /// Per owning pid: (when, the namespace's ListenOverflows) samples over the window.
+    /// Per network namespace: (when, its ListenOverflows) samples over the window.
     overflow_samples: HashMap<u32, VecDeque<(u64, u64)>>,
     /// What the last gathering found, for the detector, metrics and the snapshot.
     pub last: Vec<QueueFacts>,
@@ -53,16 +53,22 @@ impl RequestQueues {
             entry.0.push(listener);
             entry.1.extend(pids);
         }
-        self.overflow_samples.retain(|pid, _| owners.contains_key(pid));
+        let namespaces: BTreeSet<u32> = owners.values().flat_map(|(listeners, _)| listeners.iter().map(|(netns, _)| *netns)).collect();
+        self.overflow_samples.retain(|netns, _| namespaces.contains(netns));
         self.accept_queues.retain(|(pid, _), _| owners.contains_key(pid));
         let since = now_ns.saturating_sub(window_ns);
         let read_queues = self.gatherings.is_multiple_of(ACCEPT_QUEUE_EVERY) || !waiting.is_empty();
         self.gatherings += 1;
+        // A namespace's tables are read once a gathering, however many owners listen in it.
+        let mut rows_of: HashMap<u32, Vec<procfs::ListenRow>> = HashMap::new();
+        let mut overflows_of: HashMap<u32, u64> = HashMap::new();
         self.last = owners
             .into_iter()
             .map(|(owner, (ports, sharers))| {
+                // An owner's listeners are all in its own namespace.
+                let netns = ports.first().map_or(0, |(netns, _)| *netns);
                 if read_queues {
-                    let rows = procfs::listen_rows(owner);
+                    let rows = rows_of.entry(netns).or_insert_with(|| procfs::listen_rows(owner));
                     for &(_, port) in &ports {
                         let queued = rows.iter().filter(|r| r.port == port).map(|r| r.accept_queue).sum();
                         self.accept_queues.insert((owner, port), queued);
@@ -88,7 +94,9 @@ impl RequestQueues {
                     delayed: impact.delayed_in_socket,
                     max_queue_ns: (impact.max_socket_queue_seconds * 1e9) as u64,
                     refused: impact.refused,
-                    listen_overflows: self.overflows_in_window(owner, now_ns, window_ns),
+                    listen_overflows: *overflows_of
+                        .entry(netns)
+                        .or_insert_with(|| self.overflows_in_window(netns, owner, now_ns, window_ns)),
                 }
             })
             .collect();
@@ -125,11 +133,12 @@ impl RequestQueues {
         }
     }
 
-    /// ListenOverflows of the owner's namespace over the window (the counter is namespace-wide:
-    /// another listener's overflows count too, which the evidence says by its name).
-    fn overflows_in_window(&mut self, owner: u32, now_ns: u64, window_ns: u64) -> u64 {
-        let Some(value) = procfs::listen_overflows(owner) else { return 0 };
-        let samples = self.overflow_samples.entry(owner).or_default();
+    /// ListenOverflows of a namespace over the window, read through a process in it (the counter
+    /// is namespace-wide: another listener's overflows count too, which the evidence says by its
+    /// name).
+    fn overflows_in_window(&mut self, netns: u32, pid: u32, now_ns: u64, window_ns: u64) -> u64 {
+        let Some(value) = procfs::listen_overflows(pid) else { return 0 };
+        let samples = self.overflow_samples.entry(netns).or_default();
         samples.push_back((now_ns, value));
         while samples.len() > 1 && samples.front().is_some_and(|(t, _)| now_ns.saturating_sub(*t) > window_ns) {
             samples.pop_front();
