@@ -16,8 +16,6 @@ fn main() -> anyhow::Result<()> {
 /// The workspace root: this crate's parent directory.
 fn cargo_metadata_root() -> anyhow::Result<String> {
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR not set")?;
-    let root = std::path::Path::new(&manifest_dir)
-        .parent()
-        .ok_or_else(|| anyhow!("{manifest_dir} has no parent"))?;
+    let root = std::path::Path::new(&manifest_dir).parent().ok_or_else(|| anyhow!("{manifest_dir} has no parent"))?;
     root.to_str().map(str::to_owned).ok_or_else(|| anyhow!("workspace path is not UTF-8"))
 }

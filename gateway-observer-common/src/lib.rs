@@ -89,7 +89,11 @@ pub mod conn_role {
 pub const fn reason_for_syscall(class: u8, futex_timed: bool) -> u32 {
     match class {
         syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 | syscall_class::FUTEX_WAITV => {
-            if futex_timed { reason::FUTEX_TIMED } else { reason::FUTEX }
+            if futex_timed {
+                reason::FUTEX_TIMED
+            } else {
+                reason::FUTEX
+            }
         }
         syscall_class::SLEEP => reason::SLEEP,
         syscall_class::POLL => reason::POLL,

@@ -5,8 +5,7 @@ use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use gateway_observer_common::{Event, TargetInfo, drop_index, event_kind};
 
 use crate::maps::{
-    FREE_SLOTS, TARGETS, THREADS, btf_field, config, count_drop, current_ids, emit, now_ns,
-    set_tracked, thread_state,
+    FREE_SLOTS, TARGETS, THREADS, btf_field, config, count_drop, current_ids, emit, now_ns, set_tracked, thread_state,
 };
 
 /// `bpf_map_update_elem` flag: only create, never replace.

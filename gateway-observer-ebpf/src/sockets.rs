@@ -15,8 +15,8 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use gateway_observer_common::{
-    ConnEvent, DATA_HEAD_BYTES, MAX_LISTEN_PORTS, DATA_TAIL_BYTES, DataEvent, FlowEvent, MAX_SOCKETS, SOCKET_RINGBUF_BYTES, SockState,
-    ThreadState, conn_role, data_shape, drop_index, event_kind, listen_key,
+    ConnEvent, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FlowEvent, MAX_LISTEN_PORTS, MAX_SOCKETS,
+    SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index, event_kind, listen_key,
 };
 
 use crate::maps::{TARGETS, btf_field, config, count_drop, current_ids, now_ns, thread_state};
@@ -467,14 +467,16 @@ fn emit_data(state: &ThreadState, tid: u32, len: u64) {
         (*event)._pad = 0;
         (*event)._pad2 = 0;
         let mut copied = 0u16;
-        if head_len > 0 && head_len <= DATA_HEAD_BYTES as u32
+        if head_len > 0
+            && head_len <= DATA_HEAD_BYTES as u32
             && bpf_probe_read_user((*event).head.as_mut_ptr().cast(), head_len, head_base as *const _) == 0
         {
             copied = head_len as u16;
         }
         (*event).head_len = copied;
         let mut tail_copied = 0u16;
-        if tail_len > 0 && tail_len <= DATA_TAIL_BYTES as u32
+        if tail_len > 0
+            && tail_len <= DATA_TAIL_BYTES as u32
             && bpf_probe_read_user(
                 (*event).tail.as_mut_ptr().cast(),
                 tail_len,

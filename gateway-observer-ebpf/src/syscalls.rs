@@ -11,7 +11,7 @@ const BPF_F_USER_STACK: u64 = 1 << 8;
 use gateway_observer_common::{Event, ThreadState, data_shape, drop_index, event_kind, syscall_class};
 
 use crate::{
-    maps::{SYSCALL_CLASS, STACKS, btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state},
+    maps::{STACKS, SYSCALL_CLASS, btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state},
     offcpu::close_offcpu_span,
     sockets::{enter_data_syscall, exit_data_syscall},
 };
@@ -40,14 +40,12 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
     // Only a blocking call matters, and of futex ops only waits block; their timeout argument
     // tells a timed wait (Thread.sleep, parkNanos, a timed get) from a lock or condition wait.
     let (uaddr, timeout) = match class {
-        syscall_class::FUTEX => (
-            btf_field::<u64>(regs, cfg.regs_arg0_offset),
-            btf_field::<u64>(regs, cfg.regs_arg3_offset),
-        ),
-        syscall_class::FUTEX_WAIT2 => (
-            btf_field::<u64>(regs, cfg.regs_arg0_offset),
-            btf_field::<u64>(regs, cfg.regs_arg4_offset),
-        ),
+        syscall_class::FUTEX => {
+            (btf_field::<u64>(regs, cfg.regs_arg0_offset), btf_field::<u64>(regs, cfg.regs_arg3_offset))
+        }
+        syscall_class::FUTEX_WAIT2 => {
+            (btf_field::<u64>(regs, cfg.regs_arg0_offset), btf_field::<u64>(regs, cfg.regs_arg4_offset))
+        }
         syscall_class::FUTEX_WAITV => (0, btf_field::<u64>(regs, cfg.regs_arg3_offset)),
         _ => (0, 0),
     };

@@ -137,7 +137,12 @@ fn run(mix: &[[(bool, Syscall); 4]], budget: Duration) -> Vec<f64> {
     batches
 }
 
-fn round(conns: &mut [(Connection, Connection)], mix: &[[(bool, Syscall); 4]], ts: &mut u64, out: &mut Vec<Exchange>) -> u64 {
+fn round(
+    conns: &mut [(Connection, Connection)],
+    mix: &[[(bool, Syscall); 4]],
+    ts: &mut u64,
+    out: &mut Vec<Exchange>,
+) -> u64 {
     let mut fed = 0;
     for (i, (client, upstream)) in conns.iter_mut().enumerate() {
         let Some(syscalls) = mix.get(i % mix.len()) else { continue };

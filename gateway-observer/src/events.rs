@@ -8,13 +8,23 @@ use gateway_observer_common::{EVENT_SIZE, Event, event_kind};
 pub enum Record {
     /// A target thread was off-CPU longer than the block threshold.
     Block(Block),
-    ThreadExit { tid: u32, tgid: u32 },
+    ThreadExit {
+        tid: u32,
+        tgid: u32,
+    },
     /// A target forked a new process that is now a target too.
-    ProcessFork { parent_tgid: u32, child_tgid: u32 },
+    ProcessFork {
+        parent_tgid: u32,
+        child_tgid: u32,
+    },
     /// An event-loop iteration stayed on CPU past the busy threshold.
     LongIteration(LongIteration),
     /// The user stack of the thread's last long block, by id in the STACKS map.
-    BlockStack { tid: u32, tgid: u32, stack_id: u32 },
+    BlockStack {
+        tid: u32,
+        tgid: u32,
+        stack_id: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,9 +94,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
             timestamp_ns: event.timestamp_ns,
             ongoing: false,
         })),
-        event_kind::PROCESS_FORK => {
-            Ok(Record::ProcessFork { parent_tgid: event.tgid, child_tgid: event.reason })
-        }
+        event_kind::PROCESS_FORK => Ok(Record::ProcessFork { parent_tgid: event.tgid, child_tgid: event.reason }),
         other => Err(DecodeError::Kind(other)),
     }
 }
@@ -143,8 +151,17 @@ mod tests {
 
     #[test]
     fn long_iteration() {
-        let e = Event { kind: event_kind::LONG_ITERATION, tid: 3, tgid: 2, wait_ns: 250, runqueue_ns: 300, timestamp_ns: 9, ..Event::default() };
-        let expected = LongIteration { tid: 3, tgid: 2, on_cpu_ns: 250, iteration_ns: 300, timestamp_ns: 9, ongoing: false };
+        let e = Event {
+            kind: event_kind::LONG_ITERATION,
+            tid: 3,
+            tgid: 2,
+            wait_ns: 250,
+            runqueue_ns: 300,
+            timestamp_ns: 9,
+            ..Event::default()
+        };
+        let expected =
+            LongIteration { tid: 3, tgid: 2, on_cpu_ns: 250, iteration_ns: 300, timestamp_ns: 9, ongoing: false };
         assert_eq!(decode(&bytes_of(&e)), Ok(Record::LongIteration(expected)));
     }
 

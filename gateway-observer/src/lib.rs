@@ -25,5 +25,4 @@ pub mod thread_group;
 pub mod top;
 
 /// The compiled kernel programs, built by build.rs with aya-build.
-pub static EBPF_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gateway-observer"));
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gateway-observer"));

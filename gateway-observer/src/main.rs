@@ -30,11 +30,8 @@ fn main() -> ExitCode {
             }
         },
         Command::Top(args) => {
-            let result = if args.once {
-                top::once(&args.connect, args.format)
-            } else {
-                top::run(&args.connect, args.interval)
-            };
+            let result =
+                if args.once { top::once(&args.connect, args.format) } else { top::run(&args.connect, args.interval) };
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
@@ -44,7 +41,11 @@ fn main() -> ExitCode {
             }
         }
         Command::Check => {
-            if check::check() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+            if check::check() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
         }
         Command::Run(args) => {
             let config = match run::effective_config(&args) {

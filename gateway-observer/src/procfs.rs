@@ -33,10 +33,7 @@ pub fn processes() -> Vec<u32> {
 
 fn numeric_entries(dir: &str) -> Vec<u32> {
     let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-        .collect()
+    entries.filter_map(Result::ok).filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect()
 }
 
 /// A thread's scheduler state letter from /proc/TGID/task/TID/stat (R, S, D, ...).
@@ -92,8 +89,7 @@ fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
 
 /// All descendants of `root` (children, grandchildren, ...), from one pass over /proc.
 pub fn descendants(root: u32) -> Vec<u32> {
-    let parents: Vec<(u32, u32)> =
-        processes().into_iter().filter_map(|pid| Some((pid, parent(pid)?))).collect();
+    let parents: Vec<(u32, u32)> = processes().into_iter().filter_map(|pid| Some((pid, parent(pid)?))).collect();
     descendants_in(root, &parents)
 }
 
@@ -268,7 +264,8 @@ mod tests {
     fn accept_queue_of_a_listener_nobody_accepts() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().unwrap().port();
-        let _clients: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect")).collect();
+        let _clients: Vec<_> =
+            (0..3).map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect")).collect();
         let row = listen_rows(std::process::id()).into_iter().find(|r| r.port == port).expect("listed");
         assert_eq!(row.accept_queue, 3);
     }

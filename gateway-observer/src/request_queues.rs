@@ -53,7 +53,8 @@ impl RequestQueues {
             entry.0.push(listener);
             entry.1.extend(pids);
         }
-        let namespaces: BTreeSet<u32> = owners.values().flat_map(|(listeners, _)| listeners.iter().map(|(netns, _)| *netns)).collect();
+        let namespaces: BTreeSet<u32> =
+            owners.values().flat_map(|(listeners, _)| listeners.iter().map(|(netns, _)| *netns)).collect();
         self.overflow_samples.retain(|netns, _| namespaces.contains(netns));
         self.accept_queues.retain(|(pid, _), _| owners.contains_key(pid));
         let since = now_ns.saturating_sub(window_ns);
@@ -105,8 +106,13 @@ impl RequestQueues {
 
     /// The listeners of `pid` for the snapshot (empty for a process that does not own one).
     pub fn listeners_of(&self, pid: u32) -> serde_json::Value {
-        let listeners: Vec<serde_json::Value> =
-            self.last.iter().filter(|facts| facts.pid == pid).flat_map(|facts| &facts.listeners).map(ListenerFacts::to_json).collect();
+        let listeners: Vec<serde_json::Value> = self
+            .last
+            .iter()
+            .filter(|facts| facts.pid == pid)
+            .flat_map(|facts| &facts.listeners)
+            .map(ListenerFacts::to_json)
+            .collect();
         serde_json::json!(listeners)
     }
 
@@ -127,7 +133,11 @@ impl RequestQueues {
             e.sample(name, &[("process", process), ("port", &port.to_string())], f64::from(*accept_queue));
         }
         let name = "gateway_observer_socket_waiting_connections";
-        e.family(name, "gauge", "Connections on a target's listening port holding request bytes unread past the RequestQueueing threshold.");
+        e.family(
+            name,
+            "gauge",
+            "Connections on a target's listening port holding request bytes unread past the RequestQueueing threshold.",
+        );
         for ((process, port), (_, waiting)) in &sums {
             e.sample(name, &[("process", process), ("port", &port.to_string())], f64::from(*waiting));
         }
@@ -149,7 +159,12 @@ impl RequestQueues {
 
 /// Per listening port, the idle inbound connections whose unread bytes arrived at least
 /// `threshold_ns` ago.
-fn waiting_connections(tracker: &mut RequestTracker, probes: &Probes, now_ns: u64, threshold_ns: u64) -> Result<Waiting, ProbeError> {
+fn waiting_connections(
+    tracker: &mut RequestTracker,
+    probes: &Probes,
+    now_ns: u64,
+    threshold_ns: u64,
+) -> Result<Waiting, ProbeError> {
     let candidates = tracker.unread_candidates(now_ns, threshold_ns, LOOKUPS_PER_TICK);
     let listener_of: HashMap<u64, ListenerKey> = candidates.iter().map(|c| (c.sk, c.listener)).collect();
     let sks: Vec<u64> = candidates.iter().map(|c| c.sk).collect();

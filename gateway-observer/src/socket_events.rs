@@ -4,8 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use gateway_observer_common::{
-    CONN_EVENT_SIZE, ConnEvent, DATA_EVENT_SIZE, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FLOW_EVENT_SIZE, FlowEvent,
-    conn_role, data_shape, event_kind,
+    CONN_EVENT_SIZE, ConnEvent, DATA_EVENT_SIZE, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FLOW_EVENT_SIZE,
+    FlowEvent, conn_role, data_shape, event_kind,
 };
 
 const AF_INET6: u16 = 10;
@@ -106,7 +106,11 @@ pub fn decode(bytes: &[u8]) -> Result<SocketRecord<'_>, DecodeError> {
                 retransmits: event.retransmits,
                 by_peer: event.by_peer != 0,
             };
-            Ok(if kind == event_kind::SOCKET_RETRANSMIT { SocketRecord::Retransmit(flow) } else { SocketRecord::Reset(flow) })
+            Ok(if kind == event_kind::SOCKET_RETRANSMIT {
+                SocketRecord::Retransmit(flow)
+            } else {
+                SocketRecord::Reset(flow)
+            })
         }
         other => Err(DecodeError::Kind(other)),
     }
@@ -211,9 +215,20 @@ mod tests {
     fn lengths_past_the_arrays_are_clamped() {
         let event = DataEvent {
             kind: event_kind::SOCKET_DATA,
-            tid: 1, tgid: 1, fd: 1, sk: 1, timestamp_ns: 1, len: 1, queued_since_ns: 0,
-            shape: data_shape::WRITE_IOV, _pad: 0, head_len: 9999, tail_len: 9999, _pad2: 0,
-            head: [b'x'; DATA_HEAD_BYTES], tail: [b'y'; DATA_TAIL_BYTES],
+            tid: 1,
+            tgid: 1,
+            fd: 1,
+            sk: 1,
+            timestamp_ns: 1,
+            len: 1,
+            queued_since_ns: 0,
+            shape: data_shape::WRITE_IOV,
+            _pad: 0,
+            head_len: 9999,
+            tail_len: 9999,
+            _pad2: 0,
+            head: [b'x'; DATA_HEAD_BYTES],
+            tail: [b'y'; DATA_TAIL_BYTES],
         };
         let bytes = bytes_of(&event);
         let Ok(SocketRecord::Data(data)) = decode(&bytes) else { panic!("data record") };

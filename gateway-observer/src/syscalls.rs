@@ -78,12 +78,12 @@ pub fn blocked_reason(state: char, syscall: Option<(u32, [u64; 6])>) -> u32 {
 pub fn data_shape_of(nr: u32) -> u8 {
     use gateway_observer_common::data_shape;
     match nr {
-        0 | 45 => data_shape::READ_BUF,   // read, recvfrom
-        1 | 44 => data_shape::WRITE_BUF,  // write, sendto
-        19 => data_shape::READ_IOV,       // readv
-        20 => data_shape::WRITE_IOV,      // writev
-        47 => data_shape::READ_MSG,       // recvmsg
-        46 => data_shape::WRITE_MSG,      // sendmsg
+        0 | 45 => data_shape::READ_BUF,         // read, recvfrom
+        1 | 44 => data_shape::WRITE_BUF,        // write, sendto
+        19 => data_shape::READ_IOV,             // readv
+        20 => data_shape::WRITE_IOV,            // writev
+        47 => data_shape::READ_MSG,             // recvmsg
+        46 => data_shape::WRITE_MSG,            // sendmsg
         40 | 275 => data_shape::WRITE_LEN_ONLY, // sendfile, splice
         _ => data_shape::NONE,
     }

@@ -89,7 +89,11 @@ fn run_args(argv: &[String]) -> RunArgs {
 /// The config the daemon would run with, `local` standing for the file installed at
 /// [`INSTALLED_CONFIG`]: flags and file through the same validation as `run`.
 fn effective(mut args: RunArgs, local: &Path) -> Config {
-    assert_eq!(args.config.as_deref(), Some(Path::new(INSTALLED_CONFIG)), "the config is installed at {INSTALLED_CONFIG}");
+    assert_eq!(
+        args.config.as_deref(),
+        Some(Path::new(INSTALLED_CONFIG)),
+        "the config is installed at {INSTALLED_CONFIG}"
+    );
     args.config = Some(local.to_owned());
     effective_config(&args).unwrap_or_else(|e| panic!("the daemon rejects {}: {e}", local.display()))
 }
@@ -184,7 +188,12 @@ fn daemonset_runs_the_daemon_with_its_configmap() {
         .flatten()
         .find(|m| Path::new(INSTALLED_CONFIG).parent() == m["mountPath"].as_str().map(Path::new))
         .expect("a volume mounted at the config's directory");
-    let volume = pod["volumes"].as_array().into_iter().flatten().find(|v| v["name"] == mount["name"]).expect("the config volume");
+    let volume = pod["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the config volume");
     assert_eq!(volume["configMap"]["name"], config_map["metadata"]["name"]);
     let file_name = Path::new(INSTALLED_CONFIG).file_name().and_then(|n| n.to_str()).expect("file name");
     let text = config_map["data"][file_name].as_str().expect("the ConfigMap holds config.toml");
@@ -193,7 +202,11 @@ fn daemonset_runs_the_daemon_with_its_configmap() {
     let config = effective(run_args(&argv), &local);
 
     // Its listener is what the port, the probes and the scrape annotations point at.
-    assert!(config.listen.ip().is_unspecified(), "the kubelet and Prometheus reach the pod's IP: listen on 0.0.0.0, not {}", config.listen);
+    assert!(
+        config.listen.ip().is_unspecified(),
+        "the kubelet and Prometheus reach the pod's IP: listen on 0.0.0.0, not {}",
+        config.listen
+    );
     let port = container["ports"].as_array().and_then(|p| p.first()).expect("a container port");
     assert_eq!(port["containerPort"], config.listen.port(), "containerPort vs the config's listen port");
     for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
@@ -248,7 +261,8 @@ fn alert_rules_cover_every_kind_and_pass_promtool() {
     let rules = alert_rules();
     let tests = read_deploy(RULE_TESTS);
     for kind in alert_kinds().map(AlertKind::as_str) {
-        let (_, expr) = rules.iter().find(|(name, _)| name == kind).unwrap_or_else(|| panic!("no alert rule named {kind}"));
+        let (_, expr) =
+            rules.iter().find(|(name, _)| name == kind).unwrap_or_else(|| panic!("no alert rule named {kind}"));
         assert_eq!(expr, &format!("gateway_observer_alerts{{kind=\"{kind}\"}} == 1"), "rule {kind}");
         assert!(tests.contains(&format!("kind=\"{kind}\"")), "{RULE_TESTS} never fires {kind}");
     }
@@ -263,7 +277,11 @@ fn alert_rules_cover_every_kind_and_pass_promtool() {
 /// The dashboard's PromQL: each panel target's, and the selector inside each variable's
 /// `label_values(SELECTOR, label)`.
 fn dashboard_queries(dashboard: &Value) -> Vec<String> {
-    let targets = dashboard["panels"].as_array().into_iter().flatten().flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default());
+    let targets = dashboard["panels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default());
     let mut queries: Vec<String> = targets.filter_map(|t| t["expr"].as_str().map(str::to_owned)).collect();
     for variable in dashboard["templating"]["list"].as_array().into_iter().flatten() {
         if let Some(inner) = variable["definition"].as_str().and_then(|d| d.strip_prefix("label_values(")) {
@@ -281,7 +299,8 @@ fn dashboard() -> Value {
 fn dashboard_has_its_variables_and_panels() {
     let dashboard = dashboard();
     let variables = dashboard["templating"]["list"].as_array().expect("variables");
-    let variable = |name: &str| variables.iter().find(|v| v["name"] == name).unwrap_or_else(|| panic!("no ${name} variable"));
+    let variable =
+        |name: &str| variables.iter().find(|v| v["name"] == name).unwrap_or_else(|| panic!("no ${name} variable"));
     assert_eq!(variable("datasource")["type"], "datasource");
     assert_eq!(variable("datasource")["query"], "prometheus");
     for name in ["instance", "process"] {
@@ -301,7 +320,8 @@ fn dashboard_has_its_variables_and_panels() {
             continue;
         }
         assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title} must use the datasource variable");
-        let targets = panel["targets"].as_array().filter(|t| !t.is_empty()).unwrap_or_else(|| panic!("{title} has no query"));
+        let targets =
+            panel["targets"].as_array().filter(|t| !t.is_empty()).unwrap_or_else(|| panic!("{title} has no query"));
         for target in targets {
             let expr = target["expr"].as_str().unwrap_or_default();
             assert!(expr.contains("instance=~\"$instance\""), "{title}: {expr} ignores $instance");
@@ -329,7 +349,9 @@ fn dashboard_has_its_variables_and_panels() {
     ] {
         assert!(shown(&format!("gateway_observer_{metric}")), "no panel shows gateway_observer_{metric}");
     }
-    assert!(shown("histogram_quantile(0.99, sum by (le, process, direction) (rate(gateway_observer_http_request_duration_seconds_bucket"));
+    assert!(shown(
+        "histogram_quantile(0.99, sum by (le, process, direction) (rate(gateway_observer_http_request_duration_seconds_bucket"
+    ));
     assert!(shown("process=~\"$process\""), "no panel follows $process");
 }
 
@@ -365,7 +387,8 @@ impl Scrape {
                 scrape.types.insert(name.to_owned(), kind.to_owned());
             } else if !line.starts_with('#') && !line.is_empty() {
                 let end = line.find(['{', ' ']).unwrap_or(line.len());
-                let family = scrape.family_of(&line[..end]).unwrap_or_else(|| panic!("sample before its # TYPE: {line}"));
+                let family =
+                    scrape.family_of(&line[..end]).unwrap_or_else(|| panic!("sample before its # TYPE: {line}"));
                 let names = sample_label_names(&line[end..]).into_iter().filter(|n| n != "le");
                 scrape.labels.entry(family).or_default().extend(names);
             }
@@ -469,11 +492,15 @@ fn check_expr(scrape: &Scrape, file: &str, expr: &str, unchecked: &mut BTreeSet<
 /// event loops; returns that scrape.
 fn scrape_after_traffic(observer: &Observer, gateway_port: u16) -> String {
     for i in 0..40 {
-        let r = try_request(gateway_port, "GET", &format!("/items/{i}"), &[], b"", Duration::from_secs(5)).expect("request");
+        let r = try_request(gateway_port, "GET", &format!("/items/{i}"), &[], b"", Duration::from_secs(5))
+            .expect("request");
         assert_eq!(r.status, 200, "{}", r.body);
     }
-    let wanted =
-        ["gateway_observer_http_requests_total{", "gateway_observer_upstream_outstanding_requests{", "gateway_observer_event_loop_utilization{"];
+    let wanted = [
+        "gateway_observer_http_requests_total{",
+        "gateway_observer_upstream_outstanding_requests{",
+        "gateway_observer_event_loop_utilization{",
+    ];
     let mut text = String::new();
     wait_until("requests, upstream peers and event loops in /metrics", Duration::from_secs(15), || {
         text = observer.get("/metrics").map(|(_, body)| body).unwrap_or_default();
@@ -488,7 +515,10 @@ fn deploy_files_use_only_what_the_daemon_exports() {
         return;
     }
     let upstream = Upstream::start("items", Behavior::Echo);
-    let gateway = Gateway::start(&format!("[upstreams.items]\nservers = [\"{}\"]\n[[routes]]\nupstream = \"items\"\n", upstream.addr()));
+    let gateway = Gateway::start(&format!(
+        "[upstreams.items]\nservers = [\"{}\"]\n[[routes]]\nupstream = \"items\"\n",
+        upstream.addr()
+    ));
     let config = deploy_path(HOST_CONFIG);
     let observer = Observer::start_with(&[&format!("pid={}", gateway.pid())], &["--config", path_str(&config)]);
     let scrape = Scrape::parse(&scrape_after_traffic(&observer, gateway.port));
@@ -509,12 +539,18 @@ fn deploy_files_use_only_what_the_daemon_exports() {
     let mut problems = Vec::new();
     let mut unchecked = BTreeSet::new();
     let rule_exprs = alert_rules().into_iter().map(|(_, expr)| expr);
-    for (file, expr) in rule_exprs.map(|e| (RULES, e)).chain(dashboard_queries(&dashboard()).into_iter().map(|e| (DASHBOARD, e))) {
+    for (file, expr) in
+        rule_exprs.map(|e| (RULES, e)).chain(dashboard_queries(&dashboard()).into_iter().map(|e| (DASHBOARD, e)))
+    {
         problems.extend(check_expr(&scrape, file, &expr, &mut unchecked));
     }
     // The rule tests' input series carry exactly the daemon's labels (plus job and instance).
     let tests = yaml_documents(RULE_TESTS).remove(0);
-    let series = tests["tests"].as_array().into_iter().flatten().flat_map(|t| t["input_series"].as_array().cloned().unwrap_or_default());
+    let series = tests["tests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t["input_series"].as_array().cloned().unwrap_or_default());
     for series in series.filter_map(|s| s["series"].as_str().map(str::to_owned)) {
         let Some((name, labels)) = selectors(&series).pop() else { continue };
         let Some(allowed) = scrape.selectable(&name) else {
@@ -539,7 +575,8 @@ fn deploy_files_use_only_what_the_daemon_exports() {
     let status = std::fs::read_to_string(format!("/proc/{}/status", observer.pid())).expect("daemon status");
     let rss = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().strip_suffix(" kB"));
     let rss_kib: u64 = rss.and_then(|v| v.parse().ok()).expect("VmRSS in /proc/PID/status");
-    let request = quantity_bytes(&daemonset["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"]);
+    let request =
+        quantity_bytes(&daemonset["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"]);
     eprintln!("daemon RSS {} MiB, DaemonSet memory request {} MiB", rss_kib >> 10, request >> 20);
     assert!(rss_kib << 10 <= request, "the daemon holds {rss_kib} KiB, over the DaemonSet's memory request");
 }

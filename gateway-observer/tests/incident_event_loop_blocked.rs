@@ -49,9 +49,8 @@ fn a_slow_redis_behind_a_blocking_client_is_named_within_seconds() {
     let observer = Observer::start(gw.pid());
 
     // Healthy phase: steady load, no fault, no alert.
-    let healthy_for = Duration::from_secs(
-        std::env::var("HEALTHY_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(60),
-    );
+    let healthy_for =
+        Duration::from_secs(std::env::var("HEALTHY_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(60));
     let done = stop_flag();
     let clients = load(gw.port, "/api/x", 4, done.clone(), Instant::now() + healthy_for + Duration::from_secs(60));
     assert_quiet(&observer, healthy_for);

@@ -86,7 +86,11 @@ fn a_rate_limiter_that_parks_every_worker_is_named_within_seconds() {
     let (_, metrics) = observer.get("/metrics").expect("metrics");
     let blocked: f64 = metrics
         .lines()
-        .filter(|l| l.starts_with("gateway_observer_pool_threads{") && l.contains("rpc-pool-*") && l.contains("state=\"blocked\""))
+        .filter(|l| {
+            l.starts_with("gateway_observer_pool_threads{")
+                && l.contains("rpc-pool-*")
+                && l.contains("state=\"blocked\"")
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert!(blocked >= 10.0, "rpc-pool threads blocked (asleep in the limiter) per pool_threads: {blocked}");

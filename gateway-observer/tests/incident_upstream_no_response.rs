@@ -30,7 +30,10 @@ const DETECT_WITHIN: Duration = Duration::from_secs(10);
 
 /// A static upstream (nginx answering 200) inside the namespace.
 fn upstream_in(ns: &NetNs) -> Nginx {
-    let body = format!("  server {{\n    listen {}:{UPSTREAM_PORT};\n    location / {{ return 200 \"ok\\n\"; }}\n  }}", ns.ns_ip);
+    let body = format!(
+        "  server {{\n    listen {}:{UPSTREAM_PORT};\n    location / {{ return 200 \"ok\\n\"; }}\n  }}",
+        ns.ns_ip
+    );
     Nginx::start(&ns.exec_prefix(), 1, &body, (&ns.ns_ip, UPSTREAM_PORT))
 }
 
@@ -46,7 +49,11 @@ fn wait_all_firing(observer: &Observer, kinds: &[&str], subject: &str, within: D
                 *slot = Some((alert, start.elapsed()));
             }
         }
-        assert!(start.elapsed() < within, "not all of {kinds:?} fired for {subject} within {within:?}: {alerts:#?}\n{}", flow_metrics(observer));
+        assert!(
+            start.elapsed() < within,
+            "not all of {kinds:?} fired for {subject} within {within:?}: {alerts:#?}\n{}",
+            flow_metrics(observer)
+        );
         thread::sleep(Duration::from_millis(100));
     }
     found.into_iter().flatten().collect()
@@ -55,7 +62,14 @@ fn wait_all_firing(observer: &Observer, kinds: &[&str], subject: &str, within: D
 /// The observer's flow, request-tracking and loss metrics, for the log.
 fn flow_metrics(observer: &Observer) -> String {
     let metrics = observer.get("/metrics").map(|(_, m)| m).unwrap_or_default();
-    let wanted = ["gateway_observer_tcp", "gateway_observer_upstream", "gateway_observer_http_connections", "gateway_observer_http_unattributed", "gateway_observer_http_parse", "gateway_observer_bpf_events_lost"];
+    let wanted = [
+        "gateway_observer_tcp",
+        "gateway_observer_upstream",
+        "gateway_observer_http_connections",
+        "gateway_observer_http_unattributed",
+        "gateway_observer_http_parse",
+        "gateway_observer_bpf_events_lost",
+    ];
     metrics.lines().filter(|l| wanted.iter().any(|w| l.starts_with(w))).collect::<Vec<_>>().join("\n")
 }
 
@@ -87,7 +101,11 @@ fn run_scenario(observer: &Observer, port: u16, ns: &NetNs, healthy_peer: &str) 
     assert!(evidence["outstanding"].as_u64().is_some_and(|n| n >= 1), "{evidence:#}");
     assert!(evidence["oldest_age_seconds"].as_f64().is_some_and(|s| s >= 5.0), "{evidence:#}");
     assert!(evidence["connections_waiting"].as_u64().is_some_and(|n| n >= 1), "{evidence:#}");
-    let healthy = evidence["other_peers"].as_array().into_iter().flatten().any(|p| p["peer"] == healthy_peer && p["healthy"] == true);
+    let healthy = evidence["other_peers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["peer"] == healthy_peer && p["healthy"] == true);
     assert!(healthy, "the healthy peer is named healthy: {evidence:#}");
     let evidence = &one_way["evidence"];
     assert!(evidence["retransmits"].as_u64().is_some_and(|n| n >= 2), "{evidence:#}");
@@ -115,7 +133,8 @@ fn assert_silent_upstream_is_no_response_only(observer: &Observer, port: u16, ho
     let (alert, after) = &fired[0];
     eprintln!("silent upstream: UpstreamNoResponse after {after:?}");
     assert_eq!(alert["evidence"]["retransmits"], 0, "{alert:#}");
-    let one_way: Vec<Value> = observer.alerts().into_iter().filter(|a| a["kind"] == "OneWayStall" && a["subject"] == peer.as_str()).collect();
+    let one_way: Vec<Value> =
+        observer.alerts().into_iter().filter(|a| a["kind"] == "OneWayStall" && a["subject"] == peer.as_str()).collect();
     assert!(one_way.is_empty(), "no network fault, no one-way flow: {one_way:#?}");
     stop(&flag);
     drop(clients); // their requests hang until the upstream goes away; not joined
@@ -159,7 +178,11 @@ fn nginx_with_a_silent_return_path() {
     let port = free_port();
     let nginx = Nginx::proxy(
         port,
-        &format!("  upstream bad {{ server {}:{UPSTREAM_PORT} max_fails=0; }}\n  upstream good {{ server {}; keepalive 16; }}", ns.ns_ip, good.addr()),
+        &format!(
+            "  upstream bad {{ server {}:{UPSTREAM_PORT} max_fails=0; }}\n  upstream good {{ server {}; keepalive 16; }}",
+            ns.ns_ip,
+            good.addr()
+        ),
         "    location /bad/ { proxy_pass http://bad; proxy_read_timeout 1800s; proxy_send_timeout 1800s; }\n    \
          location / { proxy_pass http://good; proxy_http_version 1.1; proxy_set_header Connection \"\"; }",
     );

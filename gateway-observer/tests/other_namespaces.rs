@@ -45,7 +45,11 @@ fn waiting_in_snapshot(observer: &Observer) -> u64 {
     let (_, body) = observer.get("/api/v1/snapshot").expect("snapshot");
     let snapshot: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     let processes = snapshot["processes"].as_array().cloned().unwrap_or_default();
-    processes.iter().flat_map(|p| p["listeners"].as_array().cloned().unwrap_or_default()).filter_map(|l| l["waiting"].as_u64()).sum()
+    processes
+        .iter()
+        .flat_map(|p| p["listeners"].as_array().cloned().unwrap_or_default())
+        .filter_map(|l| l["waiting"].as_u64())
+        .sum()
 }
 
 #[test]
@@ -99,8 +103,16 @@ fn two_pods_on_one_port_are_told_apart() {
     clients.extend(load_at(&ns.ns_ip, stalled.port, "/slow", 1, &done));
     clients.extend(load_at(&ns.ns_ip, stalled.port, "/", 2, &done));
     let (alert, after) = wait_firing(&observer, "RequestQueueing", Duration::from_secs(8));
-    eprintln!("RequestQueueing on pid {} {:.1}s in: {}", alert["process"]["pid"], after.as_secs_f64(), alert["summary"]);
-    assert_eq!(alert["process"]["pid"], stalled_pid, "the stalled pod, not the healthy one on the same port: {alert:#}");
+    eprintln!(
+        "RequestQueueing on pid {} {:.1}s in: {}",
+        alert["process"]["pid"],
+        after.as_secs_f64(),
+        alert["summary"]
+    );
+    assert_eq!(
+        alert["process"]["pid"], stalled_pid,
+        "the stalled pod, not the healthy one on the same port: {alert:#}"
+    );
     let quiet_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < quiet_until {
         let alerts = observer.alerts();

@@ -21,8 +21,15 @@ fn check_access_filter(mode: &str) {
     let up = Upstream::start("up", Behavior::Echo);
     let gw = Gateway::start(&access_config(&redis, &up, mode));
     let mut con = redis.conn();
-    let _: () = redis::cmd("SET").arg("tok-short").arg(r#"{"userId":"u-1","userName":"Ann"}"#).arg("EX").arg(100).query(&mut con).unwrap();
-    let _: () = redis::cmd("SET").arg("tok-long").arg(r#"{"userId":"u-2"}"#).arg("EX").arg(20000).query(&mut con).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("tok-short")
+        .arg(r#"{"userId":"u-1","userName":"Ann"}"#)
+        .arg("EX")
+        .arg(100)
+        .query(&mut con)
+        .unwrap();
+    let _: () =
+        redis::cmd("SET").arg("tok-long").arg(r#"{"userId":"u-2"}"#).arg("EX").arg(20000).query(&mut con).unwrap();
     let _: () = redis::cmd("SET").arg("tok-nouser").arg(r#"{"name":"x"}"#).query(&mut con).unwrap();
 
     assert_eq!(request(gw.port, "GET", "/api/x", &[], b"").status, 401);
@@ -108,7 +115,10 @@ fn workers_during_redis_pause(mode: &str) -> Option<(usize, Duration)> {
 fn blocking_redis_client_parks_the_worker_threads_in_socket_reads() {
     let Some((blocked, health_took)) = workers_during_redis_pause("blocking") else { return };
     assert!(blocked >= 1, "no tokio worker sat in read/recvfrom on the Redis socket");
-    assert!(health_took >= Duration::from_millis(800), "/health answered in {health_took:?} although every worker was blocked");
+    assert!(
+        health_took >= Duration::from_millis(800),
+        "/health answered in {health_took:?} although every worker was blocked"
+    );
 }
 
 #[test]
@@ -164,7 +174,11 @@ fn pool_fault_grows_to_max_parks_threads_in_sleep_and_rejects_with_503() {
     assert_eq!(ok + rejected.len(), n, "{results:?}");
     assert!(rejected.len() >= 3, "only {} of {n} rejected by a 4-thread pool", rejected.len());
     assert!(rejected[0].body.contains("rpc pool full"), "{}", rejected[0].body);
-    assert!(results.iter().any(|r| r.body.contains("\"handled_by\":\"rpc-pool\"") && !r.body.contains("\"limiter_wait_ms\":0")));
+    assert!(
+        results
+            .iter()
+            .any(|r| r.body.contains("\"handled_by\":\"rpc-pool\"") && !r.body.contains("\"limiter_wait_ms\":0"))
+    );
     let pool_threads = threads(pid).iter().filter(|(_, name)| name.starts_with("rpc-pool-")).count();
     assert_eq!(pool_threads, 4, "the pool should have grown to its max");
     assert_eq!(gw.metric("reference_gateway_rpc_pool_rejected_total"), rejected.len() as f64);
@@ -185,7 +199,9 @@ fn upstream_response_timeout_fault_is_switched_at_run_time() {
     // Incident 3: with 1800 s the request just hangs and stays in flight while the client waits.
     let mut client = std::net::TcpStream::connect(gw.addr()).unwrap();
     client.write_all(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    wait_until("the hung request to show in flight", Duration::from_secs(2), || gw.metric("reference_gateway_in_flight_requests") >= 1.0);
+    wait_until("the hung request to show in flight", Duration::from_secs(2), || {
+        gw.metric("reference_gateway_in_flight_requests") >= 1.0
+    });
     client.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
     let mut buf = [0u8; 64];
     let got = client.read(&mut buf);

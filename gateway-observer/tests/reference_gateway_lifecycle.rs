@@ -30,7 +30,9 @@ fn sigterm_stops_accepting_and_finishes_in_flight_requests() {
     );
     let port = gw.port;
     let in_flight = std::thread::spawn(move || request(port, "GET", "/slow", &[], b""));
-    wait_until("the request to reach the upstream", Duration::from_secs(5), || up.requests.load(Ordering::Relaxed) == 1);
+    wait_until("the request to reach the upstream", Duration::from_secs(5), || {
+        up.requests.load(Ordering::Relaxed) == 1
+    });
     gw.sigterm();
     wait_until("the listener to close", Duration::from_secs(2), || TcpStream::connect(gw.addr()).is_err());
     let r = in_flight.join().unwrap();
@@ -50,7 +52,9 @@ fn drain_deadline_closes_what_is_still_running() {
     );
     let port = gw.port;
     let in_flight = std::thread::spawn(move || try_request(port, "GET", "/stuck", &[], b"", Duration::from_secs(10)));
-    wait_until("the request to reach the upstream", Duration::from_secs(5), || up.requests.load(Ordering::Relaxed) == 1);
+    wait_until("the request to reach the upstream", Duration::from_secs(5), || {
+        up.requests.load(Ordering::Relaxed) == 1
+    });
     gw.sigterm();
     let (status, took) = wait_exit(&mut gw, Duration::from_secs(5));
     assert_about("drain deadline", took, Duration::from_secs(1));
@@ -95,7 +99,11 @@ fn admin_endpoint_shows_and_switches_faults() {
 fn admin_off_loopback_is_refused_at_startup() {
     let dir = temp_dir("admin");
     let path = dir.join("gateway.toml");
-    std::fs::write(&path, format!("[server]\nlisten = [\"127.0.0.1:{}\"]\n[admin]\nlisten = \"0.0.0.0:{}\"\n", free_port(), free_port())).unwrap();
+    std::fs::write(
+        &path,
+        format!("[server]\nlisten = [\"127.0.0.1:{}\"]\n[admin]\nlisten = \"0.0.0.0:{}\"\n", free_port(), free_port()),
+    )
+    .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_reference-gateway")).arg("--config").arg(&path).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

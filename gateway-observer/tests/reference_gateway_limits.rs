@@ -70,7 +70,8 @@ fn slow_request_head_is_cut_but_idle_keep_alive_waits_for_its_own_timer() {
     let gw = Gateway::start(&proxy_to(&[up.addr()], "[timeouts]\nclient_header = \"1s\"\nidle = \"2s\""));
 
     // Slowloris: a head that never ends is cut at client_header.
-    let (_, took, closed) = raw_exchange(gw.port, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\n", Duration::from_secs(5));
+    let (_, took, closed) =
+        raw_exchange(gw.port, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\n", Duration::from_secs(5));
     assert!(closed, "connection with an unfinished head was not closed");
     assert_about("client header timeout", took, Duration::from_secs(1));
 
@@ -151,8 +152,11 @@ fn ambiguous_framing_is_400_and_the_connection_closes() {
     assert!(closed, "connection left open after CL+TE");
     assert_eq!(out.matches("HTTP/1.1").count(), 1, "pipelined request was served: {out}");
 
-    let (out, _, closed) =
-        raw_exchange(gw.port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", Duration::from_secs(5));
+    let (out, _, closed) = raw_exchange(
+        gw.port,
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        Duration::from_secs(5),
+    );
     assert!(out.starts_with("HTTP/1.1 400"), "{out}");
     assert!(closed, "connection left open after conflicting Content-Length");
     assert_eq!(up.requests.load(std::sync::atomic::Ordering::Relaxed), 0, "an ambiguous request reached the upstream");

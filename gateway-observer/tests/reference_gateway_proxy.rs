@@ -32,7 +32,8 @@ fn routes_by_host_and_prefix_and_sets_forwarding_headers() {
         a.addr(),
         b.addr()
     ));
-    let r = request(gw.port, "GET", "/a/x?q=1", &[("X-Request-Id", "client-id-1"), ("X-Forwarded-For", "10.1.2.3")], b"");
+    let r =
+        request(gw.port, "GET", "/a/x?q=1", &[("X-Request-Id", "client-id-1"), ("X-Forwarded-For", "10.1.2.3")], b"");
     assert_eq!(r.status, 200, "{r:?}");
     assert!(r.body.starts_with("upstream-a\nGET /a/x?q=1 HTTP/1.1"), "{}", r.body);
     let lower = r.body.to_ascii_lowercase();
@@ -72,7 +73,9 @@ fn round_robin_ejects_a_failing_server_and_readmits_it_later() {
     );
     // B comes back; after fail_timeout it gets traffic again.
     let _b = Upstream::start_on(b_port, "upstream-b", Behavior::Echo);
-    wait_until("the ejected server to be readmitted", Duration::from_secs(5), || gw.get("/rr").body.starts_with("upstream-b"));
+    wait_until("the ejected server to be readmitted", Duration::from_secs(5), || {
+        gw.get("/rr").body.starts_with("upstream-b")
+    });
     let names: Vec<bool> = (0..4).map(|_| gw.get("/rr").body.starts_with("upstream-a")).collect();
     assert_eq!(names.iter().filter(|a| **a).count(), 2, "round robin over both again: {names:?}");
 }
@@ -151,7 +154,8 @@ async fn h2c_prior_knowledge_is_proxied() {
     let up = Upstream::start("up", Behavior::Echo);
     let gw = Gateway::start(&format!("[upstreams.u]\nservers = [\"{}\"]\n[[routes]]\nupstream = \"u\"\n", up.addr()));
     let stream = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
     tokio::spawn(conn);
     for i in 0..2 {
         let req = http::Request::builder()
@@ -172,7 +176,13 @@ async fn h2c_prior_knowledge_is_proxied() {
 fn access_log_and_metrics_record_requests_without_credentials() {
     let up = Upstream::start("up", Behavior::Echo);
     let gw = Gateway::start(&format!("[upstreams.u]\nservers = [\"{}\"]\n[[routes]]\nupstream = \"u\"\n", up.addr()));
-    let r = request(gw.port, "GET", "/logged?token=query-secret", &[("Authorization", "Bearer secret-token-123"), ("X-Request-Id", "log-me")], b"");
+    let r = request(
+        gw.port,
+        "GET",
+        "/logged?token=query-secret",
+        &[("Authorization", "Bearer secret-token-123"), ("X-Request-Id", "log-me")],
+        b"",
+    );
     assert_eq!(r.status, 200);
     let _ = request(gw.port, "GET", "/health", &[], b"");
     wait_until("the access log line", Duration::from_secs(5), || gw.access_log().contains("\"log-me\""));

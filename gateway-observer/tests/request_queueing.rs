@@ -19,7 +19,12 @@ use reference_gateway_support::try_request;
 
 /// Clients sending `path` one request at a time until `stop`, each returning the latencies it
 /// measured (bounded in count and time).
-fn timed_clients(port: u16, path: &'static str, clients: usize, stop: Arc<AtomicBool>) -> Vec<thread::JoinHandle<Vec<f64>>> {
+fn timed_clients(
+    port: u16,
+    path: &'static str,
+    clients: usize,
+    stop: Arc<AtomicBool>,
+) -> Vec<thread::JoinHandle<Vec<f64>>> {
     (0..clients)
         .map(|_| {
             let stop = stop.clone();
@@ -77,15 +82,20 @@ fn a_server_that_stops_reading_is_named_with_how_long_requests_waited() {
     assert_eq!(alert["process"]["comm"], "python3");
     assert_eq!(evidence["listeners"][0]["port"], server.port, "{evidence:#}");
     // Each fast request waits for at most one slow one (plus the other fast one).
-    let longest = evidence["max_socket_queue_seconds"].as_f64().unwrap().max(evidence["oldest_unread_seconds"].as_f64().unwrap());
+    let longest =
+        evidence["max_socket_queue_seconds"].as_f64().unwrap().max(evidence["oldest_unread_seconds"].as_f64().unwrap());
     assert!((0.2..=SLOW_SECONDS + 0.3).contains(&longest), "longest wait {longest}: {evidence:#}");
-    assert!(evidence["waiting_now"].as_u64().unwrap() >= 1 || evidence["delayed"].as_u64().unwrap() >= 3, "{evidence:#}");
+    assert!(
+        evidence["waiting_now"].as_u64().unwrap() >= 1 || evidence["delayed"].as_u64().unwrap() >= 3,
+        "{evidence:#}"
+    );
 
     // The sleeping server is an event loop blocked in sleep: the likely cause, named.
     let end = Instant::now() + Duration::from_secs(6);
     let causes = loop {
         let alerts = observer.alerts();
-        let causes = alerts.iter().find(|a| a["kind"] == "RequestQueueing").map(|a| a["evidence"]["likely_causes"].to_string());
+        let causes =
+            alerts.iter().find(|a| a["kind"] == "RequestQueueing").map(|a| a["evidence"]["likely_causes"].to_string());
         if causes.as_deref().is_some_and(|c| c.contains("EventLoopBlocked")) || Instant::now() > end {
             break causes;
         }
@@ -117,7 +127,10 @@ fn a_server_that_stops_reading_is_named_with_how_long_requests_waited() {
     // Tolerance: the clients' own connect and service time (~5 ms each at most) and 0.1 s; one
     // request's wait missed would be 0.2 s or more.
     let tolerance = requests * 0.005 + 0.1;
-    assert!((observed - measured).abs() <= tolerance, "observer {observed:.3}s vs clients {measured:.3}s (±{tolerance:.3})");
+    assert!(
+        (observed - measured).abs() <= tolerance,
+        "observer {observed:.3}s vs clients {measured:.3}s (±{tolerance:.3})"
+    );
 
     let resolved = wait_resolved(&observer, "RequestQueueing", Duration::from_secs(20));
     eprintln!("RequestQueueing resolved {:.1}s after the slow requests stopped", resolved.as_secs_f64());

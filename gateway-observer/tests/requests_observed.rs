@@ -87,7 +87,11 @@ fn observed(observer: &Observer) -> (f64, f64, f64) {
     // Answered requests, as wrk counts them (a request it abandoned at its end has no response).
     let requests = |direction| {
         let all = metric_sum(&metrics, "gateway_observer_http_requests_total", &[("direction", direction)]);
-        all - metric_sum(&metrics, "gateway_observer_http_requests_total", &[("direction", direction), ("status_class", "none")])
+        all - metric_sum(
+            &metrics,
+            "gateway_observer_http_requests_total",
+            &[("direction", direction), ("status_class", "none")],
+        )
     };
     let (inbound, outbound) = (requests("inbound"), requests("outbound"));
     let snap = snapshot(observer);
@@ -117,8 +121,16 @@ fn assert_matches_wrk(observer: &Observer, port: u16) {
     std::thread::sleep(Duration::from_millis(1500));
     let (inbound, outbound, p50) = observed(observer);
     let diff = (inbound - wrk.requests as f64).abs() / wrk.requests as f64;
-    assert!(diff <= 0.001, "observer counted {inbound} inbound requests, wrk {}: {:.3} % apart", wrk.requests, diff * 100.0);
-    assert!((outbound - inbound).abs() / inbound <= 0.001, "{outbound} outbound vs {inbound} inbound: each request is proxied once");
+    assert!(
+        diff <= 0.001,
+        "observer counted {inbound} inbound requests, wrk {}: {:.3} % apart",
+        wrk.requests,
+        diff * 100.0
+    );
+    assert!(
+        (outbound - inbound).abs() / inbound <= 0.001,
+        "{outbound} outbound vs {inbound} inbound: each request is proxied once"
+    );
     let ratio = p50 / wrk.p50_seconds;
     assert!((0.9..=1.1).contains(&ratio), "observer p50 {:.3} ms vs wrk {:.3} ms", p50 * 1e3, wrk.p50_seconds * 1e3);
 }
@@ -152,7 +164,9 @@ fn assert_hanging_upstream_is_outstanding(observer: &Observer, port: u16, black_
     let peer = black_hole.addr();
     let _clients = hanging_requests(port, 3);
     let start = Instant::now();
-    wait_until("3 requests outstanding at the black-hole upstream", Duration::from_secs(5), || hanging_peer(observer, &peer).0 == 3);
+    wait_until("3 requests outstanding at the black-hole upstream", Duration::from_secs(5), || {
+        hanging_peer(observer, &peer).0 == 3
+    });
     std::thread::sleep(Duration::from_secs(1));
     let (_, first_age) = hanging_peer(observer, &peer);
     std::thread::sleep(Duration::from_secs(2));
@@ -162,7 +176,11 @@ fn assert_hanging_upstream_is_outstanding(observer: &Observer, port: u16, black_
     assert!(first_age >= 0.9 && first_age <= start.elapsed().as_secs_f64() + 0.1, "first age {first_age}");
     assert!((later_age - first_age - 2.0).abs() < 0.6, "age grew by {:.2} s in 2 s", later_age - first_age);
     let metrics = observer.get("/metrics").expect("metrics").1;
-    assert_eq!(metric_sum(&metrics, "gateway_observer_upstream_outstanding_requests", &[("peer", &peer)]), 3.0, "{metrics}");
+    assert_eq!(
+        metric_sum(&metrics, "gateway_observer_upstream_outstanding_requests", &[("peer", &peer)]),
+        3.0,
+        "{metrics}"
+    );
     assert!(metric_sum(&metrics, "gateway_observer_upstream_oldest_request_age_seconds", &[("peer", &peer)]) >= 2.5);
 }
 
@@ -194,7 +212,11 @@ fn nginx_requests_match_wrk_and_a_hanging_upstream_is_outstanding() {
     let port = free_port();
     let nginx = Nginx::proxy(
         port,
-        &format!("  upstream items {{ server {}; keepalive 32; }}\n  upstream hole {{ server {}; }}", upstream.addr(), black_hole.addr()),
+        &format!(
+            "  upstream items {{ server {}; keepalive 32; }}\n  upstream hole {{ server {}; }}",
+            upstream.addr(),
+            black_hole.addr()
+        ),
         "    location /hang/ { proxy_pass http://hole; proxy_read_timeout 1800s; }\n    \
          location / { proxy_pass http://items; proxy_http_version 1.1; proxy_set_header Connection \"\"; }",
     );
@@ -242,9 +264,18 @@ fn nginx_relaying_chunked_responses_on_keep_alive() {
     }
     std::thread::sleep(Duration::from_millis(1500));
     let metrics = observer.get("/metrics").expect("metrics").1;
-    let inbound = metric_sum(&metrics, "gateway_observer_http_requests_total", &[("direction", "inbound"), ("status_class", "2xx")]);
-    let outbound = metric_sum(&metrics, "gateway_observer_http_requests_total", &[("direction", "outbound"), ("status_class", "2xx")]);
-    let in_flight: u64 = snapshot(&observer)["processes"].as_array().into_iter().flatten().filter_map(|p| p["in_flight"].as_u64()).sum();
+    let inbound = metric_sum(
+        &metrics,
+        "gateway_observer_http_requests_total",
+        &[("direction", "inbound"), ("status_class", "2xx")],
+    );
+    let outbound = metric_sum(
+        &metrics,
+        "gateway_observer_http_requests_total",
+        &[("direction", "outbound"), ("status_class", "2xx")],
+    );
+    let in_flight: u64 =
+        snapshot(&observer)["processes"].as_array().into_iter().flatten().filter_map(|p| p["in_flight"].as_u64()).sum();
     eprintln!("chunked via nginx: {inbound} inbound, {outbound} outbound, {in_flight} in flight");
     assert_eq!((inbound, outbound, in_flight), (50.0, 50.0, 0));
 }

@@ -18,7 +18,8 @@ fn fixture(name: &str) -> String {
 }
 
 fn recorded(which: &str) -> Data {
-    Data::parse(&fixture(&format!("{which}_snapshot.json")), &fixture(&format!("{which}_alerts.json"))).expect("recorded fixture parses")
+    Data::parse(&fixture(&format!("{which}_snapshot.json")), &fixture(&format!("{which}_alerts.json")))
+        .expect("recorded fixture parses")
 }
 
 fn app_with(data: Data) -> App {
@@ -33,14 +34,14 @@ fn render(app: &App, (width, height): (u16, u16)) -> String {
     terminal.draw(|frame| view::draw(frame, app)).expect("draw");
     let buffer = terminal.backend().buffer();
     assert_eq!((buffer.area.width, buffer.area.height), (width, height), "the buffer is the terminal's size");
-    (0..height)
-        .map(|y| (0..width).map(|x| buffer[(x, y)].symbol()).collect::<String>())
-        .collect::<Vec<_>>()
-        .join("\n")
+    (0..height).map(|y| (0..width).map(|x| buffer[(x, y)].symbol()).collect::<String>()).collect::<Vec<_>>().join("\n")
 }
 
 fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
-    screen.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no line with {needle:?} on screen:\n{screen}"))
+    screen
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line with {needle:?} on screen:\n{screen}"))
 }
 
 #[test]
@@ -48,7 +49,10 @@ fn overview_shows_each_process_with_its_rate() {
     for size in SIZES {
         let screen = render(&app_with(recorded("healthy")), size);
         let row = line_with(&screen, "reference-gatew");
-        assert!(row.contains("771.6"), "req/s of the recorded snapshot in the process row at {size:?}: {row:?}\n{screen}");
+        assert!(
+            row.contains("771.6"),
+            "req/s of the recorded snapshot in the process row at {size:?}: {row:?}\n{screen}"
+        );
         assert!(row.contains("18ms"), "its p99 at {size:?}: {row:?}");
         assert!(screen.contains("no alerts"), "healthy: no alerts at {size:?}\n{screen}");
         assert!(screen.contains("● connected"), "{screen}");
@@ -64,14 +68,22 @@ fn overview_shows_open_alerts_during_the_incident() {
     for size in SIZES {
         let screen = render(&app_with(recorded("blocked")), size);
         let row = line_with(&screen, "reference-gatew");
-        assert!(row.contains("547.3") && row.contains("96%") && row.contains("4 ●"), "rate, loop max, alerts at {size:?}: {row:?}");
+        assert!(
+            row.contains("547.3") && row.contains("96%") && row.contains("4 ●"),
+            "rate, loop max, alerts at {size:?}: {row:?}"
+        );
         let alert = line_with(&screen, "gw-worker-0");
         assert!(alert.contains("firing") && alert.contains("EventLoopBlocked"), "{alert:?}\n{screen}");
         assert!(screen.contains("5 Alerts (4)"), "the tab counts open alerts:\n{screen}");
         if size.1 >= 40 {
             assert!(screen.contains("Busiest event loops (4)"), "a tall overview adds the event loops:\n{screen}");
             let busiest = screen.lines().skip_while(|l| !l.contains("Busiest event loops")).nth(2).unwrap_or_default();
-            assert!(busiest.contains("gw-worker-") && busiest.contains("96%") && busiest.contains("EventLoopBlocked (firing)"), "{busiest:?}\n{screen}");
+            assert!(
+                busiest.contains("gw-worker-")
+                    && busiest.contains("96%")
+                    && busiest.contains("EventLoopBlocked (firing)"),
+                "{busiest:?}\n{screen}"
+            );
         }
     }
 }
@@ -83,8 +95,14 @@ fn alerts_pane_shows_kind_subject_and_evidence() {
         app.on_key(Key::Char('5'));
         let screen = render(&app, size);
         let row = line_with(&screen, "▶ firing");
-        assert!(row.contains("EventLoopBlocked") && row.contains("gw-worker-0") && row.contains("reference-gatew (9279)"), "{row:?}\n{screen}");
-        assert!(screen.contains("Evidence: EventLoopBlocked/9279/gw-worker-0"), "the first alert is selected at {size:?}:\n{screen}");
+        assert!(
+            row.contains("EventLoopBlocked") && row.contains("gw-worker-0") && row.contains("reference-gatew (9279)"),
+            "{row:?}\n{screen}"
+        );
+        assert!(
+            screen.contains("Evidence: EventLoopBlocked/9279/gw-worker-0"),
+            "the first alert is selected at {size:?}:\n{screen}"
+        );
         assert!(line_with(&screen, "reason:").contains("reason: socket"), "an evidence line at {size:?}:\n{screen}");
         assert!(line_with(&screen, "syscall:").contains("syscall: recvfrom"), "{screen}");
         // Moving the selection shows the next alert's evidence.
@@ -107,11 +125,17 @@ fn process_view_shows_event_loops_with_their_alert() {
         assert_eq!(app.screen, Screen::Process);
         let screen = render(&app, size);
         let row = line_with(&screen, "gw-worker-0");
-        assert!(row.contains("96%") && row.contains("EventLoopBlocked") && row.contains('█'), "utilization bar and alert at {size:?}: {row:?}\n{screen}");
+        assert!(
+            row.contains("96%") && row.contains("EventLoopBlocked") && row.contains('█'),
+            "utilization bar and alert at {size:?}: {row:?}\n{screen}"
+        );
         assert!(screen.contains("reference-gatew (9279)"), "{screen}");
         assert!(screen.contains("thread groups: not in this daemon's snapshot"), "{screen}");
         let listening = line_with(&screen, "listening");
-        assert!(listening.contains(":8080 accept queue 3, 2 waiting unread up to 1.40s"), "at {size:?}: {listening:?}\n{screen}");
+        assert!(
+            listening.contains(":8080 accept queue 3, 2 waiting unread up to 1.40s"),
+            "at {size:?}: {listening:?}\n{screen}"
+        );
     }
 }
 
@@ -192,12 +216,24 @@ fn huge_snapshot_renders_within_the_area() {
             comm: format!("gateway-{i}-{long}"),
             inbound: Window { per_second: Some(f64::from(i) * 1000.0), p99_seconds: Some(1e9), ..Window::default() },
             in_flight: Some(u64::MAX),
-            upstreams: (0..4).map(|u| Upstream { peer: format!("10.0.{u}.{i}:8080{long}"), outstanding: Some(u), ..Upstream::default() }).collect(),
+            upstreams: (0..4)
+                .map(|u| Upstream {
+                    peer: format!("10.0.{u}.{i}:8080{long}"),
+                    outstanding: Some(u),
+                    ..Upstream::default()
+                })
+                .collect(),
             ..Process::default()
         })
         .collect();
     let event_loops = (0..2000)
-        .map(|i| EventLoop { pid: 10_000 + i % 500, comm: "gateway".into(), thread: format!("loop-{i}"), tid: Some(i), utilization: Some(f64::from(i % 7) / 3.0) })
+        .map(|i| EventLoop {
+            pid: 10_000 + i % 500,
+            comm: "gateway".into(),
+            thread: format!("loop-{i}"),
+            tid: Some(i),
+            utilization: Some(f64::from(i % 7) / 3.0),
+        })
         .collect();
     let slowest_requests = (0..5000)
         .map(|i| SlowRequest {
@@ -222,7 +258,14 @@ fn huge_snapshot_renders_within_the_area() {
         })
         .collect();
     let data = Data {
-        snapshot: Snapshot { targets: Some(500), threads: Some(100_000), event_loops, processes, slowest_requests, ..Snapshot::default() },
+        snapshot: Snapshot {
+            targets: Some(500),
+            threads: Some(100_000),
+            event_loops,
+            processes,
+            slowest_requests,
+            ..Snapshot::default()
+        },
         alerts,
     };
     let mut app = app_with(data);

@@ -60,7 +60,10 @@ impl Tmux {
     }
 
     fn send_keys(&self, keys: &str) {
-        let status = Command::new("tmux").args(["-L", &self.socket, "send-keys", "-t", self.session, keys]).status().expect("tmux send-keys");
+        let status = Command::new("tmux")
+            .args(["-L", &self.socket, "send-keys", "-t", self.session, keys])
+            .status()
+            .expect("tmux send-keys");
         assert!(status.success(), "tmux send-keys {keys}");
     }
 
@@ -117,7 +120,10 @@ fn top_shows_the_blocked_event_loop_and_its_alert_live() {
         observer.port
     );
     let Some(tmux) = Tmux::start(&top, 120, 40) else {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "tmux not found on PATH and CI=true: apt-get install tmux");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "tmux not found on PATH and CI=true: apt-get install tmux"
+        );
         eprintln!("SKIPPED: tmux not found on PATH (apt-get install tmux)");
         return;
     };
@@ -140,7 +146,9 @@ fn top_shows_the_blocked_event_loop_and_its_alert_live() {
             }
         })
     };
-    let (screen, after) = tmux.wait_for("a blocked gw-worker-N with EventLoopBlocked", Duration::from_secs(10), |s| blocked_line(s).is_some());
+    let (screen, after) = tmux.wait_for("a blocked gw-worker-N with EventLoopBlocked", Duration::from_secs(10), |s| {
+        blocked_line(s).is_some()
+    });
     eprintln!("top showed the blocked event loop {after:?} after the fault started:\n{screen}");
     let line = blocked_line(&screen).unwrap_or_default();
     // What top shows is what the daemon concluded: the thread on screen has an open alert.
@@ -151,7 +159,9 @@ fn top_shows_the_blocked_event_loop_and_its_alert_live() {
         .unwrap_or_default();
     let alerts = observer.alerts();
     assert!(
-        alerts.iter().any(|a| a["kind"] == "EventLoopBlocked" && a["subject"] == subject && a["process"]["pid"] == gw.pid()),
+        alerts
+            .iter()
+            .any(|a| a["kind"] == "EventLoopBlocked" && a["subject"] == subject && a["process"]["pid"] == gw.pid()),
         "top shows {subject:?} blocked ({line:?}), the daemon lists {alerts:#?}"
     );
 

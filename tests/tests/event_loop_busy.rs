@@ -26,8 +26,12 @@ fn busy_alert(args: &[&str], within: Duration) -> (Value, Fixture, Daemon, std::
     let daemon = Daemon::start(&["--target", &format!("pid={}", fixture.pid())]);
     fixture.go();
     let started = std::time::Instant::now();
-    let alert = wait_for(within, || alerts(&daemon).into_iter().find(|a| a["kind"] == "EventLoopBusy" && a["state"] == "firing"))
-        .unwrap_or_else(|| panic!("no EventLoopBusy firing within {within:?} of the loop starting: {:#?}", alerts(&daemon)));
+    let alert = wait_for(within, || {
+        alerts(&daemon).into_iter().find(|a| a["kind"] == "EventLoopBusy" && a["state"] == "firing")
+    })
+    .unwrap_or_else(|| {
+        panic!("no EventLoopBusy firing within {within:?} of the loop starting: {:#?}", alerts(&daemon))
+    });
     (alert, fixture, daemon, started)
 }
 
@@ -59,7 +63,11 @@ fn a_loop_that_stays_on_cpu_is_named_busy() {
     let all = sum(&samples, &format!("{name}_count"), &[process]);
     let short = sum(&samples, &format!("{name}_bucket"), &[process, ("le", "0.067108864")]);
     let long_sum = sum(&samples, &format!("{name}_sum"), &[process]);
-    eprintln!("{spins} spins ({:.2} s CPU); iterations {all}, of them over 67 ms {}; on-CPU sum {long_sum:.2} s", spin_cpu_ns / 1e9, all - short);
+    eprintln!(
+        "{spins} spins ({:.2} s CPU); iterations {all}, of them over 67 ms {}; on-CPU sum {long_sum:.2} s",
+        spin_cpu_ns / 1e9,
+        all - short
+    );
     // The last spin's iteration is still open when the thread ends. One more fell below 67 ms once
     // in a loaded CI-form run (16 of 18, the iteration count unchanged): a late-closed off-CPU
     // span is the likely cause (bpf_missed_switches_total), tolerated here.
@@ -70,7 +78,10 @@ fn a_loop_that_stays_on_cpu_is_named_busy() {
     // 250 ms spin gets less), less the last spin's share if its iteration was still open. The
     // short iterations add microseconds each.
     let expected = spin_cpu_ns / 1e9 * (all - short) / spins;
-    assert!((long_sum - expected).abs() <= expected * 0.1 + 0.05, "on-CPU sum {long_sum:.3} s vs {expected:.3} s by the thread's clock");
+    assert!(
+        (long_sum - expected).abs() <= expected * 0.1 + 0.05,
+        "on-CPU sum {long_sum:.3} s vs {expected:.3} s by the thread's clock"
+    );
     fixture.finish();
 }
 

@@ -38,7 +38,10 @@ fn scrape_after_workload(daemon: &Daemon) -> Vec<Sample> {
 fn assert_reason(samples: &[Sample], group: &str, reason: &str, truth_ns: u64) {
     let measured = offcpu(samples, group, reason);
     let expected = secs(truth_ns);
-    eprintln!("{group} {reason}: observer {measured:.4} s, fixture {expected:.4} s ({:+.2}%)", (measured / expected - 1.0) * 100.0);
+    eprintln!(
+        "{group} {reason}: observer {measured:.4} s, fixture {expected:.4} s ({:+.2}%)",
+        (measured / expected - 1.0) * 100.0
+    );
     if std::env::var_os("DEBUG_OFFCPU").is_some() && !within(measured, expected, 0.04) {
         for s in samples.iter().filter(|s| s.name == OFFCPU) {
             eprintln!("  {} {} {:.4}", s.labels["thread_group"], s.labels["reason"], s.value);
@@ -86,7 +89,8 @@ fn offcpu_time_per_reason_matches_ground_truth() {
 
     // Each 50 ms sleep passed the 10 ms block threshold and came through the ring buffer (one may
     // be missing when its switch-in was missed: see bpf_missed_switches_total).
-    let blocks = sum(&samples, "gateway_observer_long_blocks_total", &[("thread_group", "sleeper-*"), ("reason", "sleep")]);
+    let blocks =
+        sum(&samples, "gateway_observer_long_blocks_total", &[("thread_group", "sleeper-*"), ("reason", "sleep")]);
     assert!((19.0..=20.0).contains(&blocks), "long sleep blocks seen: {blocks}, the fixture slept 20 times");
 
     // Timed and untimed futex waits are told apart, not mixed.
@@ -160,7 +164,8 @@ fn a_process_started_later_is_picked_up_by_comm_and_dropped_on_exit() {
     assert!(sum(&samples, OFFCPU, &[("process", "ofx-late"), ("thread_group", "late-sleeper-*")]) > 0.0);
 
     late.finish();
-    let dropped = wait_for(Duration::from_secs(5), || (targets("attached") == 0.0 && targets("waiting") == 1.0).then_some(()));
+    let dropped =
+        wait_for(Duration::from_secs(5), || (targets("attached") == 0.0 && targets("waiting") == 1.0).then_some(()));
     assert!(dropped.is_some(), "the exited process is still counted as attached");
 }
 

@@ -38,18 +38,33 @@ fn a_full_ring_buffer_counts_its_losses_and_nothing_else_is_lost() {
     })
     .unwrap_or_else(|| panic!("no loss counted after a frozen daemon:\n{}", daemon.metrics()));
     let lost = sum(&samples, "gateway_observer_bpf_events_lost_total", &[]);
-    let received = sum(&samples, "gateway_observer_long_blocks_total", &[("thread_group", "storm-*"), ("reason", "sleep")]);
+    let received =
+        sum(&samples, "gateway_observer_long_blocks_total", &[("thread_group", "storm-*"), ("reason", "sleep")]);
     eprintln!("{sleeps} sleeps: {received} block events received, {lost} lost");
-    assert!(received + lost >= sleeps as f64 * 0.95, "received {received} + lost {lost} account for the {sleeps} sleeps");
+    assert!(
+        received + lost >= sleeps as f64 * 0.95,
+        "received {received} + lost {lost} account for the {sleeps} sleeps"
+    );
     assert!(received < sleeps as f64, "a frozen reader cannot have received every event");
 
-    let observed = sum(&samples, "gateway_observer_thread_offcpu_seconds_total", &[("thread_group", "storm-*"), ("reason", "sleep")]);
+    let observed = sum(
+        &samples,
+        "gateway_observer_thread_offcpu_seconds_total",
+        &[("thread_group", "storm-*"), ("reason", "sleep")],
+    );
     let observed_with_wakeup = observed
-        + sum(&samples, "gateway_observer_thread_offcpu_seconds_total", &[("thread_group", "storm-*"), ("reason", "runqueue")]);
+        + sum(
+            &samples,
+            "gateway_observer_thread_offcpu_seconds_total",
+            &[("thread_group", "storm-*"), ("reason", "runqueue")],
+        );
     let truth = total_ns as f64 / 1e9;
     // Short sleeps: the thread's own measurement includes the wakeup-to-run delay, so compare it
     // with sleep + runqueue; sleep alone must not exceed it.
-    assert!(within(observed_with_wakeup, truth, 0.10), "storm off-CPU {observed_with_wakeup:.3} s vs measured {truth:.3} s");
+    assert!(
+        within(observed_with_wakeup, truth, 0.10),
+        "storm off-CPU {observed_with_wakeup:.3} s vs measured {truth:.3} s"
+    );
     assert!(observed <= truth * 1.01, "sleep {observed:.3} s exceeds wall time {truth:.3} s");
     storm.finish();
 }

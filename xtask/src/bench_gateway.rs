@@ -144,12 +144,26 @@ pub(crate) fn start_proxies(dir: &Path, gateway_bin: &Path, workers: usize, proc
     let (up_port, nginx_port, gw_port, admin_port) = (free_port()?, free_port()?, free_port()?, free_port()?);
 
     let up_conf = dir.join("upstream.conf");
-    std::fs::write(&up_conf, nginx_conf(dir, "upstream", 1, &format!(
-        "server {{ listen 127.0.0.1:{up_port}; keepalive_requests 10000000; location / {{ return 200 \"ok\\n\"; }} }}"
-    )))?;
+    std::fs::write(
+        &up_conf,
+        nginx_conf(
+            dir,
+            "upstream",
+            1,
+            &format!(
+                "server {{ listen 127.0.0.1:{up_port}; keepalive_requests 10000000; location / {{ return 200 \"ok\\n\"; }} }}"
+            ),
+        ),
+    )?;
     let proxy_conf = dir.join("proxy.conf");
-    std::fs::write(&proxy_conf, nginx_conf(dir, "proxy", workers, &format!(
-        r#"upstream backend {{ server 127.0.0.1:{up_port}; keepalive 64; keepalive_requests 10000000; }}
+    std::fs::write(
+        &proxy_conf,
+        nginx_conf(
+            dir,
+            "proxy",
+            workers,
+            &format!(
+                r#"upstream backend {{ server 127.0.0.1:{up_port}; keepalive 64; keepalive_requests 10000000; }}
     server {{
         listen 127.0.0.1:{nginx_port} backlog=1024;
         keepalive_requests 10000000;
@@ -163,20 +177,36 @@ pub(crate) fn start_proxies(dir: &Path, gateway_bin: &Path, workers: usize, proc
             proxy_read_timeout 30s;
         }}
     }}"#
-    )))?;
+            ),
+        ),
+    )?;
     let gw_conf = dir.join("gateway.toml");
-    std::fs::write(&gw_conf, format!(
-        "[server]\nlisten = [\"127.0.0.1:{gw_port}\"]\nworkers = {}\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n[access_log]\noutput = \"off\"\n[upstreams.backend]\nservers = [\"127.0.0.1:{up_port}\"]\nkeepalive = 64\n[[routes]]\nupstream = \"backend\"\n",
-        workers
-    ))?;
+    std::fs::write(
+        &gw_conf,
+        format!(
+            "[server]\nlisten = [\"127.0.0.1:{gw_port}\"]\nworkers = {}\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n[access_log]\noutput = \"off\"\n[upstreams.backend]\nservers = [\"127.0.0.1:{up_port}\"]\nkeepalive = 64\n[[routes]]\nupstream = \"backend\"\n",
+            workers
+        ),
+    )?;
 
     let mut nginx_pid = 0;
     for (name, conf) in [("upstream nginx", &up_conf), ("proxy nginx", &proxy_conf)] {
-        nginx_pid = procs.spawn(name, Command::new("nginx").arg("-p").arg(dir).arg("-c").arg(conf).args(["-g", "daemon off;"])
-            .stdout(Stdio::null()).stderr(Stdio::inherit()))?;
+        nginx_pid = procs.spawn(
+            name,
+            Command::new("nginx")
+                .arg("-p")
+                .arg(dir)
+                .arg("-c")
+                .arg(conf)
+                .args(["-g", "daemon off;"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit()),
+        )?;
     }
-    let gw_pid = procs.spawn("reference-gateway", Command::new(gateway_bin).arg("--config").arg(&gw_conf)
-        .stdout(Stdio::null()).stderr(Stdio::null()))?;
+    let gw_pid = procs.spawn(
+        "reference-gateway",
+        Command::new(gateway_bin).arg("--config").arg(&gw_conf).stdout(Stdio::null()).stderr(Stdio::null()),
+    )?;
     for (name, port) in [("upstream nginx", up_port), ("proxy nginx", nginx_port), ("reference-gateway", gw_port)] {
         wait_ready(name, port, procs)?;
     }

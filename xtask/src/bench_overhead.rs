@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 
 use crate::bench_gateway::{Procs, free_port, median, start_proxies, which};
-use crate::demo::net::wait_http_200;
 use crate::bench_probes::{Stats, parse_program_stats, scrape, with_bpf_stats};
+use crate::demo::net::wait_http_200;
 use crate::loadgen::{self, LoadResult, LoadSpec};
 use crate::util::{cargo, target_dir};
 
@@ -164,7 +164,16 @@ fn rounds(opts: &Options, target: &Target, observer: &Path, procs: &mut Procs) -
     println!("\n{} (pid {}, 127.0.0.1:{})", target.gateway.name(), target.pid, target.port);
     println!(
         "{:5} {:8} {:>9} {:>8} {:>8} {:>12} {:>11} {:>11} {:>11} {:>10}",
-        "round", "observer", "req/s", "p50 ms", "p99 ms", "err/unsent", "gateway CPU", "loadgen CPU", "daemon CPU", "daemon RSS"
+        "round",
+        "observer",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "err/unsent",
+        "gateway CPU",
+        "loadgen CPU",
+        "daemon CPU",
+        "daemon RSS"
     );
     let mut out = Vec::new();
     for round in 0..opts.rounds {
@@ -173,7 +182,8 @@ fn rounds(opts: &Options, target: &Target, observer: &Path, procs: &mut Procs) -
         let (mut off, mut on) = (None, None);
         for attached in order {
             procs.check_alive()?;
-            let phase = if attached { phase_on(spec, target, observer, round)? } else { measure(spec, target.pid, None)? };
+            let phase =
+                if attached { phase_on(spec, target, observer, round)? } else { measure(spec, target.pid, None)? };
             print_row(&(round + 1).to_string(), if attached { "on" } else { "off" }, &phase);
             *(if attached { &mut on } else { &mut off }) = Some(phase);
         }
@@ -264,7 +274,8 @@ fn cpu_seconds(pid: u32) -> Result<f64> {
     let fields = stat_fields(pid)?;
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).with_context(|| format!("bad /proc/{pid}/stat"));
+    let field =
+        |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).with_context(|| format!("bad /proc/{pid}/stat"));
     Ok((field(11)? + field(12)?) / ticks) // utime, stime: fields 14 and 15, counted from state (3)
 }
 
@@ -283,13 +294,15 @@ fn tree_cpu_seconds(pid: u32) -> Result<f64> {
 
 /// /proc/PID/stat after the command name (which may hold spaces): field 3 (state) first.
 fn stat_fields(pid: u32) -> Result<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("failed to read /proc/{pid}/stat"))?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("failed to read /proc/{pid}/stat"))?;
     let rest = stat.rsplit_once(')').with_context(|| format!("bad /proc/{pid}/stat"))?.1;
     Ok(rest.split_whitespace().map(str::to_owned).collect())
 }
 
 fn rss_mib(pid: u32) -> Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("failed to read /proc/{pid}/status"))?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("failed to read /proc/{pid}/status"))?;
     let kib: f64 = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -329,7 +342,11 @@ fn summarize(opts: &Options, gateway: Gateway, rounds: &[(Phase, Phase)]) {
     println!("verdict {}:", gateway.name());
     verdict("throughput loss <= 3 %", 1.0 - r_rps <= GOAL_THROUGHPUT_LOSS, format!("{:.2} %", (1.0 - r_rps) * 100.0));
     verdict("p99 added <= 5 %", r_p99 - 1.0 <= GOAL_P99_ADDED, format!("{:+.2} %", (r_p99 - 1.0) * 100.0));
-    verdict("daemon < 5 % of a core at 10k req/s", daemon_cpu < GOAL_DAEMON_CPU, format!("{:.1} %{at}", daemon_cpu * 100.0));
+    verdict(
+        "daemon < 5 % of a core at 10k req/s",
+        daemon_cpu < GOAL_DAEMON_CPU,
+        format!("{:.1} %{at}", daemon_cpu * 100.0),
+    );
 }
 
 /// Every figure's median over `phases` (errors and unsent summed), programs matched by name.

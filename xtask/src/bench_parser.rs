@@ -9,5 +9,6 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     if !args.is_empty() {
         bail!("usage: cargo xtask bench parser");
     }
-    cargo(&["run", "--release", "-p", "gateway-observer", "--example", "parser_bench"]).context("the parser benchmark failed")
+    cargo(&["run", "--release", "-p", "gateway-observer", "--example", "parser_bench"])
+        .context("the parser benchmark failed")
 }

@@ -73,7 +73,8 @@ fn phases(seconds: f64) -> anyhow::Result<()> {
 /// The same load with only empty programs attached (`gateway-observer calibrate`): the cost of
 /// running any program on these hooks here, stats accounting included.
 fn floor(observer: &std::path::Path, load: &std::path::Path, seconds: f64) -> anyhow::Result<Stats> {
-    let mut load_child = Command::new(load).arg(format!("{seconds}")).stdout(Stdio::piped()).spawn().context("spawn switch-load")?;
+    let mut load_child =
+        Command::new(load).arg(format!("{seconds}")).stdout(Stdio::piped()).spawn().context("spawn switch-load")?;
     let out = Command::new(observer)
         .args(["calibrate", "--duration", &format!("{}ms", (seconds * 600.0) as u64)])
         .output()
@@ -131,9 +132,10 @@ fn program_stats(port: u16) -> anyhow::Result<Stats> {
 pub(crate) fn parse_program_stats(body: &str) -> Stats {
     let mut stats = Stats::new();
     for line in body.lines() {
-        for (metric, is_time) in
-            [("gateway_observer_bpf_program_run_seconds_total", true), ("gateway_observer_bpf_program_runs_total", false)]
-        {
+        for (metric, is_time) in [
+            ("gateway_observer_bpf_program_run_seconds_total", true),
+            ("gateway_observer_bpf_program_runs_total", false),
+        ] {
             let Some(rest) = line.strip_prefix(metric).and_then(|r| r.strip_prefix("{program=\"")) else { continue };
             let Some((program, value)) = rest.split_once("\"} ") else { continue };
             let value: f64 = value.trim().parse().unwrap_or(0.0);

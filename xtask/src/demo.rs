@@ -165,7 +165,9 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
     )?;
     let static_nginx = |procs: &mut Procs, name: &str, listen: &str, body: &str, mut command: Command| -> Result<()> {
         let conf = dir.join(format!("{name}.conf"));
-        let server = format!("server {{ listen {listen}; keepalive_requests 10000000; location / {{ return 200 \"{body}\\n\"; }} }}");
+        let server = format!(
+            "server {{ listen {listen}; keepalive_requests 10000000; location / {{ return 200 \"{body}\\n\"; }} }}"
+        );
         std::fs::write(&conf, nginx_conf(dir, name, 1, &server))?;
         command.arg("-p").arg(dir).arg("-c").arg(&conf).args(["-g", "daemon off;"]);
         procs.spawn(name, command.stdout(Stdio::null()).stderr(log(&format!("{name}-nginx.log"))?))?;
@@ -182,13 +184,21 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
     std::fs::write(&gw_conf, gateway_config(&p))?;
     let gw_pid = procs.spawn(
         "reference-gateway",
-        Command::new(bin.join("reference-gateway")).arg("--config").arg(&gw_conf)
-            .stdout(Stdio::null()).stderr(log("gateway.log")?),
+        Command::new(bin.join("reference-gateway"))
+            .arg("--config")
+            .arg(&gw_conf)
+            .stdout(Stdio::null())
+            .stderr(log("gateway.log")?),
     )?;
     wait_http_200("reference-gateway", p.gateway, "/health", Duration::from_secs(10), || alive(&mut procs))?;
-    let probe = request(p.gateway, "GET", "/api/x", "", Duration::from_secs(2)).context("reference-gateway does not answer /api/x")?;
+    let probe = request(p.gateway, "GET", "/api/x", "", Duration::from_secs(2))
+        .context("reference-gateway does not answer /api/x")?;
     if probe.status != 200 {
-        bail!("GET /api/x with the demo token answered {} (expected 200 through the access check): {}", probe.status, probe.body.trim());
+        bail!(
+            "GET /api/x with the demo token answered {} (expected 200 through the access check): {}",
+            probe.status,
+            probe.body.trim()
+        );
     }
 
     procs.spawn(
@@ -218,7 +228,9 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
     println!("  alerts: {}", if healthy.is_empty() { "none".to_owned() } else { healthy.len().to_string() });
 
     // Incident 1: a synchronous Redis client on the event loops, Redis slowed by CLIENT PAUSE.
-    println!("\n[incident 1] blocking Redis client on the gateway's event loops + Redis paused 60 ms every 80 ms, {secs} s, load continues");
+    println!(
+        "\n[incident 1] blocking Redis client on the gateway's event loops + Redis paused 60 ms every 80 ms, {secs} s, load continues"
+    );
     let fault_start = Instant::now();
     set_faults(&p, r#"{"redis_client":"blocking"}"#)?;
     let pauser = RedisPauser::start(p.redis, opts.phase + Duration::from_secs(5));
@@ -234,7 +246,9 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
     rows.push(("1 blocked event loop", "EventLoopBlocked", inc1));
 
     // Incident 2: a rate-limited pool, every thread asleep in acquire.
-    println!("\n[incident 2] {RPC_LOAD_CONNECTIONS} concurrent GET /rpc/call on the rate-limited pool (core 10, max 64, 5 permits/s), {secs} s");
+    println!(
+        "\n[incident 2] {RPC_LOAD_CONNECTIONS} concurrent GET /rpc/call on the rate-limited pool (core 10, max 64, 5 permits/s), {secs} s"
+    );
     let fault_start = Instant::now();
     let rpc_load = Load::start(p.gateway, "/rpc/call", RPC_LOAD_CONNECTIONS, opts.phase + RESOLVE_WITHIN);
     let mut inc2 = BTreeMap::new();
@@ -242,7 +256,10 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
     let rpc_stats: LoadStats = rpc_load.stop();
     let fault_end = Instant::now();
     println!("  load stopped: {}", rpc_stats.describe());
-    println!("  waiting up to {} s for alerts to resolve (pool threads finish their reserved permits)", RESOLVE_WITHIN.as_secs());
+    println!(
+        "  waiting up to {} s for alerts to resolve (pool threads finish their reserved permits)",
+        RESOLVE_WITHIN.as_secs()
+    );
     wait_resolved(&p, &mut procs, fault_end, &mut inc2)?;
     rows.push(("2 saturated pool", "PoolSaturated", inc2));
 
@@ -403,7 +420,14 @@ struct Seen {
 /// Polls the alerts every 100 ms for `len`, recording each alert that turns firing (or, with
 /// `pending_too`, pending) with the time since `from`. Alerts already active when the phase
 /// starts belong to an earlier phase and are skipped.
-fn watch(p: &Ports, procs: &mut Procs, from: Instant, len: Duration, pending_too: bool, seen: &mut BTreeMap<String, Seen>) -> Result<()> {
+fn watch(
+    p: &Ports,
+    procs: &mut Procs,
+    from: Instant,
+    len: Duration,
+    pending_too: bool,
+    seen: &mut BTreeMap<String, Seen>,
+) -> Result<()> {
     let active = |a: &Alert| a.state == "firing" || (pending_too && a.state == "pending");
     let carried: Vec<String> = alerts(p)?.into_iter().filter(|a| a.state != "resolved").map(|a| a.id).collect();
     let end = from + len;
@@ -417,14 +441,17 @@ fn watch(p: &Ports, procs: &mut Procs, from: Instant, len: Duration, pending_too
                 } else if active(&a) && !carried.contains(&a.id) {
                     let after = from.elapsed();
                     println!("  {:>5.1} s  {} {} {}: {}", after.as_secs_f64(), a.state, a.kind, a.subject, a.summary);
-                    seen.insert(a.id, Seen {
-                        kind: a.kind,
-                        subject: a.subject,
-                        summary: a.summary,
-                        state: a.state,
-                        detected_after: after,
-                        resolved_after: None,
-                    });
+                    seen.insert(
+                        a.id,
+                        Seen {
+                            kind: a.kind,
+                            subject: a.subject,
+                            summary: a.summary,
+                            state: a.state,
+                            detected_after: after,
+                            resolved_after: None,
+                        },
+                    );
                 }
             }
         }
@@ -455,7 +482,13 @@ fn wait_resolved(p: &Ports, procs: &mut Procs, from: Instant, seen: &mut BTreeMa
     Ok(())
 }
 
-fn print_report(secs: u64, healthy: &BTreeMap<String, Seen>, rows: &[(&str, &str, BTreeMap<String, Seen>)], observer: u16, keep: bool) {
+fn print_report(
+    secs: u64,
+    healthy: &BTreeMap<String, Seen>,
+    rows: &[(&str, &str, BTreeMap<String, Seen>)],
+    observer: u16,
+    keep: bool,
+) {
     println!("\n=== what the observer detected ===\n");
     if healthy.is_empty() {
         println!("healthy {secs} s: no alerts");
@@ -473,10 +506,19 @@ fn print_report(secs: u64, healthy: &BTreeMap<String, Seen>, rows: &[(&str, &str
         let mut list: Vec<&Seen> = seen.values().collect();
         list.sort_by_key(|s| (s.kind != *expected, s.detected_after));
         if !list.iter().any(|s| s.kind == *expected) {
-            table.push([incident.to_string(), expected.to_string(), "-".into(), "not detected".into(), "-".into(), "-".into()]);
+            table.push([
+                incident.to_string(),
+                expected.to_string(),
+                "-".into(),
+                "not detected".into(),
+                "-".into(),
+                "-".into(),
+            ]);
         }
         for s in list {
-            let resolved = s.resolved_after.map_or_else(|| format!("not yet ({})", s.state), |d| format!("{:.1} s", d.as_secs_f64()));
+            let resolved = s
+                .resolved_after
+                .map_or_else(|| format!("not yet ({})", s.state), |d| format!("{:.1} s", d.as_secs_f64()));
             table.push([
                 incident.to_string(),
                 s.kind.clone(),
@@ -502,7 +544,9 @@ fn print_report(secs: u64, healthy: &BTreeMap<String, Seen>, rows: &[(&str, &str
     for row in &table {
         line(row);
     }
-    println!("\n(detected after: from the fault being switched on to the alert firing; resolved after: from the fault being switched off)");
+    println!(
+        "\n(detected after: from the fault being switched on to the alert firing; resolved after: from the fault being switched off)"
+    );
 
     let o = format!("http://127.0.0.1:{observer}");
     println!("\nLive view{}:", if keep { "" } else { " (rerun with --keep to leave everything running)" });

@@ -17,7 +17,9 @@ const DEFAULT_SECONDS: u64 = 30;
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let seconds = match args {
         [] => seconds_from_env()?,
-        [flag, n] if flag == "--seconds" => n.parse().with_context(|| format!("--seconds {n}: not a number of seconds"))?,
+        [flag, n] if flag == "--seconds" => {
+            n.parse().with_context(|| format!("--seconds {n}: not a number of seconds"))?
+        }
         _ => bail!("usage: cargo xtask fuzz [--seconds N]"),
     };
     fuzz(seconds)
@@ -64,4 +66,3 @@ pub fn fuzz(seconds: u64) -> anyhow::Result<()> {
     }
     Ok(())
 }
-

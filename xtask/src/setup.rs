@@ -84,7 +84,9 @@ fn cargo_fuzz() -> anyhow::Result<()> {
         .status()
         .context("failed to run cargo install cargo-fuzz")?;
     if !status.success() {
-        bail!("building cargo-fuzz failed ({status}); by hand: cargo install --locked cargo-fuzz --version {CARGO_FUZZ_VERSION}");
+        bail!(
+            "building cargo-fuzz failed ({status}); by hand: cargo install --locked cargo-fuzz --version {CARGO_FUZZ_VERSION}"
+        );
     }
     Ok(())
 }

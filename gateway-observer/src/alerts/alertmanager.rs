@@ -30,10 +30,7 @@ pub enum PushError {
     InvalidUrl { url: String, reason: &'static str },
     /// The TCP connection could not be made.
     #[error("connecting to Alertmanager at {addr} failed: {source}")]
-    Connect {
-        addr: String,
-        source: std::io::Error,
-    },
+    Connect { addr: String, source: std::io::Error },
     /// The request could not be assembled from the URL.
     #[error("building the request to {url} failed: {source}")]
     Request { url: String, source: http::Error },
@@ -42,20 +39,13 @@ pub enum PushError {
     Http { url: String, source: hyper::Error },
     /// The response body could not be read (or exceeded the size limit).
     #[error("reading the response of {url} failed: {source}")]
-    Body {
-        url: String,
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
+    Body { url: String, source: Box<dyn std::error::Error + Send + Sync> },
     /// Connecting, sending and reading together took longer than the timeout.
     #[error("{url} did not answer within {timeout:?}")]
     Timeout { url: String, timeout: Duration },
     /// Alertmanager answered with a non-2xx status.
     #[error("Alertmanager at {url} rejected the alerts: {status}: {body}")]
-    Rejected {
-        url: String,
-        status: StatusCode,
-        body: String,
-    },
+    Rejected { url: String, status: StatusCode, body: String },
 }
 
 /// The body of `POST /api/v2/alerts` for `alerts`: a JSON array of postable alerts with labels
@@ -63,13 +53,7 @@ pub enum PushError {
 /// `evidence` (compact JSON string); `startsAt`; `endsAt` for resolved alerts only. Pending
 /// alerts are left out: Alertmanager would notify on them, and they have not fired.
 pub fn v2_payload(alerts: &[&Alert]) -> Value {
-    Value::Array(
-        alerts
-            .iter()
-            .filter(|a| a.state() != AlertState::Pending)
-            .map(|a| postable(a))
-            .collect(),
-    )
+    Value::Array(alerts.iter().filter(|a| a.state() != AlertState::Pending).map(|a| postable(a)).collect())
 }
 
 fn postable(alert: &Alert) -> Value {
@@ -130,10 +114,7 @@ struct Target {
 
 impl Target {
     fn parse(url: &str) -> Result<Self, PushError> {
-        let invalid = |reason| PushError::InvalidUrl {
-            url: url.to_owned(),
-            reason,
-        };
+        let invalid = |reason| PushError::InvalidUrl { url: url.to_owned(), reason };
         let uri: Uri = url.parse().map_err(|_| invalid("not a URL"))?;
         match uri.scheme_str() {
             Some("http") => {}
@@ -144,11 +125,7 @@ impl Target {
         if uri.query().is_some() {
             return Err(invalid("a query string has no meaning here"));
         }
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
+        let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_owned();
         Ok(Self {
             authority: authority.as_str().to_owned(),
             host,
@@ -175,17 +152,9 @@ async fn exchange(
     let work = async {
         let stream = TcpStream::connect((target.host.as_str(), target.port))
             .await
-            .map_err(|source| PushError::Connect {
-                addr: target.authority.clone(),
-                source,
-            })?;
-        let http_err = |source| PushError::Http {
-            url: url.clone(),
-            source,
-        };
-        let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(http_err)?;
+            .map_err(|source| PushError::Connect { addr: target.authority.clone(), source })?;
+        let http_err = |source| PushError::Http { url: url.clone(), source };
+        let (mut sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(http_err)?;
         // The connection task ends when `sender` is dropped; the guard also ends it when the
         // timeout cancels us mid-exchange. Its own error is not needed: a broken connection
         // fails `send_request` or the body read, which report it.
@@ -198,28 +167,19 @@ async fn exchange(
             .header(header::HOST, &target.authority)
             .header(header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))
-            .map_err(|source| PushError::Request {
-                url: url.clone(),
-                source,
-            })?;
+            .map_err(|source| PushError::Request { url: url.clone(), source })?;
         let response = sender.send_request(request).await.map_err(http_err)?;
         let status = response.status();
         let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
             .collect()
             .await
-            .map_err(|source| PushError::Body {
-                url: url.clone(),
-                source,
-            })?
+            .map_err(|source| PushError::Body { url: url.clone(), source })?
             .to_bytes();
         Ok((status, body))
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(result) => result,
-        Err(_) => Err(PushError::Timeout {
-            url: url.clone(),
-            timeout,
-        }),
+        Err(_) => Err(PushError::Timeout { url: url.clone(), timeout }),
     }
 }
 
@@ -274,23 +234,11 @@ mod tests {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_millis(T0_MS);
         let mut book = AlertBook::new(LifecycleConfig::default());
         book.evaluate(t0, vec![finding("nio-1"), finding("nio-2")]);
-        book.evaluate(
-            t0 + Duration::from_secs(1),
-            vec![finding("nio-1"), finding("nio-2")],
-        );
-        book.evaluate(
-            t0 + Duration::from_secs(2),
-            vec![finding("nio-1"), finding("nio-3")],
-        );
-        book.evaluate(
-            t0 + Duration::from_secs(6),
-            vec![finding("nio-1"), finding("nio-3")],
-        );
+        book.evaluate(t0 + Duration::from_secs(1), vec![finding("nio-1"), finding("nio-2")]);
+        book.evaluate(t0 + Duration::from_secs(2), vec![finding("nio-1"), finding("nio-3")]);
+        book.evaluate(t0 + Duration::from_secs(6), vec![finding("nio-1"), finding("nio-3")]);
         // nio-1 and nio-3 firing, nio-2 resolved at 6 s, nio-4 pending (left out of the payload).
-        book.evaluate(
-            t0 + Duration::from_secs(7),
-            vec![finding("nio-1"), finding("nio-4")],
-        );
+        book.evaluate(t0 + Duration::from_secs(7), vec![finding("nio-1"), finding("nio-4")]);
         let alerts = book.alerts();
         assert_eq!(alerts.len(), 4, "{alerts:#?}");
 
@@ -325,31 +273,14 @@ mod tests {
     #[test]
     fn base_urls() {
         let t = Target::parse("http://127.0.0.1:9093").expect("parses");
-        assert_eq!(
-            (t.host.as_str(), t.port, t.prefix.as_str()),
-            ("127.0.0.1", 9093, "")
-        );
+        assert_eq!((t.host.as_str(), t.port, t.prefix.as_str()), ("127.0.0.1", 9093, ""));
         let t = Target::parse("http://[::1]:9093/am/").expect("parses");
-        assert_eq!(
-            (t.host.as_str(), t.port, t.prefix.as_str()),
-            ("::1", 9093, "/am")
-        );
-        assert_eq!(
-            t.url("/am/api/v2/alerts"),
-            "http://[::1]:9093/am/api/v2/alerts"
-        );
+        assert_eq!((t.host.as_str(), t.port, t.prefix.as_str()), ("::1", 9093, "/am"));
+        assert_eq!(t.url("/am/api/v2/alerts"), "http://[::1]:9093/am/api/v2/alerts");
         let t = Target::parse("http://alertmanager").expect("parses");
         assert_eq!(t.port, 80);
-        for bad in [
-            "https://am:9093",
-            "127.0.0.1:9093",
-            "http://am:9093/?x=1",
-            "not a url",
-        ] {
-            assert!(
-                matches!(Target::parse(bad), Err(PushError::InvalidUrl { .. })),
-                "{bad} accepted"
-            );
+        for bad in ["https://am:9093", "127.0.0.1:9093", "http://am:9093/?x=1", "not a url"] {
+            assert!(matches!(Target::parse(bad), Err(PushError::InvalidUrl { .. })), "{bad} accepted");
         }
     }
 
@@ -359,16 +290,8 @@ mod tests {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_millis(T0_MS);
         let mut book = eager_book();
         book.evaluate(t0, vec![finding("nio-1")]);
-        let result = push(
-            &format!("http://127.0.0.1:{port}"),
-            &book.alerts(),
-            Duration::from_secs(2),
-        )
-        .await;
-        assert!(
-            matches!(result, Err(PushError::Connect { .. })),
-            "{result:?}"
-        );
+        let result = push(&format!("http://127.0.0.1:{port}"), &book.alerts(), Duration::from_secs(2)).await;
+        assert!(matches!(result, Err(PushError::Connect { .. })), "{result:?}");
     }
 
     /// A port free at the time of asking. Another process could take it before Alertmanager
@@ -383,14 +306,8 @@ mod tests {
 
     impl TempDir {
         fn new(what: &str) -> Self {
-            let nanos = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .expect("clock after 1970")
-                .as_nanos();
-            let dir = std::env::temp_dir().join(format!(
-                "gateway-observer-{what}-{}-{nanos}",
-                std::process::id()
-            ));
+            let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).expect("clock after 1970").as_nanos();
+            let dir = std::env::temp_dir().join(format!("gateway-observer-{what}-{}-{nanos}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("create temp dir");
             Self(dir)
         }
@@ -404,14 +321,7 @@ mod tests {
 
     async fn get(base: &str, path: &str) -> Result<(StatusCode, Bytes), PushError> {
         let target = Target::parse(base)?;
-        exchange(
-            &target,
-            Method::GET,
-            path,
-            Bytes::new(),
-            Duration::from_secs(2),
-        )
-        .await
+        exchange(&target, Method::GET, path, Bytes::new(), Duration::from_secs(2)).await
     }
 
     fn log_of(dir: &Path) -> String {
@@ -420,19 +330,10 @@ mod tests {
 
     /// Alertmanager's alerts whose `subject` label is `subject`.
     async fn alerts_with_subject(base: &str, subject: &str) -> Vec<Value> {
-        let (status, body) = get(base, "/api/v2/alerts")
-            .await
-            .expect("GET /api/v2/alerts");
-        assert_eq!(
-            status,
-            StatusCode::OK,
-            "GET /api/v2/alerts: {}",
-            String::from_utf8_lossy(&body)
-        );
+        let (status, body) = get(base, "/api/v2/alerts").await.expect("GET /api/v2/alerts");
+        assert_eq!(status, StatusCode::OK, "GET /api/v2/alerts: {}", String::from_utf8_lossy(&body));
         let all: Vec<Value> = serde_json::from_slice(&body).expect("alerts JSON array");
-        all.into_iter()
-            .filter(|a| a["labels"]["subject"] == subject)
-            .collect()
+        all.into_iter().filter(|a| a["labels"]["subject"] == subject).collect()
     }
 
     #[tokio::test]
@@ -440,10 +341,7 @@ mod tests {
         let bin = Path::new("/usr/bin/prometheus-alertmanager");
         if !bin.exists() {
             if std::env::var("CI").as_deref() == Ok("true") {
-                panic!(
-                    "{} is missing (apt-get install prometheus-alertmanager)",
-                    bin.display()
-                );
+                panic!("{} is missing (apt-get install prometheus-alertmanager)", bin.display());
             }
             println!(
                 "SKIPPED push_reaches_a_real_alertmanager: {} is missing \
@@ -455,11 +353,7 @@ mod tests {
 
         let dir = TempDir::new("alertmanager");
         let config = dir.0.join("alertmanager.yml");
-        std::fs::write(
-            &config,
-            "route:\n  receiver: none\nreceivers:\n  - name: none\n",
-        )
-        .expect("write config");
+        std::fs::write(&config, "route:\n  receiver: none\nreceivers:\n  - name: none\n").expect("write config");
         let log = std::fs::File::create(dir.0.join("alertmanager.log")).expect("create log");
         let port = free_port();
         let base = format!("http://127.0.0.1:{port}");
@@ -482,16 +376,9 @@ mod tests {
                 break;
             }
             if let Some(status) = child.try_wait().expect("try_wait") {
-                panic!(
-                    "alertmanager exited with {status} before ready:\n{}",
-                    log_of(&dir.0)
-                );
+                panic!("alertmanager exited with {status} before ready:\n{}", log_of(&dir.0));
             }
-            assert!(
-                Instant::now() < deadline,
-                "alertmanager not ready on {base} after 20 s:\n{}",
-                log_of(&dir.0)
-            );
+            assert!(Instant::now() < deadline, "alertmanager not ready on {base} after 20 s:\n{}", log_of(&dir.0));
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
 
@@ -500,16 +387,10 @@ mod tests {
         let started = SystemTime::now();
         book.evaluate(started, vec![finding(&subject)]);
         assert_eq!(book.alerts()[0].state(), AlertState::Firing);
-        push(&base, &book.alerts(), Duration::from_secs(5))
-            .await
-            .expect("push firing alert");
+        push(&base, &book.alerts(), Duration::from_secs(5)).await.expect("push firing alert");
 
         let found = alerts_with_subject(&base, &subject).await;
-        assert_eq!(
-            found.len(),
-            1,
-            "pushed one firing alert, Alertmanager lists {found:#?}"
-        );
+        assert_eq!(found.len(), 1, "pushed one firing alert, Alertmanager lists {found:#?}");
         let alert = &found[0];
         assert_eq!(
             alert["labels"],
@@ -517,29 +398,21 @@ mod tests {
                    "subject": subject, "severity": "critical"}),
             "{alert:#}"
         );
-        assert_eq!(
-            alert["annotations"]["evidence"], "{\"reason\":\"futex\"}",
-            "{alert:#}"
-        );
+        assert_eq!(alert["annotations"]["evidence"], "{\"reason\":\"futex\"}", "{alert:#}");
         assert_eq!(alert["status"]["state"], "active", "{alert:#}");
 
         // Resolved: endsAt in the past, so Alertmanager stops listing it.
         let resolved_at = SystemTime::now().max(started + Duration::from_millis(1));
         book.evaluate(resolved_at, vec![]);
         assert_eq!(book.alerts()[0].state(), AlertState::Resolved);
-        push(&base, &book.alerts(), Duration::from_secs(5))
-            .await
-            .expect("push resolved alert");
+        push(&base, &book.alerts(), Duration::from_secs(5)).await.expect("push resolved alert");
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let found = alerts_with_subject(&base, &subject).await;
             if found.is_empty() {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "resolved alert still listed: {found:#?}"
-            );
+            assert!(Instant::now() < deadline, "resolved alert still listed: {found:#?}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
 

@@ -49,10 +49,7 @@ pub struct AlertBook {
 
 impl AlertBook {
     pub fn new(config: LifecycleConfig) -> Self {
-        Self {
-            config,
-            entries: HashMap::new(),
-        }
+        Self { config, entries: HashMap::new() }
     }
 
     /// One evaluation at `now` with every finding that holds now. Returns every state change:
@@ -78,35 +75,17 @@ impl AlertBook {
                     alert.process.comm = finding.comm;
                     alert.summary = finding.summary;
                     alert.evidence = finding.evidence;
-                    if alert.state == AlertState::Pending
-                        && elapsed(alert.since, now) >= self.config.fire_after
-                    {
+                    if alert.state == AlertState::Pending && elapsed(alert.since, now) >= self.config.fire_after {
                         alert.state = AlertState::Firing;
-                        transitions.push(Transition {
-                            alert: alert.clone(),
-                            from: Some(AlertState::Pending),
-                        });
+                        transitions.push(Transition { alert: alert.clone(), from: Some(AlertState::Pending) });
                     }
                 }
                 // New, or back after resolving: a new alert under the same id.
                 _ => {
-                    let state = if self.config.fire_after.is_zero() {
-                        AlertState::Firing
-                    } else {
-                        AlertState::Pending
-                    };
+                    let state = if self.config.fire_after.is_zero() { AlertState::Firing } else { AlertState::Pending };
                     let alert = Alert::new(finding, state, now);
-                    transitions.push(Transition {
-                        alert: alert.clone(),
-                        from: None,
-                    });
-                    self.entries.insert(
-                        id,
-                        Entry {
-                            alert,
-                            last_seen: now,
-                        },
-                    );
+                    transitions.push(Transition { alert: alert.clone(), from: None });
+                    self.entries.insert(id, Entry { alert, last_seen: now });
                 }
             }
         }
@@ -123,10 +102,7 @@ impl AlertBook {
                     if elapsed(entry.last_seen, now) >= config.resolve_after {
                         alert.state = AlertState::Resolved;
                         alert.resolved_at = Some(now);
-                        transitions.push(Transition {
-                            alert: alert.clone(),
-                            from: Some(AlertState::Firing),
-                        });
+                        transitions.push(Transition { alert: alert.clone(), from: Some(AlertState::Firing) });
                     }
                     true
                 }
@@ -143,8 +119,7 @@ impl AlertBook {
     /// resolved, each oldest `since` first (id breaks ties, so the order is stable).
     pub fn alerts(&self) -> Vec<&Alert> {
         let mut alerts: Vec<&Alert> = self.entries.values().map(|e| &e.alert).collect();
-        alerts
-            .sort_by(|a, b| (rank(a.state), a.since, &a.id).cmp(&(rank(b.state), b.since, &b.id)));
+        alerts.sort_by(|a, b| (rank(a.state), a.since, &a.id).cmp(&(rank(b.state), b.since, &b.id)));
         alerts
     }
 }
@@ -191,10 +166,7 @@ mod tests {
     }
 
     fn states(transitions: &[Transition]) -> Vec<(Option<AlertState>, AlertState)> {
-        transitions
-            .iter()
-            .map(|t| (t.from, t.alert.state))
-            .collect()
+        transitions.iter().map(|t| (t.from, t.alert.state)).collect()
     }
 
     #[test]
@@ -208,24 +180,14 @@ mod tests {
         assert!(t.is_empty(), "fired after 500 ms, fire_after is 1 s: {t:?}");
 
         let t = book.evaluate(at(1000), vec![blocked("nio-2", "s")]);
-        assert_eq!(
-            states(&t),
-            [(Some(AlertState::Pending), AlertState::Firing)]
-        );
-        assert_eq!(
-            t[0].alert.since(),
-            at(0),
-            "firing must keep the pending start as since"
-        );
+        assert_eq!(states(&t), [(Some(AlertState::Pending), AlertState::Firing)]);
+        assert_eq!(t[0].alert.since(), at(0), "firing must keep the pending start as since");
         assert_eq!(book.alerts()[0].state(), AlertState::Firing);
     }
 
     #[test]
     fn zero_fire_after_fires_at_once() {
-        let mut book = AlertBook::new(LifecycleConfig {
-            fire_after: Duration::ZERO,
-            ..LifecycleConfig::default()
-        });
+        let mut book = AlertBook::new(LifecycleConfig { fire_after: Duration::ZERO, ..LifecycleConfig::default() });
         let t = book.evaluate(at(0), vec![blocked("nio-2", "s")]);
         assert_eq!(states(&t), [(None, AlertState::Firing)]);
     }
@@ -235,10 +197,7 @@ mod tests {
         let mut book = book();
         book.evaluate(at(0), vec![blocked("nio-2", "s")]);
         let t = book.evaluate(at(500), vec![]);
-        assert!(
-            t.is_empty(),
-            "a pending alert that never fired reported {t:?}"
-        );
+        assert!(t.is_empty(), "a pending alert that never fired reported {t:?}");
         assert!(book.alerts().is_empty());
     }
 
@@ -249,11 +208,7 @@ mod tests {
         book.evaluate(at(1000), vec![blocked("nio-2", "s")]);
         for ms in [2000, 3000, 4000, 5000] {
             let t = book.evaluate(at(ms), vec![]);
-            assert!(
-                t.is_empty(),
-                "resolved {} ms after last seen: {t:?}",
-                ms - 1000
-            );
+            assert!(t.is_empty(), "resolved {} ms after last seen: {t:?}", ms - 1000);
         }
         // Back within the window: still the same firing alert, no transition.
         let t = book.evaluate(at(5500), vec![blocked("nio-2", "s")]);
@@ -272,10 +227,7 @@ mod tests {
         let t = book.evaluate(at(5999), vec![]);
         assert!(t.is_empty(), "resolved 4999 ms after last seen: {t:?}");
         let t = book.evaluate(at(6000), vec![]);
-        assert_eq!(
-            states(&t),
-            [(Some(AlertState::Firing), AlertState::Resolved)]
-        );
+        assert_eq!(states(&t), [(Some(AlertState::Firing), AlertState::Resolved)]);
         assert_eq!(t[0].alert.resolved_at(), Some(at(6000)));
         assert_eq!(book.alerts()[0].state(), AlertState::Resolved);
     }
@@ -283,21 +235,12 @@ mod tests {
     #[test]
     fn same_id_in_one_evaluation_is_one_alert_and_last_wins() {
         let mut book = book();
-        let t = book.evaluate(
-            at(0),
-            vec![
-                blocked("nio-2", "first"),
-                blocked("nio-3", "other"),
-                blocked("nio-2", "last"),
-            ],
-        );
+        let t =
+            book.evaluate(at(0), vec![blocked("nio-2", "first"), blocked("nio-3", "other"), blocked("nio-2", "last")]);
         assert_eq!(t.len(), 2, "{t:?}");
         let alerts = book.alerts();
         assert_eq!(alerts.len(), 2);
-        let nio2 = alerts
-            .iter()
-            .find(|a| a.subject() == "nio-2")
-            .expect("nio-2 listed");
+        let nio2 = alerts.iter().find(|a| a.subject() == "nio-2").expect("nio-2 listed");
         assert_eq!(nio2.summary(), "last");
 
         // Later findings update summary and evidence without a transition.
@@ -306,10 +249,7 @@ mod tests {
         let t = book.evaluate(at(500), vec![update, blocked("nio-3", "other")]);
         assert!(t.is_empty(), "{t:?}");
         let alerts = book.alerts();
-        let nio2 = alerts
-            .iter()
-            .find(|a| a.subject() == "nio-2")
-            .expect("nio-2 listed");
+        let nio2 = alerts.iter().find(|a| a.subject() == "nio-2").expect("nio-2 listed");
         assert_eq!(nio2.summary(), "updated");
         assert_eq!(nio2.evidence(), &json!({"reason": "sleep"}));
     }
@@ -322,17 +262,10 @@ mod tests {
         book.evaluate(at(6000), vec![]);
         let ten_min = 600_000;
         book.evaluate(at(6000 + ten_min - 1), vec![]);
-        assert_eq!(
-            book.alerts().len(),
-            1,
-            "resolved alert dropped before keep_resolved"
-        );
+        assert_eq!(book.alerts().len(), 1, "resolved alert dropped before keep_resolved");
         let t = book.evaluate(at(6000 + ten_min), vec![]);
         assert!(t.is_empty(), "removal is not a transition: {t:?}");
-        assert!(
-            book.alerts().is_empty(),
-            "resolved alert kept past keep_resolved"
-        );
+        assert!(book.alerts().is_empty(), "resolved alert kept past keep_resolved");
     }
 
     #[test]
@@ -349,16 +282,9 @@ mod tests {
         assert_eq!(t[0].alert.id(), "EventLoopBlocked/1234/nio-2");
 
         let t = book.evaluate(at(8000), vec![blocked("nio-2", "again")]);
-        assert_eq!(
-            states(&t),
-            [(Some(AlertState::Pending), AlertState::Firing)]
-        );
+        assert_eq!(states(&t), [(Some(AlertState::Pending), AlertState::Firing)]);
         let alerts = book.alerts();
-        assert_eq!(
-            alerts.len(),
-            1,
-            "the resolved alert must be replaced, not listed twice"
-        );
+        assert_eq!(alerts.len(), 1, "the resolved alert must be replaced, not listed twice");
         assert_eq!(alerts[0].since(), at(7000));
     }
 
@@ -366,35 +292,11 @@ mod tests {
     fn alerts_sorted_firing_then_pending_then_resolved_by_since() {
         let mut book = book();
         book.evaluate(at(0), vec![blocked("resolved", "s")]);
-        book.evaluate(
-            at(1000),
-            vec![blocked("resolved", "s"), blocked("firing-b", "s")],
-        );
-        book.evaluate(
-            at(1500),
-            vec![blocked("firing-b", "s"), blocked("firing-a", "s")],
-        );
-        book.evaluate(
-            at(2500),
-            vec![
-                blocked("firing-b", "s"),
-                blocked("firing-a", "s"),
-                blocked("firing-c", "s"),
-            ],
-        );
-        book.evaluate(
-            at(6000),
-            vec![
-                blocked("firing-b", "s"),
-                blocked("firing-a", "s"),
-                blocked("firing-c", "s"),
-            ],
-        );
-        let order: Vec<(&str, AlertState)> = book
-            .alerts()
-            .iter()
-            .map(|a| (a.subject(), a.state()))
-            .collect();
+        book.evaluate(at(1000), vec![blocked("resolved", "s"), blocked("firing-b", "s")]);
+        book.evaluate(at(1500), vec![blocked("firing-b", "s"), blocked("firing-a", "s")]);
+        book.evaluate(at(2500), vec![blocked("firing-b", "s"), blocked("firing-a", "s"), blocked("firing-c", "s")]);
+        book.evaluate(at(6000), vec![blocked("firing-b", "s"), blocked("firing-a", "s"), blocked("firing-c", "s")]);
+        let order: Vec<(&str, AlertState)> = book.alerts().iter().map(|a| (a.subject(), a.state())).collect();
         assert_eq!(
             order,
             [
@@ -404,15 +306,9 @@ mod tests {
                 ("resolved", AlertState::Resolved),
             ]
         );
-        book.evaluate(
-            at(6100),
-            vec![blocked("firing-a", "s"), blocked("new", "s")],
-        );
+        book.evaluate(at(6100), vec![blocked("firing-a", "s"), blocked("new", "s")]);
         let order: Vec<&str> = book.alerts().iter().map(|a| a.subject()).collect();
-        assert_eq!(
-            order,
-            ["firing-b", "firing-a", "firing-c", "new", "resolved"]
-        );
+        assert_eq!(order, ["firing-b", "firing-a", "firing-c", "new", "resolved"]);
     }
 
     #[test]
@@ -424,10 +320,7 @@ mod tests {
         });
         book.evaluate(at(0), vec![blocked("nio-2", "s")]);
         let t = book.evaluate(at(0), vec![]);
-        assert_eq!(
-            states(&t),
-            [(Some(AlertState::Firing), AlertState::Resolved)]
-        );
+        assert_eq!(states(&t), [(Some(AlertState::Firing), AlertState::Resolved)]);
     }
 
     #[test]
@@ -442,10 +335,8 @@ mod tests {
     #[test]
     fn serializes_to_the_design_schema() {
         let mut book = book();
-        let mut finding = blocked(
-            "reactor-http-nio-2",
-            "event loop blocked 71% of the last 5s in futex wait (1 block > 100 ms)",
-        );
+        let mut finding =
+            blocked("reactor-http-nio-2", "event loop blocked 71% of the last 5s in futex wait (1 block > 100 ms)");
         // One key: the order of several would depend on serde_json's preserve_order feature.
         finding.evidence = json!({"reason": "futex"});
         book.evaluate(at(0), vec![finding.clone()]);

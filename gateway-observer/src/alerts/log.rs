@@ -18,11 +18,7 @@ struct Line<'a> {
 /// One JSON line (without the trailing newline) for transition `t` observed at `now`. `event` is
 /// the state the alert entered.
 pub fn transition_line(now: SystemTime, t: &Transition) -> String {
-    let line = Line {
-        ts: format_time(now),
-        event: t.alert.state(),
-        alert: &t.alert,
-    };
+    let line = Line { ts: format_time(now), event: t.alert.state(), alert: &t.alert };
     match serde_json::to_string(&line) {
         Ok(text) => text,
         // Unreachable with today's types (string keys, infallible timestamps), but a log line
@@ -62,11 +58,7 @@ mod tests {
             evidence: json!({"outstanding": 3}),
         };
         let mut lines = Vec::new();
-        for (ms, findings) in [
-            (0, vec![finding.clone()]),
-            (1000, vec![finding]),
-            (6000, vec![]),
-        ] {
+        for (ms, findings) in [(0, vec![finding.clone()]), (1000, vec![finding]), (6000, vec![])] {
             let now = t0 + Duration::from_millis(ms);
             for t in book.evaluate(now, findings) {
                 lines.push(transition_line(now, &t));
@@ -76,40 +68,19 @@ mod tests {
         for line in &lines {
             assert!(!line.contains('\n'), "not one line: {line}");
         }
-        let parsed: Vec<serde_json::Value> = lines
-            .iter()
-            .map(|l| serde_json::from_str(l).expect("valid JSON"))
-            .collect();
-        let events: Vec<&str> = parsed
-            .iter()
-            .map(|v| v["event"].as_str().expect("event"))
-            .collect();
+        let parsed: Vec<serde_json::Value> =
+            lines.iter().map(|l| serde_json::from_str(l).expect("valid JSON")).collect();
+        let events: Vec<&str> = parsed.iter().map(|v| v["event"].as_str().expect("event")).collect();
         assert_eq!(events, ["pending", "firing", "resolved"]);
-        let ts: Vec<&str> = parsed
-            .iter()
-            .map(|v| v["ts"].as_str().expect("ts"))
-            .collect();
-        assert_eq!(
-            ts,
-            [
-                "2026-12-02T13:05:01.120Z",
-                "2026-12-02T13:05:02.120Z",
-                "2026-12-02T13:05:07.120Z"
-            ]
-        );
+        let ts: Vec<&str> = parsed.iter().map(|v| v["ts"].as_str().expect("ts")).collect();
+        assert_eq!(ts, ["2026-12-02T13:05:01.120Z", "2026-12-02T13:05:02.120Z", "2026-12-02T13:05:07.120Z"]);
         let first = parsed[0].as_object().expect("object");
         let mut keys: Vec<&str> = first.keys().map(String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(keys, ["alert", "event", "ts"]);
-        assert_eq!(
-            parsed[2]["alert"]["id"],
-            "UpstreamNoResponse/77/10.0.0.5:6379"
-        );
+        assert_eq!(parsed[2]["alert"]["id"], "UpstreamNoResponse/77/10.0.0.5:6379");
         assert_eq!(parsed[2]["alert"]["state"], "resolved");
-        assert_eq!(
-            parsed[2]["alert"]["resolved_at"],
-            "2026-12-02T13:05:07.120Z"
-        );
+        assert_eq!(parsed[2]["alert"]["resolved_at"], "2026-12-02T13:05:07.120Z");
         assert_eq!(parsed[2]["alert"]["since"], "2026-12-02T13:05:01.120Z");
     }
 }

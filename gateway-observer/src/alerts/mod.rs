@@ -128,10 +128,7 @@ impl Alert {
             state,
             since,
             resolved_at: None,
-            process: Process {
-                pid: finding.pid,
-                comm: finding.comm,
-            },
+            process: Process { pid: finding.pid, comm: finding.comm },
             subject: finding.subject,
             summary: finding.summary,
             evidence: finding.evidence,
@@ -201,10 +198,7 @@ fn serialize_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S
     s.serialize_str(&format_time(*t))
 }
 
-fn serialize_opt_time<S: serde::Serializer>(
-    t: &Option<SystemTime>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
+fn serialize_opt_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
     match t {
         Some(t) => serialize_time(t, s),
         None => s.serialize_none(),
@@ -227,10 +221,7 @@ mod tests {
         ];
         for (kind, name) in kinds {
             assert_eq!(kind.to_string(), name);
-            assert_eq!(
-                serde_json::to_value(kind).expect("serializes"),
-                serde_json::json!(name)
-            );
+            assert_eq!(serde_json::to_value(kind).expect("serializes"), serde_json::json!(name));
         }
     }
 

@@ -88,8 +88,16 @@ mod tests {
     #[test]
     fn run_flags_parse() {
         let cli = Cli::try_parse_from([
-            "gateway-observer", "run", "--target", "pid=5", "--target", "comm=nginx", "--listen",
-            "127.0.0.1:1234", "--interval", "500ms",
+            "gateway-observer",
+            "run",
+            "--target",
+            "pid=5",
+            "--target",
+            "comm=nginx",
+            "--listen",
+            "127.0.0.1:1234",
+            "--interval",
+            "500ms",
         ])
         .expect("parses");
         let Command::Run(args) = cli.command else { panic!("run") };
@@ -102,12 +110,28 @@ mod tests {
     fn top_flags_parse() {
         let cli = Cli::try_parse_from(["gateway-observer", "top"]).expect("parses");
         let Command::Top(args) = cli.command else { panic!("top") };
-        assert_eq!((args.connect.as_str(), args.interval, args.once), ("http://127.0.0.1:9464", Duration::from_secs(1), false));
+        assert_eq!(
+            (args.connect.as_str(), args.interval, args.once),
+            ("http://127.0.0.1:9464", Duration::from_secs(1), false)
+        );
         assert_eq!(args.format, crate::top::Format::Text);
-        let cli = Cli::try_parse_from(["gateway-observer", "top", "--once", "--format", "json", "--interval", "250ms", "--connect", "http://[::1]:1"])
-            .expect("parses");
+        let cli = Cli::try_parse_from([
+            "gateway-observer",
+            "top",
+            "--once",
+            "--format",
+            "json",
+            "--interval",
+            "250ms",
+            "--connect",
+            "http://[::1]:1",
+        ])
+        .expect("parses");
         let Command::Top(args) = cli.command else { panic!("top") };
-        assert_eq!((args.connect.as_str(), args.interval, args.once), ("http://[::1]:1", Duration::from_millis(250), true));
+        assert_eq!(
+            (args.connect.as_str(), args.interval, args.once),
+            ("http://[::1]:1", Duration::from_millis(250), true)
+        );
         assert_eq!(args.format, crate::top::Format::Json);
         let err = Cli::try_parse_from(["gateway-observer", "top", "--format", "yaml"]).expect_err("rejected");
         assert_eq!(err.exit_code(), 2);

@@ -20,8 +20,8 @@ use crate::{
         lifecycle::{AlertBook, LifecycleConfig},
     },
     collector::Collector,
-    detect::event_loop::EventLoopConfig,
     config::Config,
+    detect::event_loop::EventLoopConfig,
     events,
     probes::{ProbeSettings, Probes},
     procfs,
@@ -148,13 +148,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         max_threads: config.max_threads,
         busy_iteration: config.busy_iteration,
     })
-        .context("failed to load the eBPF programs (run `gateway-observer check`)")?;
+    .context("failed to load the eBPF programs (run `gateway-observer check`)")?;
     probes.attach_all().context("failed to attach the probes (run `gateway-observer check`)")?;
     let ring = probes.take_events().context("failed to open the event ring buffer")?;
     // SAFETY: the ring buffer owns its fd and is moved into the AsyncFd, which deregisters it
     // before dropping it; the fd is never closed while registered.
-    let mut ring = unsafe { AsyncFd::register(ring) }
-        .map_err(|e| anyhow::anyhow!("failed to poll the event ring buffer: {e}"))?;
+    let mut ring =
+        unsafe { AsyncFd::register(ring) }.map_err(|e| anyhow::anyhow!("failed to poll the event ring buffer: {e}"))?;
     let sockets = probes.take_socket_events().context("failed to open the socket ring buffer")?;
     // SAFETY: as for `ring` above.
     let mut sockets = unsafe { AsyncFd::register(sockets) }
@@ -169,16 +169,18 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     collector.set_request_queueing_threshold(config.request_queueing);
     collector.tick().context("first collection failed")?;
 
-    let listener = http::bind(config.listen)
-        .await
-        .with_context(|| format!("failed to listen on {}", config.listen))?;
+    let listener = http::bind(config.listen).await.with_context(|| format!("failed to listen on {}", config.listen))?;
     let mut book = AlertBook::new(LifecycleConfig::default());
     let (publish, published) = watch::channel(publication(&collector, &book));
     let (stop_server, mut server_stopped) = watch::channel(false);
     let server = tokio::spawn(http::serve(listener, published, async move {
         let _ = server_stopped.wait_for(|stop| *stop).await;
     }));
-    eprintln!("gateway-observer: watching {} target spec(s), metrics on http://{}/metrics", config.targets.len(), config.listen);
+    eprintln!(
+        "gateway-observer: watching {} target spec(s), metrics on http://{}/metrics",
+        config.targets.len(),
+        config.listen
+    );
 
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;

@@ -16,7 +16,8 @@ impl Collector {
         let name = "gateway_observer_thread_offcpu_seconds_total";
         e.family(name, "counter", "Time threads spent off-CPU, by thread group and reason.");
         for ((process, group, reason), ns) in self.offcpu.totals() {
-            let labels = [("process", process.as_str()), ("thread_group", group.as_str()), ("reason", reason_label(*reason))];
+            let labels =
+                [("process", process.as_str()), ("thread_group", group.as_str()), ("reason", reason_label(*reason))];
             e.sample(name, &labels, *ns as f64 / 1e9);
         }
         let name = "gateway_observer_event_loop_utilization";
@@ -28,7 +29,8 @@ impl Collector {
         let name = "gateway_observer_event_loop_blocked_seconds_total";
         e.family(name, "counter", "Time event loops spent off-CPU in work (not idling in poll), by reason.");
         for ((process, thread, reason), ns) in self.loop_blocked.totals() {
-            let labels = [("process", process.as_str()), ("thread", thread.as_str()), ("reason", reason_label(*reason))];
+            let labels =
+                [("process", process.as_str()), ("thread", thread.as_str()), ("reason", reason_label(*reason))];
             e.sample(name, &labels, *ns as f64 / 1e9);
         }
         let name = "gateway_observer_pool_threads";
@@ -40,12 +42,21 @@ impl Collector {
         let name = "gateway_observer_long_blocks_total";
         e.family(name, "counter", "Off-CPU waits longer than the block threshold, by thread group and reason.");
         for ((process, group, reason), count) in &self.long_blocks {
-            let labels = [("process", process.as_str()), ("thread_group", group.as_str()), ("reason", reason_label(*reason))];
+            let labels =
+                [("process", process.as_str()), ("thread_group", group.as_str()), ("reason", reason_label(*reason))];
             e.sample(name, &labels, *count as f64);
         }
         for (kind, name, help) in [
-            (HistKind::FutexWait, "gateway_observer_futex_wait_seconds", "Futex waits that blocked: from leaving the CPU to running again."),
-            (HistKind::Runqueue, "gateway_observer_runqueue_latency_seconds", "Time runnable threads waited for a CPU."),
+            (
+                HistKind::FutexWait,
+                "gateway_observer_futex_wait_seconds",
+                "Futex waits that blocked: from leaving the CPU to running again.",
+            ),
+            (
+                HistKind::Runqueue,
+                "gateway_observer_runqueue_latency_seconds",
+                "Time runnable threads waited for a CPU.",
+            ),
             (
                 HistKind::Iteration,
                 "gateway_observer_event_loop_iteration_seconds",

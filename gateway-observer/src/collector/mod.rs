@@ -21,10 +21,10 @@ use crate::{
         pool::SaturatedPool,
     },
     events::{Block, LongIteration, Record},
-    request_queues::RequestQueues,
-    requests::RequestTracker,
     probes::{ProbeError, Probes},
     procfs,
+    request_queues::RequestQueues,
+    requests::RequestTracker,
     state::{
         counters::DeltaCounters,
         targets::{PortListeners, TargetSpec, host_processes, resolve, waiting_specs},
@@ -192,7 +192,10 @@ impl Collector {
             .iter()
             .map(|&tgid| {
                 let ports = match netns_of.get(&tgid) {
-                    Some(netns) => procfs::listening_ports_among(tgid, rows_of.entry(*netns).or_insert_with(|| procfs::listen_rows(tgid))),
+                    Some(netns) => procfs::listening_ports_among(
+                        tgid,
+                        rows_of.entry(*netns).or_insert_with(|| procfs::listen_rows(tgid)),
+                    ),
                     None => procfs::listening_ports(tgid),
                 };
                 (tgid, ports)
@@ -278,7 +281,8 @@ impl Collector {
         } else {
             self.map_entries.get("sockets").copied().unwrap_or(0)
         };
-        self.map_entries = BTreeMap::from([("targets", live_targets.len()), ("threads", followed), ("sockets", sockets)]);
+        self.map_entries =
+            BTreeMap::from([("targets", live_targets.len()), ("threads", followed), ("sockets", sockets)]);
         self.collections += 1;
         Ok(())
     }
@@ -378,7 +382,8 @@ impl Collector {
         if completed < MIN_ITERATIONS_BEFORE_OPEN || state.exited != 0 {
             return;
         }
-        let open = open_iteration(state.tid, state.tgid, state.iter_start_ns, state.iter_offcpu_base_ns, offcpu, now_mono);
+        let open =
+            open_iteration(state.tid, state.tgid, state.iter_start_ns, state.iter_offcpu_base_ns, offcpu, now_mono);
         if let Some(open) = open.filter(|it| it.on_cpu_ns >= busy_ns) {
             self.detectors.keep_as_loop(state.tid, now);
             self.open_iterations.push(open);
@@ -433,7 +438,8 @@ impl Collector {
         let now_mono = monotonic_ns();
         self.blocked_loops = self.detectors.blocked_loops(&blocks, now, now_mono);
         self.saturated_pools = self.detectors.saturated_pools(&blocks, now, now_mono);
-        let iterations: Vec<LongIteration> = self.recent_iterations.iter().chain(&self.open_iterations).cloned().collect();
+        let iterations: Vec<LongIteration> =
+            self.recent_iterations.iter().chain(&self.open_iterations).cloned().collect();
         self.busy_loops = self.detectors.busy_loops(&iterations, now, now_mono);
     }
 
@@ -446,7 +452,8 @@ impl Collector {
             let mut finding = crate::detect::findings::event_loop_blocked(found, config);
             if let Some(ips) = found.blocks.stack_id.and_then(|id| self.probes.user_stack(id)) {
                 let frames = self.symbolizer.symbolize(found.thread.tgid, &ips);
-                finding.evidence["stack"] = serde_json::json!(frames.into_iter().take(STACK_FRAMES).collect::<Vec<_>>());
+                finding.evidence["stack"] =
+                    serde_json::json!(frames.into_iter().take(STACK_FRAMES).collect::<Vec<_>>());
             }
             blocked.push(finding);
         }
@@ -473,7 +480,11 @@ impl Collector {
         let since = now.saturating_sub(window);
         for finding in findings {
             let impact = self.requests.stats.impact_since(finding.pid, since);
-            let in_flight = self.requests.in_flight(now).remove(&finding.pid).map(|(n, oldest)| (n, oldest.first().map(|r| r.age_seconds)));
+            let in_flight = self
+                .requests
+                .in_flight(now)
+                .remove(&finding.pid)
+                .map(|(n, oldest)| (n, oldest.first().map(|r| r.age_seconds)));
             finding.evidence["requests"] = serde_json::json!({
                 "window_seconds": window as f64 / 1e9,
                 "completed": impact.requests,
@@ -625,8 +636,7 @@ fn with_open_span(state: &ThreadState, now_mono: u64) -> [u64; reason::COUNT as 
     if start == 0 || now_mono <= start {
         return totals;
     }
-    let (wait, runqueue) =
-        gateway_observer_common::split_span(state.offcpu_reason, start, state.wakeup_ns, now_mono);
+    let (wait, runqueue) = gateway_observer_common::split_span(state.offcpu_reason, start, state.wakeup_ns, now_mono);
     if let Some(slot) = totals.get_mut(state.offcpu_reason as usize) {
         *slot += wait;
     }

@@ -33,7 +33,14 @@ pub const MIN_ITERATIONS_BEFORE_OPEN: u64 = 8;
 /// The iteration a thread is in now, if it began at a poll's return (`iter_start_ns`, 0 when the
 /// thread is in a poll or never polled): its length so far less the time off the CPU since
 /// (`offcpu_total_ns` now, including an open span, minus `offcpu_base_ns` at its start).
-pub fn open_iteration(tid: u32, tgid: u32, iter_start_ns: u64, offcpu_base_ns: u64, offcpu_total_ns: u64, now_ns: u64) -> Option<LongIteration> {
+pub fn open_iteration(
+    tid: u32,
+    tgid: u32,
+    iter_start_ns: u64,
+    offcpu_base_ns: u64,
+    offcpu_total_ns: u64,
+    now_ns: u64,
+) -> Option<LongIteration> {
     if iter_start_ns == 0 || now_ns <= iter_start_ns {
         return None;
     }
@@ -114,7 +121,14 @@ mod tests {
     use crate::detect::history::ThreadInfo;
 
     fn iteration(tid: u32, on_cpu_ms: u64, at_ns: u64) -> LongIteration {
-        LongIteration { tid, tgid: 9, on_cpu_ns: on_cpu_ms * 1_000_000, iteration_ns: on_cpu_ms * 1_000_000, timestamp_ns: at_ns, ongoing: false }
+        LongIteration {
+            tid,
+            tgid: 9,
+            on_cpu_ns: on_cpu_ms * 1_000_000,
+            iteration_ns: on_cpu_ms * 1_000_000,
+            timestamp_ns: at_ns,
+            ongoing: false,
+        }
     }
 
     #[test]
@@ -136,7 +150,11 @@ mod tests {
         h.record(t0 + Duration::from_secs(1), info, polled);
         let at = t0 + Duration::from_secs(1);
         let now = 10_000_000_000;
-        let its = [iteration(4, 250, now - 1_000_000_000), iteration(4, 120, now - 2_000_000_000), iteration(4, 300, now - 9_000_000_000)];
+        let its = [
+            iteration(4, 250, now - 1_000_000_000),
+            iteration(4, 120, now - 2_000_000_000),
+            iteration(4, 300, now - 9_000_000_000),
+        ];
         let found = busy_loops(&h, &its, at, now, &EventLoopConfig::default());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].iterations, 2, "the one 9 s ago is outside the 5 s window");

@@ -117,8 +117,7 @@ pub fn blocked_loops(
     let window_start_ns = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
     let mut found = Vec::new();
     for thread in history.event_loops(now, config) {
-        let Some(delta) = history.delta(thread.tid, config.window).filter(|d| d.elapsed * 2 >= config.window)
-        else {
+        let Some(delta) = history.delta(thread.tid, config.window).filter(|d| d.elapsed * 2 >= config.window) else {
             continue; // too little history yet to judge
         };
         let by_reason: Vec<(u32, u64)> =
@@ -233,7 +232,10 @@ mod tests {
         let f = &found[0];
         assert_eq!(f.reason, reason::FUTEX_TIMED);
         assert!((f.share - 0.7).abs() < 0.01, "{}", f.share);
-        assert!(f.summary(&EventLoopConfig::default()).starts_with("event loop blocked 70% of the last 5.0s in futex_timed"));
+        assert!(
+            f.summary(&EventLoopConfig::default())
+                .starts_with("event loop blocked 70% of the last 5.0s in futex_timed")
+        );
     }
 
     #[test]

@@ -13,9 +13,9 @@ pub mod upstream;
 use std::time::Instant;
 
 use event_loop::{BlockedLoop, EventLoopConfig, blocked_loops};
-use pool::{PoolConfig, SaturatedPool, saturated_pools};
 use gateway_observer_common::reason;
 use history::{History, ReasonTotals, ThreadInfo};
+use pool::{PoolConfig, SaturatedPool, saturated_pools};
 
 use crate::events::Block;
 
@@ -69,7 +69,12 @@ impl Detectors {
         blocked_loops(&self.history, blocks, now, now_mono_ns, &self.event_loop)
     }
 
-    pub fn busy_loops(&self, iterations: &[crate::events::LongIteration], now: Instant, now_mono_ns: u64) -> Vec<busy::BusyLoop> {
+    pub fn busy_loops(
+        &self,
+        iterations: &[crate::events::LongIteration],
+        now: Instant,
+        now_mono_ns: u64,
+    ) -> Vec<busy::BusyLoop> {
         busy::busy_loops(&self.history, iterations, now, now_mono_ns, &self.event_loop)
     }
 
@@ -92,5 +97,4 @@ impl Detectors {
         loops.sort_by_key(|a| (a.thread.tgid, a.thread.tid));
         loops
     }
-
 }

@@ -104,10 +104,7 @@ pub fn saturated_pools(
         }
     }
     let window_start_ns = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
-    groups
-        .into_iter()
-        .filter_map(|((_, group), t)| judge(group, t, blocks, window_start_ns, config))
-        .collect()
+    groups.into_iter().filter_map(|((_, group), t)| judge(group, t, blocks, window_start_ns, config)).collect()
 }
 
 fn judge(
@@ -138,7 +135,9 @@ fn judge(
         return None;
     }
     let mut hot: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-    for b in blocks.iter().filter(|b| b.timestamp_ns >= window_start_ns && b.futex_uaddr != 0 && t.tids.contains(&b.tid)) {
+    for b in
+        blocks.iter().filter(|b| b.timestamp_ns >= window_start_ns && b.futex_uaddr != 0 && t.tids.contains(&b.tid))
+    {
         let waiters = hot.entry(b.futex_uaddr).or_default();
         if !waiters.contains(&b.tid) {
             waiters.push(b.tid);
@@ -216,7 +215,14 @@ mod tests {
         let mut h = History::new(Duration::from_secs(60));
         pool(&mut h, start, 1000, 32, "pool-3-thread", 990, 0);
         let now = start + Duration::from_secs(6);
-        let found = saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &crate::detect::event_loop::EventLoopConfig::default());
+        let found = saturated_pools(
+            &h,
+            &[],
+            now,
+            6_000_000_000,
+            &PoolConfig::default(),
+            &crate::detect::event_loop::EventLoopConfig::default(),
+        );
         assert_eq!(found.len(), 1);
         let p = &found[0];
         assert_eq!(p.group, "pool-3-thread-*");
@@ -232,7 +238,17 @@ mod tests {
         let mut h = History::new(Duration::from_secs(60));
         pool(&mut h, start, 1000, 32, "pool-2-thread", 0, 995);
         let now = start + Duration::from_secs(6);
-        assert!(saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &crate::detect::event_loop::EventLoopConfig::default()).is_empty());
+        assert!(
+            saturated_pools(
+                &h,
+                &[],
+                now,
+                6_000_000_000,
+                &PoolConfig::default(),
+                &crate::detect::event_loop::EventLoopConfig::default()
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -242,7 +258,17 @@ mod tests {
         pool(&mut h, start, 1000, 32, "pool-1-thread", 0, 995);
         pool(&mut h, start, 2000, 2, "tiny", 1000, 0);
         let now = start + Duration::from_secs(6);
-        assert!(saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &crate::detect::event_loop::EventLoopConfig::default()).is_empty());
+        assert!(
+            saturated_pools(
+                &h,
+                &[],
+                now,
+                6_000_000_000,
+                &PoolConfig::default(),
+                &crate::detect::event_loop::EventLoopConfig::default()
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -251,7 +277,11 @@ mod tests {
         let mut h = History::new(Duration::from_secs(60));
         // Mostly idle threads, but 20 appeared within the window, well after the process was
         // first seen (with its main thread) at second 0.
-        h.record(start, ThreadInfo { tid: 50, tgid: 50, comm: "java".into(), name: "java".into() }, [0; reason::COUNT as usize]);
+        h.record(
+            start,
+            ThreadInfo { tid: 50, tgid: 50, comm: "java".into(), name: "java".into() },
+            [0; reason::COUNT as usize],
+        );
         for i in 0..20u32 {
             for s in 10..=11u64 {
                 let mut t = [0u64; reason::COUNT as usize];
@@ -261,7 +291,14 @@ mod tests {
             }
         }
         let now = start + Duration::from_secs(11);
-        let found = saturated_pools(&h, &[], now, 11_000_000_000, &PoolConfig::default(), &crate::detect::event_loop::EventLoopConfig::default());
+        let found = saturated_pools(
+            &h,
+            &[],
+            now,
+            11_000_000_000,
+            &PoolConfig::default(),
+            &crate::detect::event_loop::EventLoopConfig::default(),
+        );
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].created_in_window, 20);
     }

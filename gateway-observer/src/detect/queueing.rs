@@ -218,7 +218,11 @@ mod tests {
         findings.push(blocked(8));
         findings.push(blocked(9));
         add_likely_causes(&mut findings, &facts);
-        assert_eq!(findings[0].evidence["likely_causes"], json!(["EventLoopBlocked worker-7", "EventLoopBlocked worker-9"]), "a worker sharing the listener, not pid 8");
+        assert_eq!(
+            findings[0].evidence["likely_causes"],
+            json!(["EventLoopBlocked worker-7", "EventLoopBlocked worker-9"]),
+            "a worker sharing the listener, not pid 8"
+        );
         assert!(findings[1].evidence.get("likely_causes").is_none());
     }
 }

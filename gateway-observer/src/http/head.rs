@@ -166,11 +166,8 @@ impl Accumulated {
             HeaderKind::ContentLength => match b {
                 b' ' | b'\t' => self.length_ws_after = self.length.is_some(),
                 b'0'..=b'9' if !self.length_ws_after => {
-                    self.length = self
-                        .length
-                        .unwrap_or(0)
-                        .checked_mul(10)
-                        .and_then(|n| n.checked_add(u64::from(b - b'0')));
+                    self.length =
+                        self.length.unwrap_or(0).checked_mul(10).and_then(|n| n.checked_add(u64::from(b - b'0')));
                     if self.length.is_none() {
                         self.length_bad = true;
                     }
@@ -232,7 +229,8 @@ impl Accumulated {
     pub(super) fn method_run(&mut self, bytes: &[u8]) -> usize {
         let len = usize::from(self.method_len);
         let Some(space) = self.method.get_mut(len..) else { return 0 };
-        let run = bytes.iter().take(space.len()).position(|&b| !is_method_byte(b)).unwrap_or(bytes.len().min(space.len()));
+        let run =
+            bytes.iter().take(space.len()).position(|&b| !is_method_byte(b)).unwrap_or(bytes.len().min(space.len()));
         if let (Some(dst), Some(src)) = (space.get_mut(..run), bytes.get(..run)) {
             dst.copy_from_slice(src);
             self.method_len += run as u8; // run <= MAX_METHOD
@@ -286,7 +284,11 @@ impl Accumulated {
     }
 
     fn finish_token(&mut self) {
-        let token = if self.token_overflow { &b"?"[..] } else { self.token.get(..usize::from(self.token_len)).unwrap_or_default() };
+        let token = if self.token_overflow {
+            &b"?"[..]
+        } else {
+            self.token.get(..usize::from(self.token_len)).unwrap_or_default()
+        };
         if !token.is_empty() {
             match self.header {
                 HeaderKind::TransferEncoding => self.framing.chunked = token == b"chunked",
@@ -358,7 +360,11 @@ const TCHAR: [bool; 256] = {
     let mut b = 0;
     while b < 256 {
         let c = b as u8;
-        table[b] = c.is_ascii_alphanumeric() || matches!(c, b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~');
+        table[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
+            );
         b += 1;
     }
     table

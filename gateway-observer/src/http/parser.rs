@@ -11,11 +11,11 @@
 //! response's body framing (it depends on the request method) with [`Parser::set_body`] after
 //! [`Event::Head`] and before the parser goes on.
 
+pub use super::head::looks_like_start;
 use super::{
     connection::{Method, Segment},
     head::{Accumulated, VERSION_PREFIX, find_lf, is_method_byte, is_tchar, is_version, push_lower},
 };
-pub use super::head::looks_like_start;
 
 /// The longest path kept, in bytes.
 pub const MAX_PATH: usize = 64;
@@ -81,10 +81,15 @@ pub enum Event {
     /// [`Parser::set_body`] before the next step; otherwise [`default_body`] applies.
     Head(Framing),
     /// The message ended; `ts_ns` is the time of the segment with its last byte.
-    End { bytes: u64, ts_ns: u64 },
+    End {
+        bytes: u64,
+        ts_ns: u64,
+    },
     /// The bytes at a message start are not HTTP/1.x; `bytes` counts from that message's first
     /// byte to the end of the segment. The parser stops.
-    NotHttp { bytes: u64 },
+    NotHttp {
+        bytes: u64,
+    },
 }
 
 /// The framing a request's header block implies (RFC 9112 §6.3).
@@ -236,9 +241,15 @@ enum State {
     AwaitBody,
     EndNow(After),
     Body(u64),
-    ChunkSize { digits: u8, value: u64, ext: bool },
+    ChunkSize {
+        digits: u8,
+        value: u64,
+        ext: bool,
+    },
     ChunkData(u64),
-    ChunkDataEnd { cr: bool },
+    ChunkDataEnd {
+        cr: bool,
+    },
     TrailerStart,
     TrailerLine,
     TrailerEnd,
@@ -789,7 +800,6 @@ impl Parser {
         self.state = State::Unknown;
     }
 }
-
 
 #[cfg(test)]
 mod tests;

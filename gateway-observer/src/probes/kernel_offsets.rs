@@ -47,8 +47,8 @@ pub struct KernelOffsets {
 
 impl KernelOffsets {
     pub fn from_vmlinux() -> Result<Self, OffsetError> {
-        let btf = Btf::from_file(VMLINUX_BTF)
-            .map_err(|source| OffsetError::Read { path: VMLINUX_BTF.to_owned(), source })?;
+        let btf =
+            Btf::from_file(VMLINUX_BTF).map_err(|source| OffsetError::Read { path: VMLINUX_BTF.to_owned(), source })?;
         Ok(Self {
             task_pid: field_offset(&btf, "task_struct", "pid")?,
             task_tgid: field_offset(&btf, "task_struct", "tgid")?,

@@ -94,10 +94,7 @@ fn state_when_found(tgid: u32, tid: u32) -> ThreadState {
 
 /// Size of the per-tid `TRACKED` array: the host's pid_max (tids never reach it).
 fn pid_max() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(4_194_304) // PID_MAX_LIMIT on 64-bit: the largest it can be
+    std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(4_194_304) // PID_MAX_LIMIT on 64-bit: the largest it can be
 }
 
 pub struct Probes {
@@ -209,9 +206,7 @@ impl Probes {
     pub fn add_target(&mut self, tgid: u32, parent_tgid: u32) -> Result<(), ProbeError> {
         {
             let mut targets: HashMap<&mut MapData, u32, TargetInfo> = self.map_mut("TARGETS")?;
-            targets
-                .insert(tgid, TargetInfo { parent_tgid, _pad: 0 }, 0)
-                .map_err(map_err("TARGETS"))?;
+            targets.insert(tgid, TargetInfo { parent_tgid, _pad: 0 }, 0).map_err(map_err("TARGETS"))?;
         }
         for tid in procfs::threads(tgid) {
             if self.tracked_slot(tid)?.is_some() {
@@ -323,7 +318,11 @@ impl Probes {
 
     /// Makes `new` (`listen_key(namespace, port)` values) the ports connections are followed
     /// from accept on, replacing `old`.
-    pub fn set_listen_ports(&mut self, old: &std::collections::BTreeSet<u64>, new: &std::collections::BTreeSet<u64>) -> Result<(), ProbeError> {
+    pub fn set_listen_ports(
+        &mut self,
+        old: &std::collections::BTreeSet<u64>,
+        new: &std::collections::BTreeSet<u64>,
+    ) -> Result<(), ProbeError> {
         let mut ports: HashMap<&mut MapData, u64, u8> = self.map_mut("LISTEN_PORTS")?;
         for key in old.difference(new) {
             // Already gone is fine: the aim is its absence.

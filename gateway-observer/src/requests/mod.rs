@@ -19,9 +19,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::http::{Connection, Direction, Exchange, Role, Segment};
+use crate::sinks::prometheus::Exposition;
 use crate::socket_events::{ConnInfo, DataRecord, FlowRecord, Opened, SocketRecord};
 use flows::{FlowState, PeerFacts};
-use crate::sinks::prometheus::Exposition;
 use peers::PeerLabels;
 use slowest::{Finished, Slowest, UpstreamCall};
 use stats::{RequestStats, Side, WindowSummary};
@@ -131,7 +131,8 @@ fn seconds(ns: u64) -> f64 {
 /// The side of a connection whose handshake was not seen, from its first bytes: a request line
 /// read means inbound, a request line written or a status line read means outbound.
 fn side_from_bytes(read: bool, head: &[u8]) -> Option<Side> {
-    const METHODS: [&[u8]; 9] = [b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"PATCH ", b"OPTIONS ", b"CONNECT ", b"TRACE "];
+    const METHODS: [&[u8]; 9] =
+        [b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"PATCH ", b"OPTIONS ", b"CONNECT ", b"TRACE "];
     let request = METHODS.iter().any(|m| head.starts_with(m));
     match (read, request, head.starts_with(b"HTTP/1.")) {
         (true, true, _) => Some(Side::Inbound),
@@ -316,7 +317,14 @@ impl RequestTracker {
         self.names.get(&tgid).cloned().unwrap_or_else(|| Arc::from(tgid.to_string()))
     }
 
-    fn finished(&mut self, tgid: u32, process: Option<Arc<str>>, side: Option<Side>, peer: Option<&str>, exchange: &Exchange) {
+    fn finished(
+        &mut self,
+        tgid: u32,
+        process: Option<Arc<str>>,
+        side: Option<Side>,
+        peer: Option<&str>,
+        exchange: &Exchange,
+    ) {
         let Some(side) = side else { return };
         let process = process.unwrap_or_else(|| self.process_name(tgid));
         let duration = exchange.response_end_ns.saturating_sub(exchange.request_start_ns);
@@ -386,7 +394,9 @@ impl RequestTracker {
     pub fn upstreams(&self, now_ns: u64) -> BTreeMap<u32, Vec<UpstreamPeer>> {
         let mut by_peer: BTreeMap<(u32, &str), UpstreamPeer> = BTreeMap::new();
         for conn in self.conns.values() {
-            let (Some(tgid), Some(Side::Outbound), Some(peer), Some(http)) = (conn.tgid, conn.side, &conn.peer, &conn.http) else {
+            let (Some(tgid), Some(Side::Outbound), Some(peer), Some(http)) =
+                (conn.tgid, conn.side, &conn.peer, &conn.http)
+            else {
                 continue;
             };
             let oldest = http.in_flight().map(|r| r.request_start_ns).min();
@@ -418,7 +428,9 @@ impl RequestTracker {
     pub fn peer_facts(&self, now_ns: u64) -> Vec<PeerFacts> {
         let mut by_peer: BTreeMap<(u32, &str), PeerFacts> = BTreeMap::new();
         for conn in self.conns.values() {
-            let (Some(tgid), Some(Side::Outbound), Some(peer), Some(http)) = (conn.tgid, conn.side, &conn.peer, &conn.http) else {
+            let (Some(tgid), Some(Side::Outbound), Some(peer), Some(http)) =
+                (conn.tgid, conn.side, &conn.peer, &conn.http)
+            else {
                 continue;
             };
             let facts = by_peer.entry((tgid, peer.as_str())).or_insert_with(|| {
@@ -484,7 +496,9 @@ impl RequestTracker {
                         method: request.method.as_str(),
                         path: request.path.clone(),
                         age_seconds: seconds(now_ns.saturating_sub(request.request_start_ns)),
-                        socket_queue_seconds: request.queued_since_ns.map(|q| seconds(request.request_start_ns.saturating_sub(q))),
+                        socket_queue_seconds: request
+                            .queued_since_ns
+                            .map(|q| seconds(request.request_start_ns.saturating_sub(q))),
                         response_started: request.response_started,
                     },
                 ));
@@ -525,16 +539,25 @@ impl RequestTracker {
         let name = "gateway_observer_http_requests_total";
         e.family(name, "counter", "HTTP/1.x requests seen on targets' sockets, by direction (inbound: served; outbound: sent upstream), method and status class.");
         for ((process, side, method, class), count) in &self.stats.counts {
-            let labels = [("process", &**process), ("direction", side.as_str()), ("method", method), ("status_class", class)];
+            let labels =
+                [("process", &**process), ("direction", side.as_str()), ("method", method), ("status_class", class)];
             e.sample(name, &labels, *count as f64);
         }
         let name = "gateway_observer_http_request_duration_seconds";
-        e.family(name, "histogram", "From a request's first byte read (inbound) or written (outbound) to its response's last byte.");
+        e.family(
+            name,
+            "histogram",
+            "From a request's first byte read (inbound) or written (outbound) to its response's last byte.",
+        );
         for ((process, side), hist) in &self.stats.durations {
             e.histogram(name, &[("process", process), ("direction", side.as_str())], hist);
         }
         let name = "gateway_observer_http_socket_queue_seconds";
-        e.family(name, "histogram", "How long inbound requests' first bytes waited in the socket before the gateway read them.");
+        e.family(
+            name,
+            "histogram",
+            "How long inbound requests' first bytes waited in the socket before the gateway read them.",
+        );
         for (process, hist) in &self.stats.socket_queue {
             e.histogram(name, &[("process", process)], hist);
         }
@@ -554,7 +577,11 @@ impl RequestTracker {
             e.sample(name, &[("process", process), ("peer", peer)], *outstanding as f64);
         }
         let name = "gateway_observer_upstream_oldest_request_age_seconds";
-        e.family(name, "gauge", "Age of the oldest request still waiting for an upstream peer's response (0: none waiting).");
+        e.family(
+            name,
+            "gauge",
+            "Age of the oldest request still waiting for an upstream peer's response (0: none waiting).",
+        );
         for ((process, peer), (_, age, _)) in &by_name {
             e.sample(name, &[("process", process), ("peer", peer)], *age);
         }
@@ -569,7 +596,11 @@ impl RequestTracker {
             e.sample(name, &[("process", process), ("peer", peer)], *one_way as f64);
         }
         let name = "gateway_observer_http_non_http_bytes_total";
-        e.family(name, "counter", "Bytes on targets' TCP connections that were not HTTP/1.x (TLS, other protocols), from closed connections.");
+        e.family(
+            name,
+            "counter",
+            "Bytes on targets' TCP connections that were not HTTP/1.x (TLS, other protocols), from closed connections.",
+        );
         for (process, bytes) in &self.non_http_bytes {
             e.sample(name, &[("process", process)], *bytes as f64);
         }
@@ -584,7 +615,11 @@ impl RequestTracker {
         e.family(name, "gauge", "TCP connections of targets followed now.");
         e.sample(name, &[], self.conns.len() as f64);
         let name = "gateway_observer_http_unattributed_records_total";
-        e.family(name, "counter", "Socket data records of connections whose handshake was lost and whose bytes did not tell their direction.");
+        e.family(
+            name,
+            "counter",
+            "Socket data records of connections whose handshake was lost and whose bytes did not tell their direction.",
+        );
         e.sample(name, &[], self.counts.unattributed_records as f64);
     }
 }

@@ -39,10 +39,17 @@ mod tests {
     fn peers_past_the_cap_share_one_label() {
         let mut labels = PeerLabels::default();
         for port in 0..MAX_PEER_LABELS as u16 {
-            assert_eq!(labels.label(1, SocketAddr::from(([10, 0, 0, 1], 1000 + port))), format!("10.0.0.1:{}", 1000 + port));
+            assert_eq!(
+                labels.label(1, SocketAddr::from(([10, 0, 0, 1], 1000 + port))),
+                format!("10.0.0.1:{}", 1000 + port)
+            );
         }
         assert_eq!(labels.label(1, SocketAddr::from(([10, 0, 0, 2], 80))), OTHER_PEER);
-        assert_eq!(labels.label(1, SocketAddr::from(([10, 0, 0, 1], 1000))), "10.0.0.1:1000", "known peers keep theirs");
+        assert_eq!(
+            labels.label(1, SocketAddr::from(([10, 0, 0, 1], 1000))),
+            "10.0.0.1:1000",
+            "known peers keep theirs"
+        );
         assert_eq!(labels.label(2, SocketAddr::from(([10, 0, 0, 2], 80))), "10.0.0.2:80", "caps are per process");
     }
 }

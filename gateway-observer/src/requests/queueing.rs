@@ -44,7 +44,9 @@ impl RequestTracker {
             // A connection whose request is being served holds at most the client's next one
             // (pipelined) or its FIN: the gateway is busy with it, not ignoring it. Upgraded and
             // non-HTTP streams (websockets, tunnels, TLS once seen) pause for their own reasons.
-            .filter(|(_, c)| c.http.as_ref().is_none_or(|http| http.exchanges_requests() && http.in_flight().next().is_none()))
+            .filter(|(_, c)| {
+                c.http.as_ref().is_none_or(|http| http.exchanges_requests() && http.in_flight().next().is_none())
+            })
             .filter_map(|(sk, c)| {
                 let netns = c.netns.or_else(|| self.netns_of.get(&c.tgid?).copied())?;
                 let listener = (netns, c.local_port?);

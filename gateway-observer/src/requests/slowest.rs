@@ -100,7 +100,9 @@ impl Slowest {
         let upstream = self.upstream_of(done);
         let breakdown = Breakdown {
             socket_queue_seconds: done.queued_since_ns.map(|q| seconds(done.request_start_ns.saturating_sub(q))),
-            before_upstream_seconds: upstream.as_ref().map(|u| seconds(u.request_start_ns.saturating_sub(done.request_start_ns))),
+            before_upstream_seconds: upstream
+                .as_ref()
+                .map(|u| seconds(u.request_start_ns.saturating_sub(done.request_start_ns))),
             upstream_seconds: upstream.as_ref().map(|u| seconds(u.response_end_ns.saturating_sub(u.request_start_ns))),
             response_write_seconds: done.response_start_ns.map(|s| seconds(done.response_end_ns.saturating_sub(s))),
         };
@@ -128,7 +130,8 @@ impl Slowest {
     fn upstream_of(&self, done: &Finished) -> Option<UpstreamCall> {
         let answered_by = done.response_start_ns.unwrap_or(done.response_end_ns);
         let calls = self.upstream.get(&done.pid)?;
-        let candidates = || calls.iter().filter(|c| c.request_start_ns >= done.request_start_ns && c.response_end_ns <= answered_by);
+        let candidates =
+            || calls.iter().filter(|c| c.request_start_ns >= done.request_start_ns && c.response_end_ns <= answered_by);
         candidates()
             .filter(|c| c.tid == done.thread)
             .min_by_key(|c| c.request_start_ns)
@@ -194,7 +197,13 @@ mod tests {
     #[test]
     fn keeps_the_slowest_with_their_upstream_breakdown() {
         let mut slowest = Slowest::default();
-        let call = UpstreamCall { tid: 2, peer: "10.0.0.1:80".into(), status: Some(200), request_start_ns: 1_300_000, response_end_ns: 9_000_000 };
+        let call = UpstreamCall {
+            tid: 2,
+            peer: "10.0.0.1:80".into(),
+            status: Some(200),
+            request_start_ns: 1_300_000,
+            response_end_ns: 9_000_000,
+        };
         slowest.upstream_finished(1, call.clone());
         // Another process's call is never matched.
         slowest.upstream_finished(2, UpstreamCall { request_start_ns: 1_100_000, ..call.clone() });

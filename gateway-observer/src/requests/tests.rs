@@ -3,15 +3,23 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use super::*;
 use super::queueing::UnreadCandidate;
+use super::*;
 use crate::socket_events::{ConnInfo, DataRecord, Opened, SocketRecord};
 
 const GW: u32 = u32::MAX - 7; // a pid that does not exist: its name is the number
 const NETNS: u32 = 4_026_531_840;
 
 fn open(sk: u64, opened: Opened, tgid: Option<u32>, local: &str, remote: &str, ts: u64) -> SocketRecord<'static> {
-    SocketRecord::Open(ConnInfo { sk, tgid, opened, local: local.parse().unwrap(), remote: remote.parse().unwrap(), timestamp_ns: ts, netns: NETNS })
+    SocketRecord::Open(ConnInfo {
+        sk,
+        tgid,
+        opened,
+        local: local.parse().unwrap(),
+        remote: remote.parse().unwrap(),
+        timestamp_ns: ts,
+        netns: NETNS,
+    })
 }
 
 fn close(sk: u64, ts: u64) -> SocketRecord<'static> {
@@ -177,7 +185,11 @@ fn idle_inbound_connections_are_the_unread_candidates() {
     let mut tracker = RequestTracker::default();
     // GW and GW - 1 share 8080 (a master and its worker); GW - 2 listens on 8080 in another
     // network namespace (another pod).
-    let ports = HashMap::from([(GW, BTreeSet::from([8080])), (GW - 1, BTreeSet::from([8080, 9090])), (GW - 2, BTreeSet::from([8080]))]);
+    let ports = HashMap::from([
+        (GW, BTreeSet::from([8080])),
+        (GW - 1, BTreeSet::from([8080, 9090])),
+        (GW - 2, BTreeSet::from([8080])),
+    ]);
     tracker.set_listen_ports(ports, HashMap::from([(GW, NETNS), (GW - 1, NETNS), (GW - 2, NETNS + 1)]));
     proxied_request(&mut tracker); // 1: inbound, last read at 100 ms, answered; 2: outbound
     // 3: accepted at 100 ms, never read (waits in the accept queue); 4: a request read at
@@ -191,8 +203,20 @@ fn idle_inbound_connections_are_the_unread_candidates() {
     tracker.handle(open(6, Opened::Accepted, None, "127.0.0.1:7000", "127.0.0.1:50004", 100 * MS));
     // 7: upgraded to a websocket at 100 ms: its reader may pause for its own reasons.
     tracker.handle(open(7, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50005", 90 * MS));
-    tracker.handle(data(7, true, b"GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", 95 * MS, None));
-    tracker.handle(data(7, false, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", 100 * MS, None));
+    tracker.handle(data(
+        7,
+        true,
+        b"GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        95 * MS,
+        None,
+    ));
+    tracker.handle(data(
+        7,
+        false,
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        100 * MS,
+        None,
+    ));
 
     // 8: the other pod's connection on its 8080, never read.
     tracker.handle(SocketRecord::Open(ConnInfo {
@@ -219,6 +243,10 @@ fn idle_inbound_connections_are_the_unread_candidates() {
     assert_ne!(first, second);
     let listeners = tracker.listeners();
     assert_eq!(listeners[&(NETNS, 8080)].iter().copied().collect::<Vec<_>>(), vec![GW - 1, GW]);
-    assert_eq!(listeners[&(NETNS + 1, 8080)].iter().copied().collect::<Vec<_>>(), vec![GW - 2], "another pod is another listener");
+    assert_eq!(
+        listeners[&(NETNS + 1, 8080)].iter().copied().collect::<Vec<_>>(),
+        vec![GW - 2],
+        "another pod is another listener"
+    );
     assert_eq!(listeners[&(NETNS, 9090)].len(), 1);
 }

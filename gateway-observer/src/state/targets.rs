@@ -164,7 +164,8 @@ const PORT_REFRESH: Duration = Duration::from_secs(5);
 
 impl PortListeners {
     pub fn refresh(&mut self, specs: &[TargetSpec], now: Instant) {
-        let ports: BTreeSet<u16> = specs.iter().filter_map(|s| if let TargetSpec::Port(p) = s { Some(*p) } else { None }).collect();
+        let ports: BTreeSet<u16> =
+            specs.iter().filter_map(|s| if let TargetSpec::Port(p) = s { Some(*p) } else { None }).collect();
         if ports.is_empty() || self.refreshed.is_some_and(|at| now.duration_since(at) < PORT_REFRESH) {
             return;
         }
@@ -175,7 +176,11 @@ impl PortListeners {
             procfs::processes().into_iter().filter_map(|pid| Some((pid, procfs::net_namespace(pid)?))).collect();
         for (pid, netns) in &processes {
             by_netns.entry(netns.clone()).or_insert_with(|| {
-                procfs::listen_rows(*pid).into_iter().filter(|r| ports.contains(&r.port)).map(|r| (r.inode, r.port)).collect()
+                procfs::listen_rows(*pid)
+                    .into_iter()
+                    .filter(|r| ports.contains(&r.port))
+                    .map(|r| (r.inode, r.port))
+                    .collect()
             });
         }
         let inodes: BTreeSet<u64> = by_netns.values().flat_map(|m| m.keys().copied()).collect();
@@ -187,7 +192,8 @@ impl PortListeners {
         self.by_pid.clear();
         for (pid, netns) in &processes {
             let Some(inodes) = by_netns.get(netns).filter(|m| !m.is_empty()) else { continue };
-            let mine: BTreeSet<u16> = procfs::socket_inodes(*pid).iter().filter_map(|inode| inodes.get(inode).copied()).collect();
+            let mine: BTreeSet<u16> =
+                procfs::socket_inodes(*pid).iter().filter_map(|inode| inodes.get(inode).copied()).collect();
             if !mine.is_empty() {
                 self.by_pid.insert(*pid, mine);
             }
@@ -239,10 +245,7 @@ mod tests {
         assert!(matches!("pid=x".parse::<TargetSpec>(), Err(TargetSpecError::BadPid(_))));
         assert!(matches!("nginx".parse::<TargetSpec>(), Err(TargetSpecError::NoEquals(_))));
         assert!(matches!("uid=3".parse::<TargetSpec>(), Err(TargetSpecError::UnknownKind(_))));
-        assert!(matches!(
-            "comm=a-name-that-is-too-long".parse::<TargetSpec>(),
-            Err(TargetSpecError::BadComm(_))
-        ));
+        assert!(matches!("comm=a-name-that-is-too-long".parse::<TargetSpec>(), Err(TargetSpecError::BadComm(_))));
         assert_eq!(TargetSpec::Comm("java".into()).to_string(), "comm=java");
     }
 
@@ -288,7 +291,10 @@ mod tests {
         assert_eq!("port=8080".parse(), Ok(TargetSpec::Port(8080)));
         assert!(matches!("port=0".parse::<TargetSpec>(), Err(TargetSpecError::BadPort(_))));
         assert!(matches!("port=70000".parse::<TargetSpec>(), Err(TargetSpecError::BadPort(_))));
-        assert_eq!("cgroup=/system.slice/nginx.service/".parse(), Ok(TargetSpec::Cgroup("/system.slice/nginx.service".into())));
+        assert_eq!(
+            "cgroup=/system.slice/nginx.service/".parse(),
+            Ok(TargetSpec::Cgroup("/system.slice/nginx.service".into()))
+        );
         assert_eq!("cgroup=/sys/fs/cgroup/system.slice/x".parse(), Ok(TargetSpec::Cgroup("/system.slice/x".into())));
         assert_eq!("cgroup=/sys/fs/cgroup/unified/gw".parse(), Ok(TargetSpec::Cgroup("/gw".into())));
         assert_eq!("cgroup=/sys/fs/cgroup/unifiedx".parse(), Ok(TargetSpec::Cgroup("/unifiedx".into())));

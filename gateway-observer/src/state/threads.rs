@@ -56,9 +56,7 @@ impl ThreadNames {
 
     /// The process's comm: the `process` label.
     pub fn process(&mut self, tgid: u32) -> &str {
-        self.processes
-            .entry(tgid)
-            .or_insert_with(|| procfs::comm(tgid).unwrap_or_else(|| format!("pid-{tgid}")))
+        self.processes.entry(tgid).or_insert_with(|| procfs::comm(tgid).unwrap_or_else(|| format!("pid-{tgid}")))
     }
 
     pub fn forget_thread(&mut self, tid: u32) {

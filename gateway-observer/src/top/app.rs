@@ -24,7 +24,8 @@ pub enum Screen {
 }
 
 impl Screen {
-    pub const ALL: [Screen; 5] = [Screen::Overview, Screen::Process, Screen::Requests, Screen::Upstreams, Screen::Alerts];
+    pub const ALL: [Screen; 5] =
+        [Screen::Overview, Screen::Process, Screen::Requests, Screen::Upstreams, Screen::Alerts];
 
     pub fn index(self) -> usize {
         self as usize
@@ -175,7 +176,9 @@ impl App {
         self.history.retain(|pid, _| data.snapshot.processes.iter().any(|p| p.pid == *pid));
         for p in &data.snapshot.processes {
             let h = self.history.entry(p.pid).or_default();
-            for (series, value) in [(&mut h.per_second, p.inbound.per_second), (&mut h.p99_seconds, p.inbound.p99_seconds)] {
+            for (series, value) in
+                [(&mut h.per_second, p.inbound.per_second), (&mut h.p99_seconds, p.inbound.p99_seconds)]
+            {
                 if series.len() == HISTORY {
                     series.pop_front();
                 }
@@ -313,13 +316,28 @@ mod tests {
     fn data(procs: Vec<Process>, alerts: Vec<Alert>) -> Box<Data> {
         let event_loops = procs
             .iter()
-            .map(|p| EventLoop { pid: p.pid, comm: p.comm.clone(), thread: format!("{}-loop", p.comm), tid: None, utilization: Some(0.5) })
+            .map(|p| EventLoop {
+                pid: p.pid,
+                comm: p.comm.clone(),
+                thread: format!("{}-loop", p.comm),
+                tid: None,
+                utilization: Some(0.5),
+            })
             .collect();
         let slowest_requests = procs
             .iter()
-            .map(|p| SlowRequest { pid: p.pid, process: p.comm.clone(), path: "/x".into(), duration_seconds: Some(0.1), ..SlowRequest::default() })
+            .map(|p| SlowRequest {
+                pid: p.pid,
+                process: p.comm.clone(),
+                path: "/x".into(),
+                duration_seconds: Some(0.1),
+                ..SlowRequest::default()
+            })
             .collect();
-        Box::new(Data { snapshot: Snapshot { processes: procs, event_loops, slowest_requests, ..Snapshot::default() }, alerts })
+        Box::new(Data {
+            snapshot: Snapshot { processes: procs, event_loops, slowest_requests, ..Snapshot::default() },
+            alerts,
+        })
     }
 
     fn alert(pid: u32, kind: &str, subject: &str, state: &str) -> Alert {
@@ -336,7 +354,10 @@ mod tests {
         let mut app = App::new("http://127.0.0.1:9464");
         app.apply(Update::Data(data(
             vec![process(1, "nginx", 100.0), process(2, "envoy", 300.0), process(3, "java", 200.0)],
-            vec![alert(3, "PoolSaturated", "rpc-pool-*", "firing"), alert(2, "EventLoopBlocked", "gw-worker-0", "resolved")],
+            vec![
+                alert(3, "PoolSaturated", "rpc-pool-*", "firing"),
+                alert(2, "EventLoopBlocked", "gw-worker-0", "resolved"),
+            ],
         )));
         app
     }
@@ -492,7 +513,10 @@ mod tests {
             app.on_key(Key::Tab);
             seen.push(app.screen);
         }
-        assert_eq!(seen, [Screen::Overview, Screen::Process, Screen::Requests, Screen::Upstreams, Screen::Alerts, Screen::Overview]);
+        assert_eq!(
+            seen,
+            [Screen::Overview, Screen::Process, Screen::Requests, Screen::Upstreams, Screen::Alerts, Screen::Overview]
+        );
         app.on_key(Key::BackTab);
         assert_eq!(app.screen, Screen::Alerts);
     }

@@ -230,7 +230,10 @@ mod tests {
             ("/api/v1/snapshot", r#"{"version":1,"processes":[{"pid":3,"comm":"nginx"}]}"#),
             ("/api/v1/alerts", r#"{"alerts":[{"kind":"EventLoopBlocked","subject":"w-1"}]}"#),
         ]);
-        let data = Endpoint::parse(&format!("http://127.0.0.1:{port}")).expect("url").fetch(Duration::from_secs(5)).expect("fetch");
+        let data = Endpoint::parse(&format!("http://127.0.0.1:{port}"))
+            .expect("url")
+            .fetch(Duration::from_secs(5))
+            .expect("fetch");
         assert_eq!(data.snapshot.processes[0].comm, "nginx");
         assert_eq!(data.alerts[0].subject, "w-1");
     }
@@ -238,7 +241,10 @@ mod tests {
     #[test]
     fn a_daemon_that_is_down_is_a_connect_error() {
         let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-        let err = Endpoint::parse(&format!("127.0.0.1:{port}")).expect("url").fetch(Duration::from_secs(2)).expect_err("down");
+        let err = Endpoint::parse(&format!("127.0.0.1:{port}"))
+            .expect("url")
+            .fetch(Duration::from_secs(2))
+            .expect_err("down");
         assert!(matches!(err, ClientError::Connect { .. }), "{err}");
         assert!(err.to_string().contains(&format!("127.0.0.1:{port}")), "{err}");
     }
@@ -246,7 +252,8 @@ mod tests {
     #[test]
     fn a_non_200_is_named() {
         let port = serve(vec![("/api/v1/snapshot", "")]);
-        let err = Endpoint::parse(&format!("127.0.0.1:{port}")).expect("url").fetch(Duration::from_secs(2)).expect_err("404");
+        let err =
+            Endpoint::parse(&format!("127.0.0.1:{port}")).expect("url").fetch(Duration::from_secs(2)).expect_err("404");
         assert_eq!(err.to_string(), "GET /api/v1/snapshot: HTTP 404");
     }
 }

@@ -60,7 +60,13 @@ pub fn spark<'a>(values: impl DoubleEndedIterator<Item = &'a f64> + ExactSizeIte
     let tail: Vec<f64> = values.skip(skip).copied().collect();
     let max = tail.iter().copied().fold(0.0_f64, f64::max);
     tail.iter()
-        .map(|v| if max > 0.0 && v.is_finite() { LEVELS[((v / max) * 7.0).round().clamp(0.0, 7.0) as usize] } else { LEVELS[0] })
+        .map(|v| {
+            if max > 0.0 && v.is_finite() {
+                LEVELS[((v / max) * 7.0).round().clamp(0.0, 7.0) as usize]
+            } else {
+                LEVELS[0]
+            }
+        })
         .collect()
 }
 

@@ -204,9 +204,7 @@ pub fn run(connect: &str, interval: Duration) -> Result<(), TopError> {
     let interval = interval.max(Duration::from_millis(100));
     let (updates_tx, updates) = mpsc::channel();
     let (_stop, stop_rx) = mpsc::channel::<()>();
-    thread::Builder::new()
-        .name("top-fetch".into())
-        .spawn(move || fetcher(endpoint, interval, updates_tx, stop_rx))?;
+    thread::Builder::new().name("top-fetch".into()).spawn(move || fetcher(endpoint, interval, updates_tx, stop_rx))?;
 
     let mut guard = TerminalGuard::enter()?;
     let mut app = App::new(connect);

@@ -206,10 +206,7 @@ pub struct Data {
 impl Data {
     /// Both bodies as JSON; an error names which one did not parse.
     pub fn parse(snapshot: &str, alerts: &str) -> Result<Data, serde_json::Error> {
-        Ok(Data {
-            snapshot: serde_json::from_str(snapshot)?,
-            alerts: serde_json::from_str::<Alerts>(alerts)?.alerts,
-        })
+        Ok(Data { snapshot: serde_json::from_str(snapshot)?, alerts: serde_json::from_str::<Alerts>(alerts)?.alerts })
     }
 }
 

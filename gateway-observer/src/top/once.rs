@@ -24,13 +24,23 @@ pub fn text(data: &Data) -> String {
     let mut out = String::new();
     let snap = &data.snapshot;
     let n = |v: Option<u64>| v.map_or_else(|| "-".into(), |v| v.to_string());
-    let _ = writeln!(out, "targets {}  threads {}  event loops {}", n(snap.targets), n(snap.threads), snap.event_loops.len());
+    let _ = writeln!(
+        out,
+        "targets {}  threads {}  event loops {}",
+        n(snap.targets),
+        n(snap.threads),
+        snap.event_loops.len()
+    );
     let _ = writeln!(out);
     let rows = app.process_rows();
     if rows.is_empty() {
         let _ = writeln!(out, "no targets: the daemon sees no target process yet");
     } else {
-        let _ = writeln!(out, "{:<16} {:>7} {:>8} {:>7} {:>7} {:>6} {:>6} {:>8} {:>6}", "PROCESS", "PID", "REQ/S", "P50", "P99", "IN-FL", "CPU", "LOOP MAX", "ALERTS");
+        let _ = writeln!(
+            out,
+            "{:<16} {:>7} {:>8} {:>7} {:>7} {:>6} {:>6} {:>8} {:>6}",
+            "PROCESS", "PID", "REQ/S", "P50", "P99", "IN-FL", "CPU", "LOOP MAX", "ALERTS"
+        );
         for r in &rows {
             let inbound = r.process.map(|p| &p.inbound);
             let _ = writeln!(
@@ -53,7 +63,8 @@ pub fn text(data: &Data) -> String {
     if alerts.is_empty() {
         let _ = writeln!(out, "no alerts");
     } else {
-        let _ = writeln!(out, "{:<8} {:<18} {:<16} {:<24} {:<8}  SUMMARY", "STATE", "KIND", "SUBJECT", "PROCESS", "SINCE");
+        let _ =
+            writeln!(out, "{:<8} {:<18} {:<16} {:<24} {:<8}  SUMMARY", "STATE", "KIND", "SUBJECT", "PROCESS", "SINCE");
         for a in alerts {
             let process = format!("{} ({})", a.process.comm, a.process.pid);
             let _ = writeln!(
@@ -83,10 +94,14 @@ mod tests {
     fn text_has_the_overview_and_the_alerts() {
         let data = Data::parse(&fixture("blocked_snapshot.json"), &fixture("blocked_alerts.json")).expect("parses");
         let text = text(&data);
-        let process_line = text.lines().find(|l| l.starts_with("reference-gatew")).unwrap_or_else(|| panic!("no process row:\n{text}"));
+        let process_line = text
+            .lines()
+            .find(|l| l.starts_with("reference-gatew"))
+            .unwrap_or_else(|| panic!("no process row:\n{text}"));
         assert!(process_line.contains("547.3"), "req/s of the recorded snapshot: {process_line}");
         assert!(process_line.contains("96%"), "busiest event loop: {process_line}");
-        let alert_line = text.lines().find(|l| l.contains("gw-worker-0")).unwrap_or_else(|| panic!("no alert row:\n{text}"));
+        let alert_line =
+            text.lines().find(|l| l.contains("gw-worker-0")).unwrap_or_else(|| panic!("no alert row:\n{text}"));
         assert!(alert_line.starts_with("firing   EventLoopBlocked"), "{alert_line}");
         assert!(alert_line.contains("event loop blocked 87%"), "{alert_line}");
     }

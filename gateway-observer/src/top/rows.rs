@@ -171,7 +171,9 @@ impl App {
             .filter(|(p, u)| self.matches(&[&p.comm, &u.peer]))
             .collect();
         match self.sort_key(Screen::Upstreams) {
-            "oldest" => rows.sort_by(|a, b| b.1.oldest_age_seconds.unwrap_or(-1.0).total_cmp(&a.1.oldest_age_seconds.unwrap_or(-1.0))),
+            "oldest" => rows.sort_by(|a, b| {
+                b.1.oldest_age_seconds.unwrap_or(-1.0).total_cmp(&a.1.oldest_age_seconds.unwrap_or(-1.0))
+            }),
             "connections" => rows.sort_by_key(|r| std::cmp::Reverse(r.1.connections.unwrap_or(0))),
             "peer" => rows.sort_by(|a, b| a.1.peer.cmp(&b.1.peer)),
             _ => rows.sort_by_key(|r| std::cmp::Reverse(r.1.outstanding.unwrap_or(0))),

@@ -27,7 +27,12 @@ impl NetNs {
         let host_link = format!("goh{tag}");
         let ns_link = format!("gon{tag}");
         let subnet = format!("10.213.{index}");
-        let ns = NetNs { name: name.clone(), host_link: host_link.clone(), host_ip: format!("{subnet}.1"), ns_ip: format!("{subnet}.2") };
+        let ns = NetNs {
+            name: name.clone(),
+            host_link: host_link.clone(),
+            host_ip: format!("{subnet}.1"),
+            ns_ip: format!("{subnet}.2"),
+        };
         let _ = Command::new("ip").args(["netns", "del", &name]).output(); // left over from a killed run
         run(&["ip", "netns", "add", &name]);
         run(&["ip", "link", "add", &host_link, "type", "veth", "peer", "name", &ns_link]);
@@ -49,7 +54,14 @@ impl NetNs {
     pub fn drop_replies_from(&self, port: u16) {
         let rule = format!("add rule inet gostall out tcp sport {port} tcp flags & (syn | ack) != (syn | ack) drop");
         run(&["ip", "netns", "exec", &self.name, "nft", "add table inet gostall"]);
-        run(&["ip", "netns", "exec", &self.name, "nft", "add chain inet gostall out { type filter hook output priority 0 ; }"]);
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.name,
+            "nft",
+            "add chain inet gostall out { type filter hook output priority 0 ; }",
+        ]);
         run(&["ip", "netns", "exec", &self.name, "nft", &rule]);
     }
 

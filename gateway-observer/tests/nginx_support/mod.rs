@@ -28,7 +28,9 @@ impl Nginx {
         let path = dir.join("nginx.conf");
         std::fs::write(&path, conf).expect("write nginx.conf");
         let (program, args) = match prefix.split_first() {
-            Some((first, rest)) => (first.to_string(), rest.iter().map(|s| s.to_string()).chain([binary().to_owned()]).collect()),
+            Some((first, rest)) => {
+                (first.to_string(), rest.iter().map(|s| s.to_string()).chain([binary().to_owned()]).collect())
+            }
             None => (binary().to_owned(), Vec::new()),
         };
         let child = Command::new(program)

@@ -96,7 +96,13 @@ pub fn privileged() -> bool {
 }
 
 /// Protected requests from `clients` threads until `stop`, each bounded by a deadline.
-pub fn load(port: u16, path: &'static str, clients: usize, stop: Arc<AtomicBool>, deadline: Instant) -> Vec<thread::JoinHandle<usize>> {
+pub fn load(
+    port: u16,
+    path: &'static str,
+    clients: usize,
+    stop: Arc<AtomicBool>,
+    deadline: Instant,
+) -> Vec<thread::JoinHandle<usize>> {
     load_paced(port, path, clients, Duration::ZERO, stop, deadline)
 }
 
@@ -115,7 +121,14 @@ pub fn load_paced(
             thread::spawn(move || {
                 let mut done = 0;
                 while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && done < 200_000 {
-                    let r = try_request(port, "GET", path, &[("Authorization", "Bearer tok")], b"", Duration::from_secs(30));
+                    let r = try_request(
+                        port,
+                        "GET",
+                        path,
+                        &[("Authorization", "Bearer tok")],
+                        b"",
+                        Duration::from_secs(30),
+                    );
                     done += 1;
                     if !r.is_ok_and(|r| r.status == 200) {
                         thread::sleep(Duration::from_millis(20)); // refused: do not spin
@@ -127,7 +140,6 @@ pub fn load_paced(
         })
         .collect()
 }
-
 
 /// Alerts of one kind in one state.
 pub fn alerts_of(alerts: &[Value], kind: &str, state: &str) -> Vec<Value> {

@@ -69,11 +69,21 @@ pub fn get(host: &str, port: u16, path: &str) -> std::io::Result<u16> {
     stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
-    response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| std::io::Error::other("no status line"))
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other("no status line"))
 }
 
 /// `clients` threads GETting `path` from `host:port` one at a time until `stop` (at most 30 s).
-pub fn load_at(host: &str, port: u16, path: &'static str, clients: usize, stop: &Arc<AtomicBool>) -> Vec<thread::JoinHandle<()>> {
+pub fn load_at(
+    host: &str,
+    port: u16,
+    path: &'static str,
+    clients: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<thread::JoinHandle<()>> {
     (0..clients)
         .map(|_| {
             let (host, stop) = (host.to_owned(), stop.clone());
@@ -95,4 +105,3 @@ impl Drop for PythonServer {
         let _ = self.child.wait();
     }
 }
-

@@ -209,7 +209,8 @@ pub fn try_request(
     s.write_all(body)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
-    parse_response(&raw).ok_or_else(|| std::io::Error::other(format!("unparsable response: {:?}", String::from_utf8_lossy(&raw))))
+    parse_response(&raw)
+        .ok_or_else(|| std::io::Error::other(format!("unparsable response: {:?}", String::from_utf8_lossy(&raw))))
 }
 
 pub fn parse_response(raw: &[u8]) -> Option<Response> {
@@ -344,9 +345,8 @@ fn serve_upstream(conn: TcpStream, name: &str, behavior: Behavior, requests: &At
                 }
                 body.extend_from_slice(&chunk[..n]);
             }
-        } else if let Some(len) = lower
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()))
+        } else if let Some(len) =
+            lower.lines().find_map(|l| l.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()))
         {
             body.resize(len, 0);
             if reader.read_exact(&mut body).is_err() {
@@ -366,13 +366,20 @@ fn serve_upstream(conn: TcpStream, name: &str, behavior: Behavior, requests: &At
         let mut out = format!("{name}\n{head}").into_bytes();
         out.extend_from_slice(&body);
         let resp = if let Behavior::EchoChunked = behavior {
-            let mut r = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n", out.len()).into_bytes();
+            let mut r = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+                out.len()
+            )
+            .into_bytes();
             r.extend_from_slice(&out);
             r.extend_from_slice(b"\r\n0\r\n\r\n");
             r
         } else {
-            let mut r = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n", out.len())
-                .into_bytes();
+            let mut r = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n",
+                out.len()
+            )
+            .into_bytes();
             r.extend_from_slice(&out);
             r
         };
@@ -402,7 +409,9 @@ impl Redis {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!("redis-server not found on PATH and CI=true: install it (apt-get install redis-server)");
             }
-            eprintln!("SKIPPED: redis-server not found on PATH (apt-get install redis-server); this test needs a real Redis");
+            eprintln!(
+                "SKIPPED: redis-server not found on PATH (apt-get install redis-server); this test needs a real Redis"
+            );
             return None;
         }
         let port = free_port();

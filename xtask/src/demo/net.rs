@@ -393,6 +393,9 @@ mod tests {
 
     #[test]
     fn encodes_resp_arrays() {
-        assert_eq!(resp(&["CLIENT", "PAUSE", "60", "ALL"]), b"*4\r\n$6\r\nCLIENT\r\n$5\r\nPAUSE\r\n$2\r\n60\r\n$3\r\nALL\r\n");
+        assert_eq!(
+            resp(&["CLIENT", "PAUSE", "60", "ALL"]),
+            b"*4\r\n$6\r\nCLIENT\r\n$5\r\nPAUSE\r\n$2\r\n60\r\n$3\r\nALL\r\n"
+        );
     }
 }

@@ -24,7 +24,10 @@ pub const USER_NAME_HEADER: &str = "x-user-name";
 /// What the token turned out to be.
 #[derive(Debug, PartialEq)]
 pub enum Verdict {
-    User { id: String, name: Option<String> },
+    User {
+        id: String,
+        name: Option<String>,
+    },
     /// Missing from Redis, or its value has no `userId`.
     Unknown,
     /// Redis failed or timed out; the message names the step, never the token.
@@ -80,7 +83,8 @@ impl AccessCheck {
         let value: Option<String> =
             redis::cmd("GET").arg(&key).query_async(&mut con).await.map_err(|e| format!("redis GET: {e}"))?;
         let Some(value) = value else { return Ok(Verdict::Unknown) };
-        let ttl: i64 = redis::cmd("TTL").arg(&key).query_async(&mut con).await.map_err(|e| format!("redis TTL: {e}"))?;
+        let ttl: i64 =
+            redis::cmd("TTL").arg(&key).query_async(&mut con).await.map_err(|e| format!("redis TTL: {e}"))?;
         if ttl < self.ttl_secs {
             let _: i64 = redis::cmd("EXPIRE")
                 .arg(&key)
@@ -104,12 +108,16 @@ impl AccessCheck {
         };
         let key = self.key(token);
         let result = (|| -> Result<Verdict, String> {
-            let value: Option<String> = redis::cmd("GET").arg(&key).query(&mut con).map_err(|e| format!("redis GET: {e}"))?;
+            let value: Option<String> =
+                redis::cmd("GET").arg(&key).query(&mut con).map_err(|e| format!("redis GET: {e}"))?;
             let Some(value) = value else { return Ok(Verdict::Unknown) };
             let ttl: i64 = redis::cmd("TTL").arg(&key).query(&mut con).map_err(|e| format!("redis TTL: {e}"))?;
             if ttl < self.ttl_secs {
-                let _: i64 =
-                    redis::cmd("EXPIRE").arg(&key).arg(self.ttl_secs).query(&mut con).map_err(|e| format!("redis EXPIRE: {e}"))?;
+                let _: i64 = redis::cmd("EXPIRE")
+                    .arg(&key)
+                    .arg(self.ttl_secs)
+                    .query(&mut con)
+                    .map_err(|e| format!("redis EXPIRE: {e}"))?;
             }
             Ok(parse_user(&value))
         })();
@@ -172,7 +180,10 @@ mod tests {
 
     #[test]
     fn parses_user_and_bearer() {
-        assert_eq!(parse_user(r#"{"userId":"u1","userName":"Ann"}"#), Verdict::User { id: "u1".into(), name: Some("Ann".into()) });
+        assert_eq!(
+            parse_user(r#"{"userId":"u1","userName":"Ann"}"#),
+            Verdict::User { id: "u1".into(), name: Some("Ann".into()) }
+        );
         assert_eq!(parse_user(r#"{"userId":42}"#), Verdict::User { id: "42".into(), name: None });
         assert_eq!(parse_user(r#"{"userId":""}"#), Verdict::Unknown);
         assert_eq!(parse_user("not json"), Verdict::Unknown);

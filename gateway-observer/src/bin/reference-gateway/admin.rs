@@ -64,7 +64,10 @@ async fn handle(app: &App, req: Request<Incoming>) -> Response<ProxyBody> {
             };
             match app.faults.apply(patch) {
                 Ok(_) => {
-                    eprintln!("reference-gateway: faults changed: {}", serde_json::to_string(&*app.faults.snapshot()).unwrap_or_default());
+                    eprintln!(
+                        "reference-gateway: faults changed: {}",
+                        serde_json::to_string(&*app.faults.snapshot()).unwrap_or_default()
+                    );
                     faults_json(app)
                 }
                 Err(e) => text(StatusCode::BAD_REQUEST, &format!("400 Bad Request: {e}"), false),

@@ -286,8 +286,8 @@ fn default_prefix() -> String {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         let config: Config =
             toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?;
         config.validate()?;

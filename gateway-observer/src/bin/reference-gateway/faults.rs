@@ -72,8 +72,7 @@ impl Faults {
             next.redis_client = m;
         }
         if let Some(t) = patch.upstream_response_timeout {
-            next.upstream_response_timeout =
-                if t == "off" { None } else { Some(humantime::parse_duration(&t)?) };
+            next.upstream_response_timeout = if t == "off" { None } else { Some(humantime::parse_duration(&t)?) };
         }
         if let Some(e) = patch.pool_enabled {
             next.pool_enabled = e;

@@ -208,7 +208,10 @@ mod tests {
 
     #[test]
     fn flags_cl_te_and_conflicting_lengths() {
-        assert_eq!(scan(&[b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"]), Some(1));
+        assert_eq!(
+            scan(&[b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"]),
+            Some(1)
+        );
         assert_eq!(scan(&[b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabc"]), Some(1));
         assert_eq!(scan(&[b"POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\nabc"]), None);
     }
@@ -232,6 +235,9 @@ mod tests {
 
     #[test]
     fn h2_preface_turns_it_off() {
-        assert_eq!(scan(&[b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b"Content-Length: 1\r\nTransfer-Encoding: x\r\n\r\n"]), None);
+        assert_eq!(
+            scan(&[b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b"Content-Length: 1\r\nTransfer-Encoding: x\r\n\r\n"]),
+            None
+        );
     }
 }

@@ -79,9 +79,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
         listeners.push(TcpListener::from_std(std_listener).with_context(|| format!("failed to register {addr}"))?);
     }
     let admin_listener = match config.admin.listen {
-        Some(addr) => Some(
-            TcpListener::bind(addr).await.with_context(|| format!("failed to listen on admin address {addr}"))?,
-        ),
+        Some(addr) => {
+            Some(TcpListener::bind(addr).await.with_context(|| format!("failed to listen on admin address {addr}"))?)
+        }
         None => None,
     };
     let app = Arc::new(App {

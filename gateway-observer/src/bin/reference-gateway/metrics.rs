@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// Upper bounds of the latency histogram, seconds.
-const BUCKETS: [f64; 16] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
+const BUCKETS: [f64; 16] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
 
 /// Why a request to an upstream failed; one counter each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +122,8 @@ impl Metrics {
         for (i, c) in self.requests.iter().enumerate() {
             let _ = writeln!(o, "{p}_requests_total{{status_class=\"{}xx\"}} {}", i + 1, c.load(Relaxed));
         }
-        let _ = writeln!(o, "# HELP {p}_request_duration_seconds Time from request headers read to response headers sent.");
+        let _ =
+            writeln!(o, "# HELP {p}_request_duration_seconds Time from request headers read to response headers sent.");
         let _ = writeln!(o, "# TYPE {p}_request_duration_seconds histogram");
         let mut cumulative = 0;
         for (i, b) in self.buckets.iter().enumerate() {

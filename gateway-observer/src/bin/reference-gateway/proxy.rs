@@ -47,7 +47,12 @@ impl Drop for InFlight<'_> {
     }
 }
 
-pub async fn handle(app: Arc<App>, conn: Arc<ConnState>, peer: SocketAddr, req: Request<Incoming>) -> Response<ProxyBody> {
+pub async fn handle(
+    app: Arc<App>,
+    conn: Arc<ConnState>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
     let start = Instant::now();
     app.metrics.request_started();
     conn.in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -61,7 +66,11 @@ pub async fn handle(app: Arc<App>, conn: Arc<ConnState>, peer: SocketAddr, req: 
     let mut outcome = Outcome::default();
 
     let mut resp = if req.version() <= Version::HTTP_11 && conn.is_smuggling_attempt(index) {
-        text(StatusCode::BAD_REQUEST, "400 Bad Request: ambiguous request framing (Content-Length with Transfer-Encoding, or conflicting Content-Length)", true)
+        text(
+            StatusCode::BAD_REQUEST,
+            "400 Bad Request: ambiguous request framing (Content-Length with Transfer-Encoding, or conflicting Content-Length)",
+            true,
+        )
     } else {
         dispatch(&app, peer, &request_id, req, &mut outcome).await
     };
@@ -108,7 +117,11 @@ async fn dispatch(
     }
     let max_body = app.config.limits.max_body_bytes;
     if req.body().size_hint().exact().is_some_and(|n| n > max_body) {
-        return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("413 Payload Too Large: body over {max_body} bytes"), true);
+        return text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("413 Payload Too Large: body over {max_body} bytes"),
+            true,
+        );
     }
     let host = req
         .headers()
@@ -139,7 +152,12 @@ async fn dispatch(
 }
 
 /// Returns the refusal, or `None` to let the request through.
-async fn access_check(app: &App, route: &Route, faults: &FaultState, req: &mut Request<Incoming>) -> Option<Response<ProxyBody>> {
+async fn access_check(
+    app: &App,
+    route: &Route,
+    faults: &FaultState,
+    req: &mut Request<Incoming>,
+) -> Option<Response<ProxyBody>> {
     let verdict = match crate::access_check::bearer_token(req.headers()) {
         None => Verdict::Unknown,
         Some(token) => match faults.redis_client {
@@ -162,12 +180,15 @@ async fn access_check(app: &App, route: &Route, faults: &FaultState, req: &mut R
         }
         Verdict::Unknown => {
             app.metrics.access_check(AccessResult::Unknown);
-            protected.then(|| text(StatusCode::UNAUTHORIZED, "401 Unauthorized: missing or unknown bearer token", false))
+            protected
+                .then(|| text(StatusCode::UNAUTHORIZED, "401 Unauthorized: missing or unknown bearer token", false))
         }
         Verdict::Error(why) => {
             app.metrics.access_check(AccessResult::Error);
             eprintln!("reference-gateway: access check failed: {why}");
-            protected.then(|| text(StatusCode::SERVICE_UNAVAILABLE, "503 Service Unavailable: access check unavailable", false))
+            protected.then(|| {
+                text(StatusCode::SERVICE_UNAVAILABLE, "503 Service Unavailable: access check unavailable", false)
+            })
         }
     }
 }
@@ -186,10 +207,16 @@ async fn rpc_handler(app: &App, faults: &FaultState) -> Response<ProxyBody> {
         let _ = tx.send(waited);
     }));
     if let Err(e) = submitted {
-        return text(StatusCode::SERVICE_UNAVAILABLE, &format!("503 Service Unavailable: {e}, request rejected"), false);
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("503 Service Unavailable: {e}, request rejected"),
+            false,
+        );
     }
     match rx.await {
-        Ok(waited) => json(StatusCode::OK, format!(r#"{{"handled_by":"rpc-pool","limiter_wait_ms":{}}}"#, waited.as_millis())),
+        Ok(waited) => {
+            json(StatusCode::OK, format!(r#"{{"handled_by":"rpc-pool","limiter_wait_ms":{}}}"#, waited.as_millis()))
+        }
         Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error: rpc handler failed", false),
     }
 }
@@ -213,7 +240,8 @@ async fn forward(
         parts.headers.insert(header::HOST, v);
     }
     headers::forward_request_headers(&mut parts.headers, peer.ip(), request_id);
-    let path_and_query = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    let path_and_query =
+        parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     let timeout = faults.upstream_response_timeout.unwrap_or(app.config.timeouts.upstream_response);
 
     // Without a body the request can be replayed, so a refused connection moves on to the next
@@ -226,18 +254,22 @@ async fn forward(
         let addr = pool.addr(i);
         outcome.upstream = Some(addr);
         let upstream_body: ProxyBody = match body.take() {
-            Some(b) if !bodiless => Limited::new(b, usize::try_from(app.config.limits.max_body_bytes).unwrap_or(usize::MAX))
-                .map_err(BoxError::from)
-                .boxed_unsync(),
+            Some(b) if !bodiless => {
+                Limited::new(b, usize::try_from(app.config.limits.max_body_bytes).unwrap_or(usize::MAX))
+                    .map_err(BoxError::from)
+                    .boxed_unsync()
+            }
             _ => Empty::new().map_err(|never| match never {}).boxed_unsync(),
         };
         // Origin-form target: the connection already goes to `addr`, Host says who it is for.
-        let builder = Request::builder().method(parts.method.clone()).version(Version::HTTP_11).uri(path_and_query.clone());
+        let builder =
+            Request::builder().method(parts.method.clone()).version(Version::HTTP_11).uri(path_and_query.clone());
         let Ok(mut up_req) = builder.body(upstream_body) else {
             return text(StatusCode::BAD_REQUEST, "400 Bad Request: unusable request target", false);
         };
         // Only a retry needs the headers again; the last attempt takes them.
-        *up_req.headers_mut() = if attempt == attempts { std::mem::take(&mut parts.headers) } else { parts.headers.clone() };
+        *up_req.headers_mut() =
+            if attempt == attempts { std::mem::take(&mut parts.headers) } else { parts.headers.clone() };
 
         let sent = Instant::now();
         // Boxed: hyper moves each request's future into its slot, and the upstream exchange is
@@ -253,7 +285,11 @@ async fn forward(
             }
             Err(ForwardError::BodyTooLarge) => {
                 let max = app.config.limits.max_body_bytes;
-                return text(StatusCode::PAYLOAD_TOO_LARGE, &format!("413 Payload Too Large: body over {max} bytes"), true);
+                return text(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!("413 Payload Too Large: body over {max} bytes"),
+                    true,
+                );
             }
             Err(ForwardError::Upstream { addr, kind }) => {
                 app.metrics.upstream_error(kind);
@@ -261,7 +297,8 @@ async fn forward(
                     app.metrics.upstream_ejected();
                     eprintln!("reference-gateway: upstream {addr} ejected after repeated failures ({})", kind.as_str());
                 }
-                let fast_connect_failure = matches!(kind, UpstreamErrorKind::ConnectRefused | UpstreamErrorKind::Connect);
+                let fast_connect_failure =
+                    matches!(kind, UpstreamErrorKind::ConnectRefused | UpstreamErrorKind::Connect);
                 if fast_connect_failure && attempt < attempts {
                     continue;
                 }
@@ -272,11 +309,20 @@ async fn forward(
     text(StatusCode::BAD_GATEWAY, "502 Bad Gateway: no upstream server answered", false)
 }
 
-fn upstream_failure(kind: UpstreamErrorKind, addr: SocketAddr, response_timeout: Duration, connect_timeout: Duration) -> Response<ProxyBody> {
+fn upstream_failure(
+    kind: UpstreamErrorKind,
+    addr: SocketAddr,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+) -> Response<ProxyBody> {
     let (status, why) = match kind {
-        UpstreamErrorKind::ConnectRefused => (StatusCode::BAD_GATEWAY, format!("upstream {addr} refused the connection")),
+        UpstreamErrorKind::ConnectRefused => {
+            (StatusCode::BAD_GATEWAY, format!("upstream {addr} refused the connection"))
+        }
         UpstreamErrorKind::Connect => (StatusCode::BAD_GATEWAY, format!("cannot connect to upstream {addr}")),
-        UpstreamErrorKind::Protocol => (StatusCode::BAD_GATEWAY, format!("upstream {addr} closed or sent an invalid response")),
+        UpstreamErrorKind::Protocol => {
+            (StatusCode::BAD_GATEWAY, format!("upstream {addr} closed or sent an invalid response"))
+        }
         UpstreamErrorKind::ConnectTimeout => {
             (StatusCode::GATEWAY_TIMEOUT, format!("connect to upstream {addr} timed out after {connect_timeout:?}"))
         }
@@ -287,4 +333,3 @@ fn upstream_failure(kind: UpstreamErrorKind, addr: SocketAddr, response_timeout:
     let reason = status.canonical_reason().unwrap_or("");
     text(status, &format!("{} {reason}: {why}", status.as_u16()), false)
 }
-

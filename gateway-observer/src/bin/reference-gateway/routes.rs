@@ -76,7 +76,8 @@ mod tests {
 
     #[test]
     fn host_then_longest_prefix() {
-        let r = Routes::new(&[route(None, "/", "default"), route(None, "/api", "api"), route(Some("a.local"), "/", "a")]);
+        let r =
+            Routes::new(&[route(None, "/", "default"), route(None, "/api", "api"), route(Some("a.local"), "/", "a")]);
         let up = |h, p| r.find(h, p).and_then(|r| r.upstream.clone());
         assert_eq!(up(Some("x.local"), "/api/v1").as_deref(), Some("api"));
         assert_eq!(up(Some("A.local:8080"), "/api/v1").as_deref(), Some("a"));

@@ -33,7 +33,12 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
-pub async fn accept_loop(app: Arc<App>, listener: TcpListener, conns: Arc<Semaphore>, mut shutdown: watch::Receiver<bool>) {
+pub async fn accept_loop(
+    app: Arc<App>,
+    listener: TcpListener,
+    conns: Arc<Semaphore>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         if *shutdown.borrow() {
             break;
@@ -74,7 +79,13 @@ async fn reject(mut stream: TcpStream) {
     .await;
 }
 
-async fn serve(app: Arc<App>, stream: TcpStream, peer: SocketAddr, _permit: OwnedSemaphorePermit, mut shutdown: watch::Receiver<bool>) {
+async fn serve(
+    app: Arc<App>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    _permit: OwnedSemaphorePermit,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let state = Arc::new(ConnState::new());
     let io = TokioIo::new(ConnIo::new(stream, Arc::clone(&state)));
     let svc_app = Arc::clone(&app);

@@ -5,8 +5,8 @@
 //! Owns the outbound HTTP/1.1 connections. Knows nothing of routes, access checks or the client side.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -202,7 +202,9 @@ impl Pool {
         let addr = self.servers[i].addr;
         let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
             Err(_) => return Err(UpstreamErrorKind::ConnectTimeout),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(UpstreamErrorKind::ConnectRefused),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Err(UpstreamErrorKind::ConnectRefused);
+            }
             Ok(Err(_)) => return Err(UpstreamErrorKind::Connect),
             Ok(Ok(s)) => s,
         };
@@ -300,7 +302,11 @@ enum Retry {
 }
 
 /// One request/response on `up`, polling the connection alongside the response future.
-async fn exchange(up: &mut UpConn, req: http::Request<ProxyBody>, can_retry: bool) -> Result<http::Response<Incoming>, Retry> {
+async fn exchange(
+    up: &mut UpConn,
+    req: http::Request<ProxyBody>,
+    can_retry: bool,
+) -> Result<http::Response<Incoming>, Retry> {
     let UpConn { sender, conn, done } = up;
     if can_retry {
         let fut = sender.try_send_request(req);

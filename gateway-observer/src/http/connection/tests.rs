@@ -144,7 +144,8 @@ fn keep_alive_three_exchanges() {
         steps.push(write(base + 500, response(200 + i as u16, "x".repeat(i as usize).as_str())));
     }
     let out = run_checked(Role::Server, &steps);
-    let got: Vec<_> = out.exchanges.iter().map(|e| (e.path.as_str(), e.status, e.request_start_ns, e.response_end_ns)).collect();
+    let got: Vec<_> =
+        out.exchanges.iter().map(|e| (e.path.as_str(), e.status, e.request_start_ns, e.response_end_ns)).collect();
     assert_eq!(
         got,
         vec![
@@ -185,7 +186,13 @@ fn head_response_has_no_body() {
     ];
     let out = run_checked(Role::Server, &steps);
     let got: Vec<_> = out.exchanges.iter().map(|e| (e.method, e.status, e.response_bytes, e.response_end_ns)).collect();
-    assert_eq!(got, vec![(Method::Head, Some(200), head_resp.len() as u64, 2), (Method::Get, Some(200), response(200, "ok").len() as u64, 4)]);
+    assert_eq!(
+        got,
+        vec![
+            (Method::Head, Some(200), head_resp.len() as u64, 2),
+            (Method::Get, Some(200), response(200, "ok").len() as u64, 4)
+        ]
+    );
 }
 
 #[test]
@@ -197,8 +204,14 @@ fn continue_100_is_not_the_final_response() {
     let out = run_checked(Role::Server, &steps);
     let e = &out.exchanges[..];
     assert_eq!(e.len(), 1);
-    assert_eq!((e[0].status, e[0].request_end_ns, e[0].response_start_ns, e[0].response_end_ns), (Some(201), 300, Some(400), 400));
-    assert_eq!((e[0].request_bytes, e[0].response_bytes), ((head.len() + 5) as u64, (interim.len() + fin.len()) as u64));
+    assert_eq!(
+        (e[0].status, e[0].request_end_ns, e[0].response_start_ns, e[0].response_end_ns),
+        (Some(201), 300, Some(400), 400)
+    );
+    assert_eq!(
+        (e[0].request_bytes, e[0].response_bytes),
+        ((head.len() + 5) as u64, (interim.len() + fin.len()) as u64)
+    );
 }
 
 #[test]
@@ -244,7 +257,8 @@ fn chunked_body_beyond_the_head_ends_by_count_or_tail() {
     for (body, lost) in [(&one, 0), (&many, 1)] {
         let steps = [read(1, get("/big")), write(2, body), read(3, get("/next")), write(4, response(200, ""))];
         let out = run(Role::Server, &steps);
-        let got: Vec<_> = out.exchanges.iter().map(|e| (e.path.as_str(), e.response_end_ns, e.response_bytes)).collect();
+        let got: Vec<_> =
+            out.exchanges.iter().map(|e| (e.path.as_str(), e.response_end_ns, e.response_bytes)).collect();
         assert_eq!(got, vec![("/big", 2, body.len() as u64), ("/next", 4, 37)], "lost {lost}");
         assert_eq!(out.lost_sync, lost);
     }
@@ -264,13 +278,14 @@ fn content_length_body_beyond_the_head_is_skipped_by_count() {
         write(6, response(200, "")),
     ];
     let out = run(Role::Server, &steps);
-    let got: Vec<_> = out.exchanges.iter().map(|e| (e.path.as_str(), e.request_end_ns, e.request_bytes, e.response_end_ns, e.response_bytes)).collect();
+    let got: Vec<_> = out
+        .exchanges
+        .iter()
+        .map(|e| (e.path.as_str(), e.request_end_ns, e.request_bytes, e.response_end_ns, e.response_bytes))
+        .collect();
     assert_eq!(
         got,
-        vec![
-            ("/upload", 2, (upload.len() + 100_000) as u64, 4, download.len() as u64),
-            ("/next", 5, 38, 6, 37)
-        ]
+        vec![("/upload", 2, (upload.len() + 100_000) as u64, 4, download.len() as u64), ("/next", 5, 38, 6, 37)]
     );
     assert_eq!(out.lost_sync, 0);
 }
@@ -297,16 +312,14 @@ fn header_block_beyond_the_head_uses_fallbacks() {
     // request is read (at its last bytes, t=21).
     assert_eq!(
         got,
-        vec![
-            ("/big", 3, 10, Some(20), 21, (big_response.len() + 16) as u64),
-            ("/next", 1, 30, Some(40), 40, 37)
-        ]
+        vec![("/big", 3, 10, Some(20), 21, (big_response.len() + 16) as u64), ("/next", 1, 30, Some(40), 40, 37)]
     );
     assert_eq!(out.exchanges[0].request_bytes, big_request.len() as u64);
     assert_eq!(out.lost_sync, 2);
 
     // Unknown framing that ends by a tail showing the last chunk.
-    let chunked = format!("HTTP/1.1 200 OK\r\nSet-Cookie: {cookie}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+    let chunked =
+        format!("HTTP/1.1 200 OK\r\nSet-Cookie: {cookie}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
     let out = run(Role::Client, &[write(1, get("/c")), read(2, &chunked), write(3, get("/d"))]);
     let got: Vec<_> = out.exchanges.iter().map(|e| (e.path.as_str(), e.response_end_ns)).collect();
     assert_eq!(got, vec![("/c", 2)]);
@@ -324,7 +337,10 @@ fn response_until_close() {
     let out = run_checked(Role::Client, &steps);
     let e = &out.exchanges;
     assert_eq!(e.len(), 1);
-    assert_eq!((e[0].outcome, e[0].status, e[0].response_end_ns, e[0].tid), (ExchangeOutcome::Complete, Some(200), 900, 4));
+    assert_eq!(
+        (e[0].outcome, e[0].status, e[0].response_end_ns, e[0].tid),
+        (ExchangeOutcome::Complete, Some(200), 900, 4)
+    );
     // Client role: the request's first segment was a write, nothing queued.
     assert_eq!(e[0].queued_since_ns, None);
     assert_eq!(e[0].response_bytes, 60);
@@ -350,12 +366,8 @@ fn connect_tunnel_and_refused_connect() {
     let tls = [0x16u8, 0x03, 0x01, 0x02, 0x00, 0x01];
     let mut connect = b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n".to_vec();
     connect.extend(tls); // optimistic data before the answer
-    let steps = [
-        read(1, &connect),
-        write(2, "HTTP/1.1 200 Connection Established\r\n\r\n"),
-        read(3, tls),
-        write(4, tls),
-    ];
+    let steps =
+        [read(1, &connect), write(2, "HTTP/1.1 200 Connection Established\r\n\r\n"), read(3, tls), write(4, tls)];
     let out = run_checked(Role::Server, &steps);
     let got: Vec<_> = out.exchanges.iter().map(|e| (e.method, e.path.as_str(), e.status, e.outcome)).collect();
     assert_eq!(got, vec![(Method::Connect, "example.com:443", Some(200), ExchangeOutcome::Upgraded)]);
@@ -371,7 +383,10 @@ fn connect_tunnel_and_refused_connect() {
     let got: Vec<_> = out.exchanges.iter().map(|e| (e.method, e.status, e.outcome)).collect();
     assert_eq!(
         got,
-        vec![(Method::Connect, Some(403), ExchangeOutcome::Complete), (Method::Get, Some(200), ExchangeOutcome::Complete)]
+        vec![
+            (Method::Connect, Some(403), ExchangeOutcome::Complete),
+            (Method::Get, Some(200), ExchangeOutcome::Complete)
+        ]
     );
 }
 
@@ -422,7 +437,11 @@ fn close_with_requests_in_flight() {
     let mut conn = Connection::new(Role::Server);
     let mut out = Vec::new();
     conn.on_close(1, &mut out);
-    conn.on_segment(Direction::Read, &Segment { ts_ns: 2, tid: 1, len: 3, head: b"GET", tail: b"GET", queued_since_ns: None }, &mut out);
+    conn.on_segment(
+        Direction::Read,
+        &Segment { ts_ns: 2, tid: 1, len: 3, head: b"GET", tail: b"GET", queued_since_ns: None },
+        &mut out,
+    );
     assert!(out.is_empty() && conn.in_flight().next().is_none());
 }
 
@@ -440,7 +459,14 @@ fn path_without_query_truncated_on_a_char_boundary() {
     ];
     let out = run_checked(Role::Server, &steps);
     let paths: Vec<_> = out.in_flight.iter().map(|r| r.path.clone()).collect();
-    let expected = [format!("/{}", "a".repeat(63)), format!("/{}", "é".repeat(31)), "/frag".into(), "*".into(), "/api/v1".into(), "/".into()];
+    let expected = [
+        format!("/{}", "a".repeat(63)),
+        format!("/{}", "é".repeat(31)),
+        "/frag".into(),
+        "*".into(),
+        "/api/v1".into(),
+        "/".into(),
+    ];
     assert_eq!(paths, expected, "an absolute-form target's authority (credentials) is never kept");
     assert_eq!(out.in_flight[3].method, Method::Options);
 }
@@ -456,7 +482,11 @@ fn in_flight_lists_waiting_requests_oldest_first() {
     ];
     let out = run_checked(Role::Server, &steps);
     assert_eq!(out.exchanges.len(), 1);
-    let got: Vec<_> = out.in_flight.iter().map(|r| (r.method, r.path.as_str(), r.tid, r.request_start_ns, r.response_started)).collect();
+    let got: Vec<_> = out
+        .in_flight
+        .iter()
+        .map(|r| (r.method, r.path.as_str(), r.tid, r.request_start_ns, r.response_started))
+        .collect();
     assert_eq!(got, vec![(Method::Put, "/two", 12, 2, true), (Method::Get, "/three", 13, 4, false)]);
     assert_eq!(out.in_flight[0].request_bytes, 44);
     assert_eq!(out.in_flight[0].queued_since_ns, Some(1));
@@ -468,13 +498,21 @@ fn in_flight_is_capped() {
     let mut out = Vec::new();
     let req = get("/x");
     for i in 0..(MAX_IN_FLIGHT as u64 + 76) {
-        let seg = Segment { ts_ns: i, tid: 1, len: req.len() as u64, head: req.as_bytes(), tail: &[], queued_since_ns: None };
+        let seg =
+            Segment { ts_ns: i, tid: 1, len: req.len() as u64, head: req.as_bytes(), tail: &[], queued_since_ns: None };
         conn.on_segment(Direction::Read, &seg, &mut out);
     }
     assert_eq!((conn.in_flight().count(), conn.dropped_in_flight()), (MAX_IN_FLIGHT, 76));
     assert_eq!(conn.in_flight().next().map(|r| r.request_start_ns), Some(76));
     let resp = response(200, "");
-    let seg = Segment { ts_ns: 5000, tid: 1, len: resp.len() as u64, head: resp.as_bytes(), tail: &[], queued_since_ns: None };
+    let seg = Segment {
+        ts_ns: 5000,
+        tid: 1,
+        len: resp.len() as u64,
+        head: resp.as_bytes(),
+        tail: &[],
+        queued_since_ns: None,
+    };
     conn.on_segment(Direction::Write, &seg, &mut out);
     assert_eq!(out.iter().map(|e| e.request_start_ns).collect::<Vec<_>>(), vec![76]);
 }

@@ -72,8 +72,11 @@ fn transfer_coding_chunked_only_when_last() {
 
 #[test]
 fn malformed_or_conflicting_length_is_unknown_framing() {
-    for headers in ["Content-Length: 1x\r\n", "Content-Length: 3\r\nContent-Length: 4\r\n", "Content-Length: 99999999999999999999999\r\n"]
-    {
+    for headers in [
+        "Content-Length: 1x\r\n",
+        "Content-Length: 3\r\nContent-Length: 4\r\n",
+        "Content-Length: 99999999999999999999999\r\n",
+    ] {
         let req = format!("POST / HTTP/1.1\r\n{headers}\r\n");
         let f = framing(&events(Kind::Request, &[full(req.as_bytes())]));
         assert_eq!(request_body(Method::Post, &f), Body::Unknown, "{headers:?}");

@@ -23,11 +23,26 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, usize)> {
     let cookie = "c".repeat(900);
     let chunk = format!("4000\r\n{}\r\n", "d".repeat(0x4000));
     vec![
-        ("server_get", server().data(R, 10, 1, Some(3), get("/a?b=c").as_bytes()).data(W, 20, 1, None, resp(200, "hi").as_bytes()).finish(), 1),
+        (
+            "server_get",
+            server()
+                .data(R, 10, 1, Some(3), get("/a?b=c").as_bytes())
+                .data(W, 20, 1, None, resp(200, "hi").as_bytes())
+                .finish(),
+            1,
+        ),
         (
             "server_keep_alive",
             (0..3)
-                .fold(server(), |w, i| w.data(R, 5, 1, Some(1), get(&format!("/k{i}")).as_bytes()).data(W, 9, 2, None, resp(200, "x").as_bytes()))
+                .fold(server(), |w, i| {
+                    w.data(R, 5, 1, Some(1), get(&format!("/k{i}")).as_bytes()).data(
+                        W,
+                        9,
+                        2,
+                        None,
+                        resp(200, "x").as_bytes(),
+                    )
+                })
                 .close(1)
                 .finish(),
             3,
@@ -62,7 +77,13 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, usize)> {
             "server_204_304",
             server()
                 .data(R, 1, 1, None, format!("{}{}", get("/n"), get("/m")).as_bytes())
-                .data(W, 2, 1, None, b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n")
+                .data(
+                    W,
+                    2,
+                    1,
+                    None,
+                    b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+                )
                 .finish(),
             2,
         ),
@@ -81,14 +102,27 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, usize)> {
             "server_chunked_unseen",
             server()
                 .data(R, 1, 1, None, get("/big").as_bytes())
-                .data(W, 2, 1, None, format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{}0\r\n\r\n", chunk.repeat(3)).as_bytes())
+                .data(
+                    W,
+                    2,
+                    1,
+                    None,
+                    format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{}0\r\n\r\n", chunk.repeat(3))
+                        .as_bytes(),
+                )
                 .finish(),
             1,
         ),
         (
             "server_length_unseen",
             server()
-                .data(R, 1, 1, None, format!("POST /up HTTP/1.1\r\nContent-Length: 70000\r\n\r\n{}", "u".repeat(40_000)).as_bytes())
+                .data(
+                    R,
+                    1,
+                    1,
+                    None,
+                    format!("POST /up HTTP/1.1\r\nContent-Length: 70000\r\n\r\n{}", "u".repeat(40_000)).as_bytes(),
+                )
                 .data(R, 1, 1, None, "u".repeat(30_000).as_bytes())
                 .data(W, 2, 1, None, resp(200, &"v".repeat(5000)).as_bytes())
                 .finish(),
@@ -98,7 +132,13 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, usize)> {
             "server_big_headers",
             server()
                 .data(R, 1, 1, None, format!("GET /big HTTP/1.1\r\nCookie: {cookie}\r\n\r\n").as_bytes())
-                .data(W, 2, 1, None, format!("HTTP/1.1 200 OK\r\nSet-Cookie: {cookie}\r\nContent-Length: 2\r\n\r\nok").as_bytes())
+                .data(
+                    W,
+                    2,
+                    1,
+                    None,
+                    format!("HTTP/1.1 200 OK\r\nSet-Cookie: {cookie}\r\nContent-Length: 2\r\n\r\nok").as_bytes(),
+                )
                 .data(R, 3, 1, None, get("/next").as_bytes())
                 .data(W, 4, 1, None, resp(200, "").as_bytes())
                 .finish(),
@@ -118,7 +158,13 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, usize)> {
             "server_websocket",
             server()
                 .data(R, 1, 1, None, b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-                .data(W, 2, 1, None, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+                .data(
+                    W,
+                    2,
+                    1,
+                    None,
+                    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+                )
                 .data(R, 3, 1, None, &[0x81, 0x82, 1, 2, 3, 4, 5, 6])
                 .finish(),
             1,
@@ -134,10 +180,18 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, usize)> {
         ),
         (
             "server_tls",
-            server().data(R, 1, 1, None, &[0x16, 3, 1, 0, 0xa5, 1, 0, 0, 0xa1, 3, 3]).data(W, 1, 1, None, &[0x16, 3, 3]).close(1).finish(),
+            server()
+                .data(R, 1, 1, None, &[0x16, 3, 1, 0, 0xa5, 1, 0, 0, 0xa1, 3, 3])
+                .data(W, 1, 1, None, &[0x16, 3, 3])
+                .close(1)
+                .finish(),
             0,
         ),
-        ("client_redis", client().data(W, 1, 2, None, b"*1\r\n$4\r\nPING\r\n").data(R, 1, 2, Some(0), b"+PONG\r\n").finish(), 0),
+        (
+            "client_redis",
+            client().data(W, 1, 2, None, b"*1\r\n$4\r\nPING\r\n").data(R, 1, 2, Some(0), b"+PONG\r\n").finish(),
+            0,
+        ),
         (
             "server_garbage_after",
             server()
@@ -169,7 +223,13 @@ fn seeds() -> Vec<(&'static str, Vec<u8>, usize)> {
             (0..2)
                 .fold(client(), |w, i| {
                     w.data(W, 3, 2, None, format!("POST /rpc{i} HTTP/1.1\r\nContent-Length: 2\r\n\r\n{{}}").as_bytes())
-                        .data(R, 7, 2, Some(6), b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+                        .data(
+                            R,
+                            7,
+                            2,
+                            Some(6),
+                            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+                        )
                 })
                 .finish(),
             2,
@@ -217,17 +277,16 @@ fn seeds_drive_real_exchanges() {
     for (name, input, want) in seeds() {
         let got = replay(&input);
         assert_eq!(got.len(), want, "seed {name}: {got:#?}");
-        assert!(got.iter().all(|e| e.outcome == ExchangeOutcome::Closed || e.status.is_some()), "seed {name}: {got:#?}");
+        assert!(
+            got.iter().all(|e| e.outcome == ExchangeOutcome::Closed || e.status.is_some()),
+            "seed {name}: {got:#?}"
+        );
     }
 }
 
 #[test]
 fn decoding_round_trips_the_writer() {
-    let input = Writer::new()
-        .connect(Role::Client)
-        .sparse(W, 5, 9, Some(2), b"GET", 1000, b"tail")
-        .close(3)
-        .finish();
+    let input = Writer::new().connect(Role::Client).sparse(W, 5, 9, Some(2), b"GET", 1000, b"tail").close(3).finish();
     let ops: Vec<_> = decode(&input).collect();
     assert!(matches!(ops[0], Op::Connect(Role::Client)));
     let Op::Segment(W, seg) = ops[1] else { panic!("not a write segment: {:?}", ops[1]) };

@@ -23,7 +23,11 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
     let rows = app.alert_rows();
     let block = titled("Alerts", app, Screen::Alerts, rows.len());
     if rows.is_empty() {
-        let message = if app.filter.is_empty() { "no alerts: nothing pending, firing or resolved in the last 10 minutes" } else { "no alert matches the filter (Esc clears it)" };
+        let message = if app.filter.is_empty() {
+            "no alerts: nothing pending, firing or resolved in the last 10 minutes"
+        } else {
+            "no alert matches the filter (Esc clears it)"
+        };
         empty(frame, block, message, area);
         return;
     }
@@ -54,7 +58,8 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
         Constraint::Length(22),
         Constraint::Length(8),
     ];
-    let table = table(table_rows, vec!["STATE", "KIND", "SUBJECT", "PROCESS", "SINCE"], widths, block).highlight_symbol("▶ ");
+    let table =
+        table(table_rows, vec!["STATE", "KIND", "SUBJECT", "PROCESS", "SINCE"], widths, block).highlight_symbol("▶ ");
     let selected = app.selected[Screen::Alerts.index()];
     frame.render_stateful_widget(table, list_area, &mut state(selected));
     if let Some(alert) = rows.get(selected) {

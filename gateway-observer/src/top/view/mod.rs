@@ -27,7 +27,8 @@ const WIDE: u16 = 110;
 
 pub fn draw(frame: &mut Frame, app: &App) {
     let [header, tabs, body, footer] =
-        Layout::vertical([Constraint::Length(1), Constraint::Length(1), Constraint::Min(0), Constraint::Length(1)]).areas(frame.area());
+        Layout::vertical([Constraint::Length(1), Constraint::Length(1), Constraint::Min(0), Constraint::Length(1)])
+            .areas(frame.area());
     frame.render_widget(header_line(app, header.width), header);
     frame.render_widget(tab_line(app), tabs);
     if let Some(message) = no_data_message(app) {
@@ -60,12 +61,16 @@ fn no_data_message(app: &App) -> Option<String> {
 
 fn header_line(app: &App, width: u16) -> Line<'static> {
     let snap = &app.data.snapshot;
-    let mut spans = vec![Span::styled(" gateway-observer top ", Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED))];
+    let mut spans =
+        vec![Span::styled(" gateway-observer top ", Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED))];
     match &app.link {
         Link::Up => spans.push(Span::styled(" ● connected ", Style::new().fg(Color::Green))),
         Link::Connecting => spans.push(Span::styled(" ○ connecting ", Style::new().fg(Color::Yellow))),
         Link::Down { error, .. } => {
-            spans.push(Span::styled(" ✗ disconnected, retrying ", Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)));
+            spans.push(Span::styled(
+                " ✗ disconnected, retrying ",
+                Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+            ));
             spans.push(Span::styled(format!("({error}) "), Style::new().fg(Color::Red)));
         }
     }

@@ -21,9 +21,11 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
     // The process list as tall as it needs, the alerts at least a third: the rest to the alerts.
     let trends_height = if area.height >= 16 { 4 } else { 0 };
     let alerts_min = (open.len().max(1) as u16 + 2).min((area.height / 3).max(3));
-    let list_height = (rows.len() as u16).saturating_add(3).max(5).min(area.height.saturating_sub(alerts_min + trends_height));
+    let list_height =
+        (rows.len() as u16).saturating_add(3).max(5).min(area.height.saturating_sub(alerts_min + trends_height));
     let [list, middle, trends] =
-        Layout::vertical([Constraint::Length(list_height), Constraint::Min(0), Constraint::Length(trends_height)]).areas(area);
+        Layout::vertical([Constraint::Length(list_height), Constraint::Min(0), Constraint::Length(trends_height)])
+            .areas(area);
     // Tall terminals: the alerts as tall as they need (up to half), the busiest event loops below.
     let loops_count = app.data.snapshot.event_loops.len() as u16;
     let (alerts_area, loops_area) = if middle.height >= 14 && loops_count > 0 {
@@ -58,7 +60,9 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
                     Cell::from(r.process.and_then(|p| p.in_flight).map_or_else(|| "-".into(), |n| n.to_string())),
                 ];
                 if wide {
-                    cells.push(Cell::from(r.process.and_then(|p| p.cpu).map_or_else(|| "-".into(), |c| format!("{c:.2}"))));
+                    cells.push(Cell::from(
+                        r.process.and_then(|p| p.cpu).map_or_else(|| "-".into(), |c| format!("{c:.2}")),
+                    ));
                 }
                 cells.push(Cell::from(Line::from(vec![
                     Span::styled(bar(r.loop_max.unwrap_or(0.0), 5), Style::new().fg(share_color(r.loop_max))),
@@ -140,19 +144,29 @@ fn draw_busiest_loops(frame: &mut Frame, app: &App, area: Rect) {
                 .iter()
                 .filter(|a| a.is_open() && a.process.pid == l.pid && a.subject == l.thread)
                 .min_by_key(|a| a.state_rank());
-            let (text, style) = alert.map_or((String::new(), Style::new()), |a| (format!("{} ({})", a.kind, a.state), alert_state_style(&a.state)));
+            let (text, style) = alert.map_or((String::new(), Style::new()), |a| {
+                (format!("{} ({})", a.kind, a.state), alert_state_style(&a.state))
+            });
             Row::new(vec![
                 Cell::from(l.thread.clone()),
                 Cell::from(format!("{} ({})", l.comm, l.pid)),
                 Cell::from(Line::from(vec![
-                    Span::styled(bar(l.utilization.unwrap_or(0.0), bar_width), Style::new().fg(share_color(l.utilization))),
+                    Span::styled(
+                        bar(l.utilization.unwrap_or(0.0), bar_width),
+                        Style::new().fg(share_color(l.utilization)),
+                    ),
                     Span::raw(format!(" {:>4}", pct(l.utilization))),
                 ])),
                 Cell::from(text).style(style),
             ])
         })
         .collect();
-    let widths = vec![Constraint::Length(18), Constraint::Length(24), Constraint::Length(bar_width as u16 + 5), Constraint::Min(10)];
+    let widths = vec![
+        Constraint::Length(18),
+        Constraint::Length(24),
+        Constraint::Length(bar_width as u16 + 5),
+        Constraint::Min(10),
+    ];
     let block = Block::bordered().title(format!(" Busiest event loops ({}) · 2 for the process view ", loops.len()));
     frame.render_widget(table(rows, vec!["THREAD", "PROCESS", "UTILIZATION", "ALERT"], widths, block), area);
 }

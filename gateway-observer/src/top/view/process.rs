@@ -18,7 +18,12 @@ use crate::top::{
 
 pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
     let Some(pid) = app.focus_pid() else {
-        empty(frame, Block::bordered().title(" Process "), "no process: pick one on the overview and press Enter", area);
+        empty(
+            frame,
+            Block::bordered().title(" Process "),
+            "no process: pick one on the overview and press Enter",
+            area,
+        );
         return;
     };
     let groups = app.group_rows();
@@ -62,7 +67,8 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
     if loops.is_empty() {
         empty(frame, block, "no event loops found in this process (threads idling in epoll/poll/select)", loops_area);
     } else {
-        let bar_width = usize::from(loops_area.width.saturating_sub(if loops_area.width >= WIDE { 70 } else { 52 })).clamp(4, 60);
+        let bar_width =
+            usize::from(loops_area.width.saturating_sub(if loops_area.width >= WIDE { 70 } else { 52 })).clamp(4, 60);
         let rows: Vec<Row<'_>> = loops
             .iter()
             .map(|l| {
@@ -72,12 +78,16 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
                     .iter()
                     .filter(|a| a.is_open() && a.process.pid == l.pid && a.subject == l.thread)
                     .min_by_key(|a| a.state_rank());
-                let (alert_text, alert_style) = alert.map_or((String::new(), Style::new()), |a| (a.kind.clone(), alert_state_style(&a.state)));
+                let (alert_text, alert_style) =
+                    alert.map_or((String::new(), Style::new()), |a| (a.kind.clone(), alert_state_style(&a.state)));
                 Row::new(vec![
                     Cell::from(l.thread.clone()),
                     Cell::from(l.tid.map_or_else(|| "-".into(), |t| t.to_string())),
                     Cell::from(Line::from(vec![
-                        Span::styled(bar(l.utilization.unwrap_or(0.0), bar_width), Style::new().fg(share_color(l.utilization))),
+                        Span::styled(
+                            bar(l.utilization.unwrap_or(0.0), bar_width),
+                            Style::new().fg(share_color(l.utilization)),
+                        ),
                         Span::raw(format!(" {:>4}", pct(l.utilization))),
                     ])),
                     Cell::from(alert_text).style(alert_style),
@@ -133,7 +143,8 @@ fn listeners_line(listeners: &[Listener]) -> Line<'static> {
 /// Running (green), runnable (yellow), blocked (red), idle (gray) as one 12-cell stacked bar.
 fn group_row(g: &ThreadGroup) -> Row<'_> {
     const WIDTH: u64 = 12;
-    let parts = [(g.running, Color::Green), (g.runnable, Color::Yellow), (g.blocked, Color::Red), (g.idle, Color::DarkGray)];
+    let parts =
+        [(g.running, Color::Green), (g.runnable, Color::Yellow), (g.blocked, Color::Red), (g.idle, Color::DarkGray)];
     let total: u64 = parts.iter().map(|(n, _)| n.unwrap_or(0)).sum();
     let mut spans = Vec::new();
     let mut used = 0;

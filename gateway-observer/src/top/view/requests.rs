@@ -16,12 +16,14 @@ use crate::top::{
     model::SlowRequest,
 };
 
-const PHASES: [(&str, Color); 4] = [("q", Color::Magenta), ("g", Color::Yellow), ("u", Color::Blue), ("w", Color::Cyan)];
+const PHASES: [(&str, Color); 4] =
+    [("q", Color::Magenta), ("g", Color::Yellow), ("u", Color::Blue), ("w", Color::Cyan)];
 
 pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
     let in_flight = app.in_flight_rows();
     let flight_height = (in_flight.len().max(1) as u16 + 3).min(area.height / 3).max(3);
-    let [slow_area, flight_area] = Layout::vertical([Constraint::Min(5), Constraint::Length(flight_height)]).areas(area);
+    let [slow_area, flight_area] =
+        Layout::vertical([Constraint::Min(5), Constraint::Length(flight_height)]).areas(area);
     let wide = area.width >= WIDE;
 
     let slow = app.request_rows();
@@ -43,7 +45,12 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
         ];
         if wide {
             header.extend(["WHERE (q g u w)", "PEER", "PROCESS", "TID"]);
-            widths.extend([Constraint::Length(20), Constraint::Length(21), Constraint::Length(15), Constraint::Length(7)]);
+            widths.extend([
+                Constraint::Length(20),
+                Constraint::Length(21),
+                Constraint::Length(15),
+                Constraint::Length(7),
+            ]);
         }
         let table = table(rows, header, widths, block).highlight_symbol("▶ ");
         frame.render_stateful_widget(table, slow_area, &mut state(app.selected[Screen::Requests.index()]));
@@ -74,8 +81,13 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
             })
             .collect();
         let mut header = vec!["AGE", "REQUEST", "THREAD", "QUEUE", "RESPONSE"];
-        let mut widths =
-            vec![Constraint::Length(6), Constraint::Min(14), Constraint::Length(16), Constraint::Length(6), Constraint::Length(8)];
+        let mut widths = vec![
+            Constraint::Length(6),
+            Constraint::Min(14),
+            Constraint::Length(16),
+            Constraint::Length(6),
+            Constraint::Length(8),
+        ];
         if wide {
             header.push("PROCESS");
             widths.push(Constraint::Length(24));
