@@ -254,7 +254,7 @@ pub struct ThreadState {
     pub _pad: [u8; 3],
 }
 pub const THREAD_STATE_SIZE: usize = 696;
-const _: () = assert!(core::mem::size_of::<ThreadState>() == THREAD_STATE_SIZE);
+const _: () = assert!(size_of::<ThreadState>() == THREAD_STATE_SIZE);
 
 impl Default for ThreadState {
     fn default() -> Self {
@@ -299,7 +299,7 @@ pub struct TargetInfo {
     pub parent_tgid: u32,
     pub _pad: u32,
 }
-const _: () = assert!(core::mem::size_of::<TargetInfo>() == 8);
+const _: () = assert!(size_of::<TargetInfo>() == 8);
 
 /// One ring-buffer record. A single fixed layout for every `event_kind` keeps decoding simple.
 #[repr(C)]
@@ -323,7 +323,7 @@ pub struct Event {
     pub timestamp_ns: u64,
 }
 pub const EVENT_SIZE: usize = 56;
-const _: () = assert!(core::mem::size_of::<Event>() == EVENT_SIZE);
+const _: () = assert!(size_of::<Event>() == EVENT_SIZE);
 
 /// Value of `SOCKS`: a TCP connection a target uses, keyed by its `struct sock` address.
 #[repr(C)]
@@ -342,7 +342,7 @@ pub struct SockState {
     pub retransmits: u32,
     pub _pad: u32,
 }
-const _: () = assert!(core::mem::size_of::<SockState>() == 32);
+const _: () = assert!(size_of::<SockState>() == 32);
 
 /// Socket ring-buffer record `SOCKET_DATA`: one read or write on a target's TCP socket. Too big
 /// for the BPF stack, so the kernel fills it field by field in the reserved ring-buffer space.
@@ -371,7 +371,7 @@ pub struct DataEvent {
     pub tail: [u8; DATA_TAIL_BYTES],
 }
 pub const DATA_EVENT_SIZE: usize = 584;
-const _: () = assert!(core::mem::size_of::<DataEvent>() == DATA_EVENT_SIZE);
+const _: () = assert!(size_of::<DataEvent>() == DATA_EVENT_SIZE);
 
 /// Socket ring-buffer record `SOCKET_OPEN` / `SOCKET_CLOSE`.
 #[repr(C)]
@@ -397,7 +397,7 @@ pub struct ConnEvent {
     pub remote_addr: [u8; 16],
 }
 pub const CONN_EVENT_SIZE: usize = 72;
-const _: () = assert!(core::mem::size_of::<ConnEvent>() == CONN_EVENT_SIZE);
+const _: () = assert!(size_of::<ConnEvent>() == CONN_EVENT_SIZE);
 
 /// Socket ring-buffer record `SOCKET_RETRANSMIT` / `SOCKET_RESET`: what a stalled or broken
 /// flow looks like from the kernel's TCP state.
@@ -419,7 +419,7 @@ pub struct FlowEvent {
     pub _pad: u32,
 }
 pub const FLOW_EVENT_SIZE: usize = 48;
-const _: () = assert!(core::mem::size_of::<FlowEvent>() == FLOW_EVENT_SIZE);
+const _: () = assert!(size_of::<FlowEvent>() == FLOW_EVENT_SIZE);
 
 /// Load-time constants for the kernel programs, read from the running kernel's BTF and set with
 /// `EbpfLoader::override_global`. Rust eBPF gets no CO-RE relocations, so struct offsets come here.
@@ -459,7 +459,7 @@ pub struct ProbeConfig {
     pub sock_net_offset: u32,
     pub net_inum_offset: u32,
 }
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 96);
+const _: () = assert!(size_of::<ProbeConfig>() == 96);
 
 /// Key of `LISTEN_PORTS`: a port in one network namespace.
 pub fn listen_key(netns_inum: u32, port: u16) -> u64 {
@@ -471,11 +471,16 @@ pub const MAX_LISTEN_PORTS: u32 = 4096;
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: each type is repr(C), made only of integers, with explicit padding, so every bit
-    // pattern is valid and there are no uninitialised bytes.
+    // Each type is repr(C), made only of integers, with explicit padding, so every bit pattern is
+    // valid and there are no uninitialised bytes.
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::ThreadState {}
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::TargetInfo {}
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::Event {}
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::ProbeConfig {}
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::SockState {}
 }

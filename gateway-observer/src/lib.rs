@@ -10,7 +10,6 @@ pub mod collector;
 pub mod config;
 pub mod detect;
 pub mod events;
-pub mod http;
 pub mod probes;
 pub mod procfs;
 pub mod reason;

@@ -1,11 +1,29 @@
-//! Helpers for the end-to-end scenarios: privilege gate, the daemon as a child process, scraping
-//! and parsing /metrics, bounded polling. Tests never sleep for readiness: they poll with a deadline.
+//! The one end-to-end harness: the real daemon, the reference gateway, real nginx, Python, Redis
+//! and test upstreams as child processes (each ended on drop, also when a test fails), network
+//! namespaces, bounded client load, /metrics parsing and alert polling. Tests never sleep for
+//! readiness: they poll with a deadline.
+//!
+//! The privileged suites in `tests/` load the real kernel programs; `reference-gateway`'s own
+//! tests use the unprivileged parts.
 
-pub mod daemon;
+pub mod alerts;
 pub mod fixture;
+pub mod http_client;
+pub mod load;
 pub mod metrics;
+pub mod netns;
+pub mod nginx;
+pub mod observer;
+pub mod python;
+pub mod redis_server;
+pub mod reference_gateway;
+pub mod upstream;
 
-use std::time::{Duration, Instant};
+use std::{
+    path::PathBuf,
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant},
+};
 
 /// True when the test may load probes. Without root it fails under CI (a skipped privileged test
 /// is a failure there) and otherwise says why it skipped.
@@ -22,6 +40,23 @@ pub fn privileged(test: &str) -> bool {
     false
 }
 
+/// A workspace binary (`gateway-observer`, `reference-gateway`): $GATEWAY_OBSERVER_BIN for the
+/// daemon if set, else the workspace's target/debug build (`cargo xtask test` builds both first;
+/// cargo builds a package's own binaries before its integration tests).
+pub fn binary(name: &str) -> PathBuf {
+    if name == "gateway-observer"
+        && let Some(path) = std::env::var_os("GATEWAY_OBSERVER_BIN")
+    {
+        return path.into();
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let bin = target.join("debug").join(name);
+    assert!(bin.exists(), "{} not built: run `cargo xtask test` (or cargo build -p {name})", bin.display());
+    bin
+}
+
 /// Polls `probe` until it returns Some or `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
@@ -36,6 +71,15 @@ pub fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> O
     }
 }
 
+/// Polls `f` every 20 ms until it holds; panics naming `what` after `deadline`.
+pub fn wait_until(what: &str, deadline: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + deadline;
+    while !f() {
+        assert!(Instant::now() < end, "timed out after {deadline:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -44,9 +88,48 @@ pub fn free_port() -> u16 {
         .expect("bind an ephemeral loopback port")
 }
 
+/// A fresh directory for one test's files.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "refgw-{tag}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a test directory");
+    dir
+}
+
 /// Whether `actual` is within `tolerance` (a fraction) of `expected`.
 pub fn within(actual: f64, expected: f64, tolerance: f64) -> bool {
     (actual - expected).abs() <= expected.abs() * tolerance
+}
+
+/// Asserts `got` is within ±20 % of `want`.
+pub fn assert_about(what: &str, got: Duration, want: Duration) {
+    let lo = want.mul_f64(0.8);
+    let hi = want.mul_f64(1.2);
+    assert!(got >= lo && got <= hi, "{what}: took {got:?}, expected {want:?} ±20 % ({lo:?}..{hi:?})");
+}
+
+/// The threads of a process as (tid, name).
+pub fn threads(pid: u32) -> Vec<(u32, String)> {
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let tid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            Some((tid, comm.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// The syscall number a thread is blocked in (`/proc/PID/task/TID/syscall`), if any.
+pub fn thread_syscall(pid: u32, tid: u32) -> Option<i64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
 }
 
 /// Privileged tests run one at a time: each loads its own probes and measures timing, and

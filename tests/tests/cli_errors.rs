@@ -2,10 +2,10 @@
 
 use std::process::Command;
 
-use tests::daemon::observer_bin;
+use tests::binary;
 
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(observer_bin()).args(args).output().expect("run gateway-observer");
+    let out = Command::new(binary("gateway-observer")).args(args).output().expect("run gateway-observer");
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 

@@ -6,31 +6,25 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tests::{
-    daemon::{Daemon, http_get},
     fixture::Fixture,
     metrics::{self, sum},
+    observer::Observer,
     privileged, serial, wait_for,
 };
-
-fn alerts(daemon: &Daemon) -> Vec<Value> {
-    let (status, body) = http_get(daemon.port, "/api/v1/alerts");
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str::<Value>(&body).expect("alerts JSON")["alerts"].as_array().cloned().unwrap_or_default()
-}
 
 /// The busy-loop fixture (`SECONDS SPIN_MS`) started and watched; returns the first
 /// EventLoopBusy alert firing within `within`, with the fixture and daemon and when the loop
 /// started.
-fn busy_alert(args: &[&str], within: Duration) -> (Value, Fixture, Daemon, std::time::Instant) {
+fn busy_alert(args: &[&str], within: Duration) -> (Value, Fixture, Observer, std::time::Instant) {
     let mut fixture = Fixture::start(env!("CARGO_BIN_EXE_busy-loop"), args);
-    let daemon = Daemon::start(&["--target", &format!("pid={}", fixture.pid())]);
+    let daemon = Observer::run(&["--target", &format!("pid={}", fixture.pid())]);
     fixture.go();
     let started = std::time::Instant::now();
     let alert = wait_for(within, || {
-        alerts(&daemon).into_iter().find(|a| a["kind"] == "EventLoopBusy" && a["state"] == "firing")
+        daemon.alerts().into_iter().find(|a| a["kind"] == "EventLoopBusy" && a["state"] == "firing")
     })
     .unwrap_or_else(|| {
-        panic!("no EventLoopBusy firing within {within:?} of the loop starting: {:#?}", alerts(&daemon))
+        panic!("no EventLoopBusy firing within {within:?} of the loop starting: {:#?}", daemon.alerts())
     });
     (alert, fixture, daemon, started)
 }
@@ -48,7 +42,7 @@ fn a_loop_that_stays_on_cpu_is_named_busy() {
     // A 250 ms spin of wall time gets less CPU on a crowded machine (the exact check, against the
     // thread's own CPU clock, is on the histogram below); never more.
     assert!((0.1..=0.26).contains(&longest), "longest on-CPU iteration {longest:.3} s; the loop spins 0.25 s");
-    let blocked: Vec<Value> = alerts(&daemon).into_iter().filter(|a| a["kind"] == "EventLoopBlocked").collect();
+    let blocked: Vec<Value> = daemon.alerts().into_iter().filter(|a| a["kind"] == "EventLoopBlocked").collect();
     assert!(blocked.is_empty(), "a spinning loop is busy, not blocked: {blocked:#?}");
 
     // The iteration histogram: the spins, and only they, took more than 67 ms on CPU.
@@ -56,7 +50,7 @@ fn a_loop_that_stays_on_cpu_is_named_busy() {
     let numbers: Vec<f64> = line.split_whitespace().skip(1).filter_map(|n| n.parse().ok()).collect();
     let [spins, spin_cpu_ns] = numbers[..] else { panic!("fixture said {line:?}") };
     std::thread::sleep(Duration::from_millis(600));
-    let (_, text) = http_get(daemon.port, "/metrics");
+    let text = daemon.metrics();
     let samples = metrics::parse(&text);
     let name = "gateway_observer_event_loop_iteration_seconds";
     let process = ("process", "busy-loop");
@@ -103,7 +97,7 @@ fn a_loop_spinning_without_end_is_named_while_it_spins() {
     // Measured at a tick before the alert was read; the loop may also have waited
     // for a CPU on this shared machine, which does not count.
     assert!(so_far > 0.1 && so_far <= spun + 0.3, "on CPU so far {so_far:.2} s, {spun:.2} s into the spin");
-    let blocked: Vec<Value> = alerts(&daemon).into_iter().filter(|a| a["kind"] == "EventLoopBlocked").collect();
+    let blocked: Vec<Value> = daemon.alerts().into_iter().filter(|a| a["kind"] == "EventLoopBlocked").collect();
     assert!(blocked.is_empty(), "a spinning loop is busy, not blocked: {blocked:#?}");
 
     let _ = fixture.result_line();

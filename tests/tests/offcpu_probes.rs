@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use tests::{
-    daemon::Daemon,
     fixture::{Fixture, Truth},
     metrics::{Sample, parse, sum},
+    observer::Observer,
     privileged, serial, wait_for, within,
 };
 
@@ -26,7 +26,7 @@ const COLLECTIONS: &str = "gateway_observer_collections_total";
 
 /// Scrapes once two collections have completed after this call (so everything the workload did
 /// before it is folded in), or gives up after 10 s.
-fn scrape_after_workload(daemon: &Daemon) -> Vec<Sample> {
+fn scrape_after_workload(daemon: &Observer) -> Vec<Sample> {
     let start = sum(&parse(&daemon.metrics()), COLLECTIONS, &[]);
     wait_for(Duration::from_secs(10), || {
         let samples = parse(&daemon.metrics());
@@ -69,7 +69,7 @@ fn offcpu_time_per_reason_matches_ground_truth() {
     // An unrelated process doing the same kind of work at the same time must not show up.
     let mut unrelated = Fixture::start(FIXTURE, &["--prefix", "unrelated-"]);
     let mut target = Fixture::start(FIXTURE, &["--child"]);
-    let mut daemon = Daemon::start(&["--target", &format!("pid={}", target.pid())]);
+    let mut daemon = Observer::run(&["--target", &format!("pid={}", target.pid())]);
     unrelated.go();
     target.go();
     let truth: Truth = target.truth();
@@ -149,7 +149,7 @@ fn a_process_started_later_is_picked_up_by_comm_and_dropped_on_exit() {
         return;
     }
     let _serial = serial();
-    let daemon = Daemon::start(&["--target", "comm=ofx-late"]);
+    let daemon = Observer::run(&["--target", "comm=ofx-late"]);
     let targets = |state| sum(&parse(&daemon.metrics()), "gateway_observer_targets", &[("state", state)]);
     assert_eq!(targets("attached"), 0.0);
     assert_eq!(targets("waiting"), 1.0);
@@ -184,7 +184,7 @@ fn sigterm_detaches_every_program_and_exits_0() {
             .collect()
     };
     let before = loaded();
-    let mut daemon = Daemon::start(&["--target", &format!("pid={}", std::process::id())]);
+    let mut daemon = Observer::run(&["--target", &format!("pid={}", std::process::id())]);
     let during: Vec<u32> = loaded().into_iter().filter(|id| !before.contains(id)).collect();
     assert_eq!(during.len(), ours.len(), "programs loaded by the daemon: {during:?}");
     let pid = daemon.pid();

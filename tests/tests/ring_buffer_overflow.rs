@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use tests::{
-    daemon::Daemon,
     fixture::Fixture,
     metrics::{parse, sum},
+    observer::Observer,
     privileged, serial, wait_for, within,
 };
 
@@ -20,7 +20,7 @@ fn a_full_ring_buffer_counts_its_losses_and_nothing_else_is_lost() {
     let _serial = serial();
     // 8000 sleeps of 300 µs: over 1.6 times the 256 KiB ring buffer's 4681 events.
     let mut storm = Fixture::start(env!("CARGO_BIN_EXE_sleep-storm"), &["8000", "300"]);
-    let daemon = Daemon::start(&["--target", &format!("pid={}", storm.pid()), "--block-threshold", "100us"]);
+    let daemon = Observer::run(&["--target", &format!("pid={}", storm.pid()), "--block-threshold", "100us"]);
     // SAFETY: signals to our own child.
     unsafe { libc::kill(daemon.pid() as i32, libc::SIGSTOP) };
     storm.go();

@@ -115,7 +115,7 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("building reference-gateway (release)...");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(&root)
-        .args(["build", "--release", "-p", "gateway-observer", "--bin", "reference-gateway"])
+        .args(["build", "--release", "-p", "reference-gateway"])
         .status()
         .context("failed to run cargo build")?;
     if !status.success() {

@@ -127,7 +127,7 @@ struct Target<'a> {
 pub fn run(args: &[String]) -> Result<()> {
     let opts = Options::parse(args)?;
     which("nginx").context("nginx not found on PATH (apt-get install -y nginx)")?;
-    cargo(&["build", "--release", "-p", "gateway-observer", "--bins"])?;
+    cargo(&["build", "--release", "-p", "gateway-observer", "-p", "reference-gateway", "--bins"])?;
     let dir = std::env::temp_dir().join(format!("overhead-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;

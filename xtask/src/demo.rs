@@ -104,7 +104,8 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     println!("demo: building release binaries...");
-    util::cargo(&["build", "--release", "-p", "gateway-observer", "--bins"]).context("release build failed")?;
+    util::cargo(&["build", "--release", "-p", "gateway-observer", "-p", "reference-gateway", "--bins"])
+        .context("release build failed")?;
     check_interrupted()?;
     let bin = util::target_dir().join("release");
 

@@ -1,6 +1,6 @@
 //! `cargo xtask fuzz [--seconds N]`: runs the `http_connection` fuzz target (cargo-fuzz, nightly
 //! toolchain) for a bounded time, starting from the committed seed corpus
-//! (`gateway-observer/fuzz/corpus/http_connection/`, written by the http::replay tests). What the
+//! (`gateway-observer-http/fuzz/corpus/http_connection/`, written by the http::replay tests). What the
 //! fuzzer finds — new corpus entries, crash artifacts, the build — goes under `target/fuzz/`, so
 //! the committed corpus changes only on purpose.
 
@@ -34,7 +34,7 @@ pub fn seconds_from_env() -> anyhow::Result<u64> {
 }
 
 pub fn fuzz(seconds: u64) -> anyhow::Result<()> {
-    let fuzz_dir = util::workspace_root().join("gateway-observer/fuzz");
+    let fuzz_dir = util::workspace_root().join("gateway-observer-http/fuzz");
     let seeds = fuzz_dir.join("corpus").join(TARGET);
     let work = util::target_dir().join("fuzz");
     let corpus = work.join("corpus").join(TARGET);

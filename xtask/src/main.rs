@@ -1,6 +1,6 @@
-//! `cargo xtask setup | build | test | bench probes|gateway|overhead|parser | demo`: the project's own
-//! commands. Each installs what it needs first, so a fresh machine goes from clone to green with
-//! `cargo xtask test`.
+//! `cargo xtask setup | build | lint | test | bench probes|gateway|overhead|parser | demo`: the
+//! project's own commands. Each installs what it needs first, so a fresh machine goes from clone to
+//! green with `cargo xtask test`.
 
 mod bench_gateway;
 mod bench_overhead;
@@ -8,13 +8,15 @@ mod bench_parser;
 mod bench_probes;
 mod demo;
 mod fuzz;
+mod lint;
 mod loadgen;
 mod setup;
 mod util;
+mod without_bpf_linker;
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build | test | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--rounds N] [--duration S] [--rate R] [--connections N] [--gateway reference|nginx|both] | bench parser | demo [--phase-seconds N] [--keep]>";
+const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--rounds N] [--duration S] [--rate R] [--connections N] [--gateway reference|nginx|both] | bench parser | demo [--phase-seconds N] [--keep]>";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -24,6 +26,10 @@ fn main() -> anyhow::Result<()> {
         Some("build") => {
             setup::run()?;
             build()
+        }
+        Some("lint") => {
+            setup::run()?;
+            lint::run()
         }
         Some("test") => {
             setup::run()?;
@@ -52,17 +58,26 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
+/// Every host package but the kernel crate (which only builds for the BPF target).
+const HOST_PACKAGES: &[&str] = &["--workspace", "--exclude", "gateway-observer-ebpf"];
+
 fn build() -> anyhow::Result<()> {
-    util::cargo(&["build", "--all-targets"]).context("build failed")
+    let mut args = vec!["build", "--all-targets"];
+    args.extend(HOST_PACKAGES);
+    util::cargo(&args).context("build failed")
 }
 
-/// Builds the binaries the end-to-end tests start, then runs every test of the default members
-/// (all but the kernel crate, which only builds for the BPF target).
-/// Extra arguments go to `cargo test` (e.g. a test name filter). Then fuzzes the HTTP parser for
-/// `FUZZ_SECONDS` (default 30; 0 skips it).
+/// Runs the pure crates' tests with bpf-linker out of reach (skipped when a filter is given), then builds the binaries the
+/// end-to-end tests start and runs every test of the host packages (privileged suites included).
+/// Extra arguments go to that `cargo test` (e.g. a test name filter). Then fuzzes the HTTP parser
+/// for `FUZZ_SECONDS` (default 30; 0 skips it).
 fn test(extra: &[String]) -> anyhow::Result<()> {
+    if extra.is_empty() {
+        without_bpf_linker::test_pure_crates()?;
+    }
     build()?;
     let mut args = vec!["test"];
+    args.extend(HOST_PACKAGES);
     args.extend(extra.iter().map(String::as_str));
     util::cargo(&args).context("tests failed")?;
     match fuzz::seconds_from_env()? {

@@ -22,6 +22,7 @@ const DEBIAN_PACKAGES: &[&str] =
 pub fn run() -> anyhow::Result<()> {
     nightly()?;
     rust_src()?;
+    lint_components()?;
     bpf_linker()?;
     cargo_fuzz()?;
     debian_packages()
@@ -34,6 +35,26 @@ fn nightly() -> anyhow::Result<()> {
     eprintln!("setup: installing the nightly toolchain (kernel programs need -Z build-std)");
     util::run("rustup", &["toolchain", "install", "nightly", "--profile", "minimal"])
         .context("the nightly toolchain is missing; install it by hand: rustup toolchain install nightly")
+}
+
+/// `cargo xtask lint` runs rustfmt and clippy on stable, and clippy on nightly for the kernel crate.
+fn lint_components() -> anyhow::Result<()> {
+    for (toolchain, component, check) in [
+        ("stable", "rustfmt", ["+stable", "fmt", "--version"]),
+        ("stable", "clippy", ["+stable", "clippy", "--version"]),
+        ("nightly", "clippy", ["+nightly", "clippy", "--version"]),
+    ] {
+        if output("cargo", &check).is_some() {
+            continue;
+        }
+        eprintln!("setup: adding {component} to {toolchain}");
+        util::run("rustup", &["component", "add", component, "--toolchain", toolchain]).with_context(|| {
+            format!(
+                "{component} is missing; install it by hand: rustup component add {component} --toolchain {toolchain}"
+            )
+        })?;
+    }
+    Ok(())
 }
 
 fn nightly_sysroot() -> anyhow::Result<PathBuf> {

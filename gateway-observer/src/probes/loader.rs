@@ -39,6 +39,11 @@ pub const BASELINE_PROGRAMS: &[(&str, &str)] =
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
+    /// build.rs found no bpf-linker and embedded an empty object in place of the kernel programs.
+    #[error(
+        "this binary was built without bpf-linker, so it holds no kernel programs; run `cargo xtask setup` and rebuild"
+    )]
+    StandInObject,
     #[error(transparent)]
     Offsets(#[from] OffsetError),
     #[error("cannot read kernel BTF: {0}")]
@@ -110,6 +115,9 @@ fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> ProbeError 
 impl Probes {
     /// Loads the object into the kernel (verifier included) without attaching anything.
     pub fn load(settings: ProbeSettings) -> Result<Self, ProbeError> {
+        if crate::EBPF_OBJECT.is_empty() {
+            return Err(ProbeError::StandInObject);
+        }
         let offsets = KernelOffsets::from_vmlinux()?;
         let config = ProbeConfig {
             block_threshold_ns: u64::try_from(settings.block_threshold.as_nanos()).unwrap_or(u64::MAX),

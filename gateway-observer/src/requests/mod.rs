@@ -1,5 +1,5 @@
 //! Requests seen from the outside: socket records from the kernel become per-connection HTTP/1.x
-//! exchanges (`crate::http`), which are folded into counters, latency histograms, the slowest
+//! exchanges (`gateway_observer_http`), which are folded into counters, latency histograms, the slowest
 //! recent requests and the requests still waiting, in flight or upstream.
 //!
 //! A connection is inbound (the gateway accepted it, so it reads requests) or outbound (the
@@ -18,10 +18,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::http::{Connection, Direction, Exchange, Role, Segment};
 use crate::sinks::prometheus::Exposition;
 use crate::socket_events::{ConnInfo, DataRecord, FlowRecord, Opened, SocketRecord};
 use flows::{FlowState, PeerFacts};
+use gateway_observer_http::{Connection, Direction, Exchange, Role, Segment};
 use peers::PeerLabels;
 use slowest::{Finished, Slowest, UpstreamCall};
 use stats::{RequestStats, Side, WindowSummary};

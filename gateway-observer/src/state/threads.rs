@@ -79,7 +79,8 @@ mod tests {
         let handle = std::thread::Builder::new()
             .name("probe-test-7".into())
             .spawn(|| {
-                let tid = unsafe { libc::gettid() } as u32; // SAFETY: gettid has no preconditions.
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() } as u32;
                 let mut names = ThreadNames::new(5);
                 let name = names.thread(tid, std::process::id()).clone();
                 (tid, name)

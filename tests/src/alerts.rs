@@ -1,0 +1,54 @@
+//! Polling the daemon's alerts: firing within a deadline, resolved after a fix, quiet when healthy.
+
+use std::{
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::observer::Observer;
+
+/// Alerts of one kind in one state.
+pub fn alerts_of(alerts: &[Value], kind: &str, state: &str) -> Vec<Value> {
+    alerts.iter().filter(|a| a["kind"] == kind && a["state"] == state).cloned().collect()
+}
+
+/// Polls until an alert of `kind` fires, or panics after `within` with what the observer saw.
+pub fn wait_firing(observer: &Observer, kind: &str, within: Duration) -> (Value, Duration) {
+    let start = Instant::now();
+    loop {
+        if let Some(alert) = alerts_of(&observer.alerts(), kind, "firing").into_iter().next() {
+            return (alert, start.elapsed());
+        }
+        if start.elapsed() >= within {
+            let (_, snapshot) = observer.get("/api/v1/snapshot").unwrap_or_default();
+            panic!("no {kind} firing {within:?} into the fault; alerts {:#?}\nsnapshot {snapshot}", observer.alerts());
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Polls until no alert of `kind` is open and at least one resolved, or panics after `within`.
+pub fn wait_resolved(observer: &Observer, kind: &str, within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let alerts = observer.alerts();
+        let open: Vec<&Value> = alerts.iter().filter(|a| a["kind"] == kind && a["state"] != "resolved").collect();
+        if open.is_empty() && !alerts_of(&alerts, kind, "resolved").is_empty() {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < within, "{kind} still open {within:?} after the fix: {open:#?}");
+        thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Asserts no alert is raised for `duration`, polling.
+pub fn assert_quiet(observer: &Observer, duration: Duration) {
+    let end = Instant::now() + duration;
+    while Instant::now() < end {
+        let raised = observer.alerts();
+        assert!(raised.is_empty(), "alerts in the healthy phase: {raised:#?}");
+        thread::sleep(Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,144 @@
+//! The reference gateway (`reference-gateway`) as a child process, configured per test in a
+//! fresh directory, killed on drop; readiness is polled on /health with a deadline.
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    free_port,
+    http_client::{Response, request, try_request},
+    redis_server::Redis,
+    temp_dir,
+    upstream::Upstream,
+};
+
+pub struct Gateway {
+    pub child: Child,
+    pub port: u16,
+    pub admin_port: u16,
+    pub dir: PathBuf,
+}
+
+impl Gateway {
+    /// Starts the gateway with `[server]`/`[admin]` filled in and `extra` appended; waits for /health.
+    pub fn start(extra: &str) -> Gateway {
+        Self::start_with(extra, "")
+    }
+
+    /// `server_extra` goes inside `[server]` (e.g. `workers = 2`).
+    pub fn start_with(extra: &str, server_extra: &str) -> Gateway {
+        let port = free_port();
+        let admin_port = free_port();
+        let dir = temp_dir("gw");
+        let config = format!(
+            "[server]\nlisten = [\"127.0.0.1:{port}\"]\n{server_extra}\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n[access_log]\noutput = \"{}\"\n{extra}\n",
+            dir.join("access.log").display()
+        );
+        let config_path = dir.join("gateway.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let stderr = std::fs::File::create(dir.join("stderr.log")).unwrap();
+        let child = Command::new(crate::binary("reference-gateway"))
+            .arg("--config")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("start reference-gateway");
+        let mut gw = Gateway { child, port, admin_port, dir };
+        let end = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = gw.child.try_wait() {
+                panic!("gateway exited during startup ({status}): {}", gw.stderr());
+            }
+            if let Ok(r) = try_request(port, "GET", "/health", &[], b"", Duration::from_secs(1))
+                && r.status == 200
+            {
+                break;
+            }
+            assert!(Instant::now() < end, "gateway not healthy within 15 s: {}", gw.stderr());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        gw
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
+    }
+
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("access.log")).unwrap_or_default()
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        request(self.port, "GET", path, &[], b"")
+    }
+
+    pub fn metrics(&self) -> String {
+        request(self.admin_port, "GET", "/metrics", &[], b"").body
+    }
+
+    /// The value of a metric line, e.g. `reference_gateway_upstream_errors_total{kind="connect_refused"}`.
+    pub fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics();
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+    }
+
+    pub fn sigterm(&self) {
+        // SAFETY: kill(2) on our own child's pid; no memory is touched.
+        let rc = unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
+        assert_eq!(rc, 0, "kill SIGTERM");
+    }
+
+    /// Threads of the gateway as (tid, name).
+    pub fn threads(&self) -> Vec<(u32, String)> {
+        crate::threads(self.pid())
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Gateway config for the access-check scenarios: `/api/` protected and `/` optional, both to
+/// `up`, with the Redis client in `mode` ("async" or "blocking").
+pub fn access_config(redis: &Redis, up: &Upstream, mode: &str) -> String {
+    format!(
+        r#"
+        [redis]
+        url = "{}"
+        timeout = "5s"
+        [faults]
+        redis_client = "{mode}"
+        [upstreams.u]
+        servers = ["{}"]
+        [[routes]]
+        path_prefix = "/api/"
+        upstream = "u"
+        access_check = "protected"
+        [[routes]]
+        path_prefix = "/"
+        upstream = "u"
+        access_check = "optional"
+        "#,
+        redis.url(),
+        up.addr()
+    )
+}

@@ -1,0 +1,282 @@
+//! Request tracking end to end, on gateways the observer knows nothing about: the reference
+//! gateway and Debian's nginx as a reverse proxy, each in front of a loopback upstream that takes
+//! 5 ms per request. Under wrk load, the requests the observer counts match wrk's within 0.1 %
+//! and its p50 (socket queue wait + read-to-written) matches wrk's p50 within 10 %; an upstream
+//! that never answers shows up as outstanding requests whose age grows.
+
+use std::{
+    io::Write as _,
+    net::TcpStream,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tests::{
+    free_port,
+    nginx::Nginx,
+    observer::Observer,
+    privileged,
+    reference_gateway::Gateway,
+    upstream::{Behavior, Upstream},
+    wait_until,
+};
+
+/// The upstream's think time: long enough that the loopback hops wrk sees and the observer does
+/// not (client wakeups, under 0.1 ms here) stay well below the 10 % latency tolerance, short
+/// enough that the requests wrk abandons in flight when it stops (one per connection, which it
+/// does not count and the gateway may still answer) stay under 0.1 % of the total.
+const UPSTREAM_DELAY: Duration = Duration::from_millis(2);
+const WRK_SECONDS: u64 = 8;
+const WRK_CONNECTIONS: usize = 16;
+
+struct WrkResult {
+    requests: u64,
+    p50_seconds: f64,
+}
+
+/// Runs wrk (bounded by -d) against `port` and reads its request count and p50.
+fn wrk(port: u16, path: &str) -> WrkResult {
+    let out = Command::new("wrk")
+        .args(["-t2", &format!("-c{WRK_CONNECTIONS}"), &format!("-d{WRK_SECONDS}s"), "--latency"])
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .expect("run wrk (cargo xtask setup installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "wrk failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!text.contains("Non-2xx"), "wrk saw errors: {text}");
+    let requests = text
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in ").and_then(|(n, _)| n.parse().ok()))
+        .unwrap_or_else(|| panic!("no request count in wrk output: {text}"));
+    let p50 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("50%").map(|v| parse_wrk_duration(v.trim())))
+        .unwrap_or_else(|| panic!("no p50 in wrk output: {text}"));
+    eprintln!("wrk: {requests} requests, p50 {:.3} ms", p50 * 1e3);
+    WrkResult { requests, p50_seconds: p50 }
+}
+
+fn parse_wrk_duration(v: &str) -> f64 {
+    for (suffix, scale) in [("us", 1e-6), ("ms", 1e-3), ("s", 1.0)] {
+        if let Some(n) = v.strip_suffix(suffix) {
+            return n.parse::<f64>().expect("wrk duration") * scale;
+        }
+    }
+    panic!("unknown wrk duration {v}")
+}
+
+/// Sum of a metric's samples whose labels include all of `want`.
+fn metric_sum(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| want.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn snapshot(observer: &Observer) -> Value {
+    let (status, body) = observer.get("/api/v1/snapshot").expect("GET /api/v1/snapshot");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("snapshot JSON")
+}
+
+/// Inbound request counts and p50 over every process of the snapshot (nginx has several workers).
+fn observed(observer: &Observer) -> (f64, f64, f64) {
+    let metrics = observer.get("/metrics").expect("GET /metrics").1;
+    // Answered requests, as wrk counts them (a request it abandoned at its end has no response).
+    let requests = |direction| {
+        let all = metric_sum(&metrics, "gateway_observer_http_requests_total", &[("direction", direction)]);
+        all - metric_sum(
+            &metrics,
+            "gateway_observer_http_requests_total",
+            &[("direction", direction), ("status_class", "none")],
+        )
+    };
+    let (inbound, outbound) = (requests("inbound"), requests("outbound"));
+    let snap = snapshot(observer);
+    // Workers share the load evenly enough that the request-weighted mean of their p50s (plus
+    // queue wait, below) stands for the overall p50; one process gives it exactly.
+    let mut weighted = 0.0;
+    let mut total = 0.0;
+    for p in snap["processes"].as_array().into_iter().flatten() {
+        let n = p["inbound"]["requests"].as_f64().unwrap_or(0.0);
+        weighted += n * p["inbound"]["p50_seconds"].as_f64().unwrap_or(0.0);
+        total += n;
+    }
+    let queue_sum = metric_sum(&metrics, "gateway_observer_http_socket_queue_seconds_sum", &[]);
+    let queue_count = metric_sum(&metrics, "gateway_observer_http_socket_queue_seconds_count", &[]);
+    let queue_mean = if queue_count > 0.0 { queue_sum / queue_count } else { 0.0 };
+    eprintln!(
+        "observer: {inbound} inbound, {outbound} outbound, p50 {:.3} ms + mean socket queue {:.3} ms ({queue_count} queued reads)",
+        weighted / total.max(1.0) * 1e3,
+        queue_mean * 1e3
+    );
+    (inbound, outbound, weighted / total.max(1.0) + queue_mean)
+}
+
+fn assert_matches_wrk(observer: &Observer, port: u16) {
+    let wrk = wrk(port, "/api/items");
+    // Responses still being written when wrk stopped reach the observer a tick later.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (inbound, outbound, p50) = observed(observer);
+    let diff = (inbound - wrk.requests as f64).abs() / wrk.requests as f64;
+    assert!(
+        diff <= 0.001,
+        "observer counted {inbound} inbound requests, wrk {}: {:.3} % apart",
+        wrk.requests,
+        diff * 100.0
+    );
+    assert!(
+        (outbound - inbound).abs() / inbound <= 0.001,
+        "{outbound} outbound vs {inbound} inbound: each request is proxied once"
+    );
+    let ratio = p50 / wrk.p50_seconds;
+    assert!((0.9..=1.1).contains(&ratio), "observer p50 {:.3} ms vs wrk {:.3} ms", p50 * 1e3, wrk.p50_seconds * 1e3);
+}
+
+/// Sends requests that the black-hole upstream never answers, on their own connections.
+fn hanging_requests(port: u16, count: usize) -> Vec<TcpStream> {
+    (0..count)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            s.write_all(b"GET /hang/x HTTP/1.1\r\nHost: gw\r\n\r\n").expect("send");
+            s
+        })
+        .collect()
+}
+
+/// The black-hole peer's (outstanding, oldest age) summed over processes.
+fn hanging_peer(observer: &Observer, peer: &str) -> (u64, f64) {
+    let snap = snapshot(observer);
+    let mut outstanding = 0;
+    let mut oldest: f64 = 0.0;
+    for p in snap["processes"].as_array().into_iter().flatten() {
+        for u in p["upstreams"].as_array().into_iter().flatten().filter(|u| u["peer"] == peer) {
+            outstanding += u["outstanding"].as_u64().unwrap_or(0);
+            oldest = oldest.max(u["oldest_age_seconds"].as_f64().unwrap_or(0.0));
+        }
+    }
+    (outstanding, oldest)
+}
+
+fn assert_hanging_upstream_is_outstanding(observer: &Observer, port: u16, black_hole: &Upstream) {
+    let peer = black_hole.addr();
+    let _clients = hanging_requests(port, 3);
+    let start = Instant::now();
+    wait_until("3 requests outstanding at the black-hole upstream", Duration::from_secs(5), || {
+        hanging_peer(observer, &peer).0 == 3
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let (_, first_age) = hanging_peer(observer, &peer);
+    std::thread::sleep(Duration::from_secs(2));
+    let (outstanding, later_age) = hanging_peer(observer, &peer);
+    eprintln!("black hole {peer}: {outstanding} outstanding, oldest {first_age:.2} s then {later_age:.2} s");
+    assert_eq!(outstanding, 3);
+    assert!(first_age >= 0.9 && first_age <= start.elapsed().as_secs_f64() + 0.1, "first age {first_age}");
+    assert!((later_age - first_age - 2.0).abs() < 0.6, "age grew by {:.2} s in 2 s", later_age - first_age);
+    let metrics = observer.get("/metrics").expect("metrics").1;
+    assert_eq!(
+        metric_sum(&metrics, "gateway_observer_upstream_outstanding_requests", &[("peer", &peer)]),
+        3.0,
+        "{metrics}"
+    );
+    assert!(metric_sum(&metrics, "gateway_observer_upstream_oldest_request_age_seconds", &[("peer", &peer)]) >= 2.5);
+}
+
+#[test]
+fn reference_gateway_requests_match_wrk_and_a_hanging_upstream_is_outstanding() {
+    if !privileged(module_path!()) {
+        return;
+    }
+    let upstream = Upstream::start("items", Behavior::Delay(UPSTREAM_DELAY));
+    let black_hole = Upstream::start("hole", Behavior::BlackHole);
+    let gw = Gateway::start(&format!(
+        "[upstreams.items]\nservers = [\"{}\"]\n[upstreams.hole]\nservers = [\"{}\"]\n\
+         [[routes]]\npath_prefix = \"/hang/\"\nupstream = \"hole\"\n[[routes]]\nupstream = \"items\"\n",
+        upstream.addr(),
+        black_hole.addr()
+    ));
+    let observer = Observer::start(gw.pid());
+    assert_matches_wrk(&observer, gw.port);
+    assert_hanging_upstream_is_outstanding(&observer, gw.port, &black_hole);
+}
+
+#[test]
+fn nginx_requests_match_wrk_and_a_hanging_upstream_is_outstanding() {
+    if !privileged(module_path!()) {
+        return;
+    }
+    let upstream = Upstream::start("items", Behavior::Delay(UPSTREAM_DELAY));
+    let black_hole = Upstream::start("hole", Behavior::BlackHole);
+    let port = free_port();
+    let nginx = Nginx::proxy(
+        port,
+        &format!(
+            "  upstream items {{ server {}; keepalive 32; }}\n  upstream hole {{ server {}; }}",
+            upstream.addr(),
+            black_hole.addr()
+        ),
+        "    location /hang/ { proxy_pass http://hole; proxy_read_timeout 1800s; }\n    \
+         location / { proxy_pass http://items; proxy_http_version 1.1; proxy_set_header Connection \"\"; }",
+    );
+    let observer = Observer::start(nginx.pid());
+    assert_matches_wrk(&observer, port);
+    assert_hanging_upstream_is_outstanding(&observer, port, &black_hole);
+}
+
+/// Reads one chunked response off a keep-alive connection (up to its last-chunk marker).
+fn read_chunked_response(stream: &mut TcpStream) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut response = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !response.ends_with(b"0\r\n\r\n") {
+        let n = stream.read(&mut buf).expect("read response");
+        assert!(n > 0, "connection closed mid-response: {}", String::from_utf8_lossy(&response));
+        response.extend_from_slice(&buf[..n]);
+    }
+    response
+}
+
+/// nginx relaying a chunked upstream response unbuffered writes it as writev(headers, chunk size,
+/// data, CRLF) and then the last chunk on its own: the head the kernel copies holds only the
+/// headers, so each response is found to end from the tail bytes. 50 requests on one keep-alive
+/// connection must each be counted once, none left in flight.
+#[test]
+fn nginx_relaying_chunked_responses_on_keep_alive() {
+    if !privileged(module_path!()) {
+        return;
+    }
+    let upstream = Upstream::start("chunked", Behavior::EchoChunked);
+    let port = free_port();
+    let nginx = Nginx::proxy(
+        port,
+        &format!("  upstream u {{ server {}; keepalive 4; }}", upstream.addr()),
+        "    location / { proxy_pass http://u; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }",
+    );
+    let observer = Observer::start(nginx.pid());
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    for i in 0..50 {
+        stream.write_all(format!("GET /c/{i} HTTP/1.1\r\nHost: gw\r\n\r\n").as_bytes()).expect("send");
+        let response = read_chunked_response(&mut stream);
+        assert!(response.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&response));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let metrics = observer.get("/metrics").expect("metrics").1;
+    let inbound = metric_sum(
+        &metrics,
+        "gateway_observer_http_requests_total",
+        &[("direction", "inbound"), ("status_class", "2xx")],
+    );
+    let outbound = metric_sum(
+        &metrics,
+        "gateway_observer_http_requests_total",
+        &[("direction", "outbound"), ("status_class", "2xx")],
+    );
+    let in_flight: u64 =
+        snapshot(&observer)["processes"].as_array().into_iter().flatten().filter_map(|p| p["in_flight"].as_u64()).sum();
+    eprintln!("chunked via nginx: {inbound} inbound, {outbound} outbound, {in_flight} in flight");
+    assert_eq!((inbound, outbound, in_flight), (50.0, 50.0, 0));
+}
