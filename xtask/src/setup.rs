@@ -15,9 +15,25 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// Debian packages the tests and benchmarks run: real Redis, nginx, wrk load, nftables and
 /// iproute2 for network faults in namespaces, tmux for the terminal view, Alertmanager for the
-/// alert push, Prometheus for promtool (checks and unit tests of deploy/'s alert rules).
-const DEBIAN_PACKAGES: &[&str] =
-    &["redis-server", "nginx", "wrk", "nftables", "iproute2", "tmux", "prometheus-alertmanager", "prometheus"];
+/// alert push, Prometheus for promtool (checks and unit tests of deploy/'s alert rules), and the
+/// runtimes of gateways this project did not write (Netty, Guava, embedded Tomcat for the JDK 17
+/// that is already there; Go; Node.js).
+const DEBIAN_PACKAGES: &[&str] = &[
+    "redis-server",
+    "nginx",
+    "wrk",
+    "nftables",
+    "iproute2",
+    "tmux",
+    "prometheus-alertmanager",
+    "prometheus",
+    "libnetty-java",
+    "libguava-java",
+    "libtomcat10-embed-java",
+    "libjakarta-annotation-api-java",
+    "golang-go",
+    "nodejs",
+];
 
 pub fn run() -> anyhow::Result<()> {
     nightly()?;
