@@ -87,6 +87,27 @@ fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// How long ago the process started: /proc/PID/stat's starttime (clock ticks after boot) against
+/// CLOCK_BOOTTIME, the clock it is counted on.
+pub fn process_age(pid: u32) -> Option<std::time::Duration> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let started = parse_stat_start_ticks(&stat)? as f64 / ticks_per_second;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return None;
+    }
+    let now = ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9;
+    std::time::Duration::try_from_secs_f64((now - started).max(0.0)).ok()
+}
+
+/// starttime (field 22; the 20th after the comm's closing parenthesis).
+fn parse_stat_start_ticks(stat: &str) -> Option<u64> {
+    stat.get(stat.rfind(')')? + 1..)?.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// All descendants of `root` (children, grandchildren, ...), from one pass over /proc.
 pub fn descendants(root: u32) -> Vec<u32> {
     let parents: Vec<(u32, u32)> = processes().into_iter().filter_map(|pid| Some((pid, parent(pid)?))).collect();
@@ -325,6 +346,16 @@ mod tests {
         assert_eq!(parse_stat_cpu_ticks(stat), Some(175));
         assert_eq!(parse_stat_cpu_ticks("garbage"), None);
         assert!(cpu_seconds(std::process::id()).is_some());
+    }
+
+    #[test]
+    fn start_ticks_of_a_stat_line() {
+        // starttime is the 22nd field: 123 here.
+        let stat = "4242 (my gw) S 1 4242 4242 0 -1 4194560 2306 0 0 0 150 25 0 0 20 0 9 0 123 0 0";
+        assert_eq!(parse_stat_start_ticks(stat), Some(123));
+        assert_eq!(parse_stat_start_ticks("garbage"), None);
+        let age = process_age(std::process::id()).expect("our own age");
+        assert!(age < std::time::Duration::from_secs(3600), "this test process started {age:?} ago");
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub struct RequestQueues {
     /// Accept queue per (owner, port) as last read, and gatherings since.
     accept_queues: HashMap<(u32, u16), u32>,
     gatherings: u64,
+    /// When the last gathering ran (CLOCK_MONOTONIC): requests completed since are the last tick's.
+    last_gathered_ns: Option<u64>,
 }
 
 /// Waiting connections per listener: (count, oldest unread age).
@@ -58,6 +60,7 @@ impl RequestQueues {
         self.overflow_samples.retain(|netns, _| namespaces.contains(netns));
         self.accept_queues.retain(|(pid, _), _| owners.contains_key(pid));
         let since = now_ns.saturating_sub(window_ns);
+        let tick_start = self.last_gathered_ns.replace(now_ns).unwrap_or(since).max(since);
         let read_queues = self.gatherings.is_multiple_of(ACCEPT_QUEUE_EVERY) || !waiting.is_empty();
         self.gatherings += 1;
         // A namespace's tables are read once a gathering, however many owners listen in it.
@@ -85,6 +88,7 @@ impl RequestQueues {
                     .collect();
                 let sharers: Vec<u32> = sharers.into_iter().collect();
                 let impact = tracker.stats.impact_of(&sharers, since, threshold_ns);
+                let last_tick = tracker.stats.impact_of(&sharers, tick_start, threshold_ns);
                 QueueFacts {
                     pid: owner,
                     comm: procfs::comm(owner).unwrap_or_default(),
@@ -93,6 +97,7 @@ impl RequestQueues {
                     window_ns,
                     completed: impact.requests,
                     delayed: impact.delayed_in_socket,
+                    delayed_last_tick: last_tick.delayed_in_socket,
                     max_queue_ns: (impact.max_socket_queue_seconds * 1e9) as u64,
                     refused: impact.refused,
                     listen_overflows: *overflows_of

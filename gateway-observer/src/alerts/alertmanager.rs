@@ -217,6 +217,7 @@ mod tests {
             subject: subject.into(),
             summary: "event loop blocked 71% of the last 5s in futex wait".into(),
             evidence: json!({"reason": "futex"}),
+            active: true,
         }
     }
 

@@ -52,10 +52,14 @@ impl AlertBook {
         Self { config, entries: HashMap::new() }
     }
 
-    /// One evaluation at `now` with every finding that holds now. Returns every state change:
-    /// alerts created (pending, or firing when `fire_after` is zero), pending → firing, and
-    /// firing → resolved. Pending alerts whose condition went away are dropped without a
+    /// One evaluation at `now` with every finding of the detectors' windows. Returns every state
+    /// change: alerts created (pending, or firing when `fire_after` is zero), pending → firing,
+    /// and firing → resolved. Pending alerts whose condition went away are dropped without a
     /// transition: they never fired, so nobody was told about them.
+    ///
+    /// Only active findings (the condition held in the last tick) create alerts, promote them, or
+    /// keep firing ones from resolving; an inactive one (its window still remembers a condition
+    /// that ended) only keeps a pending alert pending and refreshes evidence.
     pub fn evaluate(&mut self, now: SystemTime, findings: Vec<Finding>) -> Vec<Transition> {
         // Last finding per id wins; a BTreeMap keeps the order of transitions deterministic.
         let mut found: BTreeMap<String, Finding> = BTreeMap::new();
@@ -63,28 +67,43 @@ impl AlertBook {
             found.insert(finding.id(), finding);
         }
 
-        // Ids held by this evaluation; absence is judged by this, not by `last_seen == now`,
-        // which would also match an earlier evaluation given the same `now`.
-        let seen: HashSet<String> = found.keys().cloned().collect();
+        // Ids whose alert this evaluation holds as it is (not judged absent); absence is judged by
+        // this, not by `last_seen == now`, which would also match an earlier evaluation given the
+        // same `now`.
+        let mut held: HashSet<String> = HashSet::new();
         let mut transitions = Vec::new();
         for (id, finding) in found {
+            let active = finding.active;
             match self.entries.get_mut(&id) {
                 Some(entry) if entry.alert.state != AlertState::Resolved => {
-                    entry.last_seen = now;
                     let alert = &mut entry.alert;
+                    // An inactive finding keeps a pending alert pending, but does not keep a
+                    // firing one from resolving.
+                    if active || alert.state == AlertState::Pending {
+                        held.insert(id);
+                    }
+                    if active {
+                        entry.last_seen = now;
+                    }
                     alert.process.comm = finding.comm;
                     alert.summary = finding.summary;
                     alert.evidence = finding.evidence;
-                    if alert.state == AlertState::Pending && elapsed(alert.since, now) >= self.config.fire_after {
+                    if active
+                        && alert.state == AlertState::Pending
+                        && elapsed(alert.since, now) >= self.config.fire_after
+                    {
                         alert.state = AlertState::Firing;
                         transitions.push(Transition { alert: alert.clone(), from: Some(AlertState::Pending) });
                     }
                 }
+                // A condition the window remembers but that no longer holds opens nothing.
+                _ if !active => {}
                 // New, or back after resolving: a new alert under the same id.
                 _ => {
                     let state = if self.config.fire_after.is_zero() { AlertState::Firing } else { AlertState::Pending };
                     let alert = Alert::new(finding, state, now);
                     transitions.push(Transition { alert: alert.clone(), from: None });
+                    held.insert(id.clone());
                     self.entries.insert(id, Entry { alert, last_seen: now });
                 }
             }
@@ -92,7 +111,7 @@ impl AlertBook {
 
         let config = self.config;
         self.entries.retain(|id, entry| {
-            if seen.contains(id) {
+            if held.contains(id) {
                 return true;
             }
             let alert = &mut entry.alert;
@@ -158,7 +177,13 @@ mod tests {
             subject: subject.into(),
             summary: summary.into(),
             evidence: json!({"reason": "futex"}),
+            active: true,
         }
+    }
+
+    /// The same finding from a window that still holds it after it ended.
+    fn remembered(subject: &str) -> Finding {
+        Finding { active: false, ..blocked(subject, "s") }
     }
 
     fn book() -> AlertBook {
@@ -357,5 +382,46 @@ mod tests {
         let resolved = serde_json::to_value(book.alerts()[0]).expect("serializes");
         assert_eq!(resolved["state"], "resolved");
         assert_eq!(resolved["resolved_at"], "2026-12-02T13:05:07.120Z");
+    }
+
+    #[test]
+    fn a_condition_that_ended_opens_nothing() {
+        let mut book = book();
+        assert!(book.evaluate(at(0), vec![remembered("nio-1")]).is_empty());
+        assert!(book.alerts().is_empty());
+    }
+
+    #[test]
+    fn a_transient_that_ended_never_goes_from_pending_to_firing() {
+        let mut book = book();
+        let t = book.evaluate(at(0), vec![blocked("nio-1", "s")]);
+        assert_eq!(states(&t), [(None, AlertState::Pending)]);
+        // The window still remembers it for a while: pending stays pending, never fires.
+        for ms in [1000, 2000, 3000, 4000] {
+            assert!(book.evaluate(at(ms), vec![remembered("nio-1")]).is_empty(), "at {ms} ms");
+            assert_eq!(book.alerts()[0].state(), AlertState::Pending);
+        }
+        // Then the window forgets it: dropped without a word.
+        assert!(book.evaluate(at(5000), vec![]).is_empty());
+        assert!(book.alerts().is_empty());
+    }
+
+    #[test]
+    fn a_pending_alert_fires_when_the_condition_is_back_and_old_enough() {
+        let mut book = book();
+        book.evaluate(at(0), vec![blocked("nio-1", "s")]);
+        assert!(book.evaluate(at(1000), vec![remembered("nio-1")]).is_empty());
+        let t = book.evaluate(at(1500), vec![blocked("nio-1", "s")]);
+        assert_eq!(states(&t), [(Some(AlertState::Pending), AlertState::Firing)]);
+    }
+
+    #[test]
+    fn a_firing_alert_resolves_when_only_the_window_remembers_it() {
+        let mut book = book();
+        book.evaluate(at(0), vec![blocked("nio-1", "s")]);
+        book.evaluate(at(1000), vec![blocked("nio-1", "s")]);
+        assert!(book.evaluate(at(4000), vec![remembered("nio-1")]).is_empty(), "resolve_after is 5 s");
+        let t = book.evaluate(at(6000), vec![remembered("nio-1")]);
+        assert_eq!(states(&t), [(Some(AlertState::Firing), AlertState::Resolved)]);
     }
 }

@@ -56,6 +56,7 @@ mod tests {
             subject: "10.0.0.5:6379".into(),
             summary: "3 requests without response for 2.1 s".into(),
             evidence: json!({"outstanding": 3}),
+            active: true,
         };
         let mut lines = Vec::new();
         for (ms, findings) in [(0, vec![finding.clone()]), (1000, vec![finding]), (6000, vec![])] {

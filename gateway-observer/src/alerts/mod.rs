@@ -60,6 +60,10 @@ pub struct Finding {
     pub summary: String,
     /// Kind-specific object.
     pub evidence: serde_json::Value,
+    /// The condition held in the last tick, not only earlier in the detector's window. Only an
+    /// active finding opens an alert, moves it from pending to firing, or keeps it from resolving:
+    /// a window that still remembers a condition that ended must not raise or hold an alert.
+    pub active: bool,
 }
 
 impl Finding {

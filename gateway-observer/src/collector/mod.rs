@@ -329,22 +329,28 @@ impl Collector {
         let tid = state.tid;
         let process = self.names.process(state.tgid).to_owned();
         let (group, thread_name) = match exit_name(state) {
-            // Exited: its last name, from the kernel, even if /proc never showed it alive.
+            // Exited: its last name, from the kernel, even if /proc never showed it alive; the
+            // distinct name it had while alive if it was named then.
             Some(name) => {
                 self.exit_names.insert(tid, (name.clone(), self.collections));
-                (crate::thread_group::thread_group(&name), name)
+                let known = self.names.known(tid, state.tgid).filter(|k| k.kernel_name == name);
+                let shown = known.map_or_else(|| name.clone(), |k| k.name.clone());
+                (crate::thread_group::thread_group(&name), shown)
             }
             None => {
                 let name = self.names.thread(tid, state.tgid);
                 (name.group.clone(), name.name.clone())
             }
         };
-        self.observe_thread(state, &process, &group);
+        let totals = with_open_span(state, now_mono);
+        self.observe_thread(state, &totals, &process, &group);
         if state.exited == 0 {
             *self.thread_states.entry((process.clone(), group.clone(), thread_state_label(state))).or_insert(0) += 1;
         }
         let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name };
-        let totals = with_open_span(state, now_mono);
+        if !self.detectors.knows_process(state.tgid) {
+            self.detectors.note_process(state.tgid, procfs::process_age(state.tgid), now);
+        }
         self.detectors.record(now, info, totals);
         self.note_open_iteration(state, &totals, now, now_mono);
         // An exit the hook saw, or a thread gone without it (exited before it had a slot).
@@ -354,7 +360,7 @@ impl Collector {
         // `state` is a copy from the start of the tick: the thread may have finished a wait and
         // exited since. It can no longer run, so what the slot holds now is final: fold that.
         if let Some(last) = self.probes.thread_slot(slot).filter(|last| last.tid == tid) {
-            self.observe_thread(&last, &process, &group);
+            self.observe_thread(&last, &last.offcpu_ns, &process, &group);
         }
         for code in 0..reason::COUNT {
             self.offcpu.forget(&(tid, code));
@@ -584,11 +590,19 @@ impl Collector {
             .collect()
     }
 
-    fn observe_thread(&mut self, state: &ThreadState, process: &str, group: &str) {
+    /// `totals` are the thread's off-CPU totals with its open span (`with_open_span`): a thread
+    /// stuck in one wait for minutes counts as stuck in the exported counters while it is stuck.
+    fn observe_thread(
+        &mut self,
+        state: &ThreadState,
+        totals: &[u64; reason::COUNT as usize],
+        process: &str,
+        group: &str,
+    ) {
         let tid = state.tid;
-        for (code, &ns) in (0..reason::COUNT).zip(state.offcpu_ns.iter()) {
+        for (code, &ns) in (0..reason::COUNT).zip(totals.iter()) {
             if ns > 0 {
-                self.offcpu.observe((tid, code), ns, (process.to_owned(), group.to_owned(), code));
+                self.offcpu.observe_with_estimate((tid, code), ns, (process.to_owned(), group.to_owned(), code));
             }
         }
         let runqueue_sum = state.offcpu_ns[reason::RUNQUEUE as usize];
@@ -626,10 +640,10 @@ fn exit_name(state: &ThreadState) -> Option<String> {
 }
 
 /// The thread's off-CPU totals including the span it is in right now, which the kernel only adds
-/// at switch-in: a thread stuck for minutes must count as stuck while it is stuck. Used by the
-/// detectors only; the exported counters stay on the kernel's closed totals (reading a slot while
-/// the kernel closes a span can see the span in neither place, which a detector's next window
-/// absorbs but a counter must not).
+/// at switch-in: a thread stuck for minutes must count as stuck while it is stuck. Reading a slot
+/// while the kernel closes a span can see the span in neither place: a detector's next window
+/// absorbs that, and the exported counters ignore a value lower than the last
+/// (`DeltaCounters::observe_with_estimate`).
 fn with_open_span(state: &ThreadState, now_mono: u64) -> [u64; reason::COUNT as usize] {
     let mut totals = state.offcpu_ns;
     let start = state.offcpu_start_ns;

@@ -23,6 +23,8 @@ pub struct BusyLoop {
     pub window: Duration,
     /// An iteration is still running: the loop has not come back to poll yet.
     pub ongoing: bool,
+    /// A long iteration ended in the last tick, or one is still running.
+    pub active: bool,
 }
 
 /// Iterations a thread must have completed before an unfinished one is judged: an event loop
@@ -63,14 +65,18 @@ pub fn busy_loops(
     let loops: std::collections::HashMap<u32, &super::history::ThreadInfo> =
         history.event_loops(now, config).map(|t| (t.tid, t)).collect();
     let start = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
+    let tick_ns = history.last_tick().map_or(0, |(_, length)| u64::try_from(length.as_nanos()).unwrap_or(u64::MAX));
+    let tick_start = now_mono_ns.saturating_sub(tick_ns);
     let busy_ns = u64::try_from(config.busy_iteration.as_nanos()).unwrap_or(u64::MAX);
     let mut found: Vec<BusyLoop> = Vec::new();
     for it in iterations.iter().filter(|it| it.timestamp_ns >= start && it.on_cpu_ns >= busy_ns) {
+        let recent = it.ongoing || it.timestamp_ns >= tick_start;
         if let Some(entry) = found.iter_mut().find(|b| b.tid == it.tid) {
             entry.iterations += 1;
             entry.longest_on_cpu_ns = entry.longest_on_cpu_ns.max(it.on_cpu_ns);
             entry.total_on_cpu_ns += it.on_cpu_ns;
             entry.ongoing |= it.ongoing;
+            entry.active |= recent;
             continue;
         }
         let Some(info) = loops.get(&it.tid) else { continue };
@@ -84,8 +90,13 @@ pub fn busy_loops(
             total_on_cpu_ns: it.on_cpu_ns,
             window: config.window,
             ongoing: it.ongoing,
+            active: recent,
         });
     }
+    // One long iteration (a garbage collection on the loop's thread) is a metric, not an incident:
+    // repeated ones are, and so is one still running past `busy_stuck` (a loop that never returns).
+    let stuck_ns = u64::try_from(config.busy_stuck.max(config.busy_iteration).as_nanos()).unwrap_or(u64::MAX);
+    found.retain(|b| b.iterations >= config.busy_repeats || (b.ongoing && b.longest_on_cpu_ns >= stuck_ns));
     found.sort_by_key(|b| (b.pid, b.tid));
     found
 }
@@ -162,10 +173,17 @@ mod tests {
         assert!(found[0].summary(&EventLoopConfig::default()).starts_with("event loop on CPU 250 ms"));
         assert!(!found[0].ongoing);
         let spinning = LongIteration { ongoing: true, ..iteration(4, 2_000, now) };
+        let found = busy_loops(&h, std::slice::from_ref(&spinning), at, now, &EventLoopConfig::default());
+        assert!(found[0].ongoing && found[0].longest_on_cpu_ns == 2_000_000_000, "{found:?}");
+        assert!(found[0].active, "still running");
         let found = busy_loops(&h, &[its[0].clone(), spinning], at, now, &EventLoopConfig::default());
         assert!(found[0].ongoing && found[0].longest_on_cpu_ns == 2_000_000_000, "{found:?}");
         assert!(found[0].summary(&EventLoopConfig::default()).contains("still running"));
         assert!(busy_loops(&h, &[], at, now, &EventLoopConfig::default()).is_empty());
+        // One GC-length iteration is a metric, not an incident; so is one still running briefly.
+        assert!(busy_loops(&h, &its[..1], at, now, &EventLoopConfig::default()).is_empty());
+        let brief = LongIteration { ongoing: true, ..iteration(4, 300, now) };
+        assert!(busy_loops(&h, &[brief], at, now, &EventLoopConfig::default()).is_empty());
         let excluded = EventLoopConfig { exclude: vec!["node".into()], ..EventLoopConfig::default() };
         assert!(busy_loops(&h, &its, at, now, &excluded).is_empty(), "excluded by name");
     }

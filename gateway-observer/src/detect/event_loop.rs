@@ -3,14 +3,19 @@
 //! blocking socket read, disk — longer than a threshold in one block, or for more than a share of
 //! a window. While it is blocked, nothing else it serves is served.
 //!
-//! Untimed futex waits do not count: tokio, Go and libuv workers idle that way, so they cannot be
-//! told from lock contention without learning each runtime's idle address (not done yet).
+//! Untimed futex waits count when `super::untimed` says they were not the runtime idling (tokio,
+//! Go and libuv workers idle that way; Netty, JDK selector, asyncio and Node loops never do).
 
 use std::time::{Duration, Instant};
 
 use gateway_observer_common::reason;
 
-use super::history::{History, ThreadInfo};
+use std::collections::HashMap;
+
+use super::{
+    history::{History, ThreadInfo, WindowDelta},
+    untimed::{self, LoopBaselines, UntimedWait},
+};
 use crate::{events::Block, reason::reason_label, syscalls};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -22,8 +27,12 @@ pub struct EventLoopConfig {
     pub single_block: Duration,
     /// A thread seen idling in poll within this long is an event loop.
     pub loop_memory: Duration,
-    /// One iteration on CPU at least this long (without returning to poll) is `EventLoopBusy`.
+    /// One iteration on CPU at least this long (without returning to poll) is a long iteration;
+    /// `busy_repeats` of them in the window are `EventLoopBusy`...
     pub busy_iteration: Duration,
+    pub busy_repeats: u32,
+    /// ...and so is one still running this long (a loop that does not come back).
+    pub busy_stuck: Duration,
     /// Thread-name patterns (`*` matches any run) that are event loops even before they are seen
     /// polling, and that never are.
     pub include: Vec<String>,
@@ -38,6 +47,8 @@ impl Default for EventLoopConfig {
             single_block: Duration::from_millis(50),
             loop_memory: Duration::from_secs(60),
             busy_iteration: Duration::from_millis(100),
+            busy_repeats: 2,
+            busy_stuck: Duration::from_secs(1),
             include: Vec::new(),
             exclude: Vec::new(),
         }
@@ -90,6 +101,9 @@ pub struct BlockedLoop {
     pub blocks: BlockStats,
     /// Blocked nanoseconds per reason, for the evidence.
     pub by_reason: Vec<(&'static str, u64)>,
+    /// Still blocked in the last tick (a blocked share over the threshold, or a long block that
+    /// ended in it), not only earlier in the window.
+    pub active: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -106,32 +120,52 @@ pub struct BlockStats {
     pub stack_id: Option<u32>,
 }
 
-/// Blocked event loops now. `now_mono_ns` is CLOCK_MONOTONIC, the clock of `blocks`.
+/// Blocked event loops now. `now_mono_ns` is CLOCK_MONOTONIC, the clock of `blocks`. Untimed
+/// futex waits count as blocking as `super::untimed` decides, with what `baselines` learned.
 pub fn blocked_loops(
     history: &History,
     blocks: &[Block],
     now: Instant,
     now_mono_ns: u64,
     config: &EventLoopConfig,
+    baselines: &LoopBaselines,
 ) -> Vec<BlockedLoop> {
     let window_start_ns = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
+    let loops: HashMap<u32, &ThreadInfo> = history.event_loops(now, config).map(|t| (t.tid, t)).collect();
+    let paused = untimed::paused_blocks(blocks);
+    // A stop-the-world pause (a JVM safepoint) is not the loop's block, whatever the wait's kind.
+    let blocking = |thread: &ThreadInfo, b: &Block| -> bool {
+        (BLOCKING_REASONS.contains(&b.reason) && !paused.contains(&(b.tid, b.timestamp_ns)))
+            || (b.reason == reason::FUTEX && untimed::classify(thread, b, &loops, &paused) == UntimedWait::Blocking)
+    };
     let mut found = Vec::new();
-    for thread in history.event_loops(now, config) {
-        let Some(delta) = history.delta(thread.tid, config.window).filter(|d| d.elapsed * 2 >= config.window) else {
+    for thread in loops.values().copied() {
+        let Some(mut delta) = history.delta(thread.tid, config.window).filter(|d| d.elapsed * 2 >= config.window)
+        else {
             continue; // too little history yet to judge
         };
-        let by_reason: Vec<(u32, u64)> =
-            BLOCKING_REASONS.iter().map(|&r| (r, delta.ns(r))).filter(|(_, ns)| *ns > 0).collect();
+        let mine: Vec<&Block> =
+            blocks.iter().filter(|b| b.tid == thread.tid && b.timestamp_ns >= window_start_ns).collect();
+        for b in mine.iter().filter(|b| b.reason != reason::FUTEX && paused.contains(&(b.tid, b.timestamp_ns))) {
+            if let Some(ns) = delta.offcpu_ns.get_mut(b.reason as usize) {
+                *ns = ns.saturating_sub(b.wait_ns);
+            }
+        }
+        let untimed_ns = untimed_blocking_ns(thread, &delta, &mine, &blocking, baselines);
+        let by_reason: Vec<(u32, u64)> = BLOCKING_REASONS
+            .iter()
+            .map(|&r| (r, delta.ns(r)))
+            .chain([(reason::FUTEX, untimed_ns)])
+            .filter(|(_, ns)| *ns > 0)
+            .collect();
         let blocked_ns: u64 = by_reason.iter().map(|(_, ns)| ns).sum();
         let share = blocked_ns as f64 / delta.elapsed.as_nanos().max(1) as f64;
-        let stats = block_stats(
-            blocks.iter().filter(|b| b.tid == thread.tid && b.timestamp_ns >= window_start_ns),
-            config.single_block,
-        );
+        let stats = block_stats(mine.iter().copied().filter(|b| blocking(thread, b)), config.single_block);
         if share < config.blocked_share && stats.over_single_threshold == 0 {
             continue;
         }
         let reason = by_reason.iter().max_by_key(|(_, ns)| *ns).map_or(reason::OTHER, |(r, _)| *r);
+        let active = blocked_in_last_tick(history, thread, &mine, now_mono_ns, config, &blocking, baselines);
         found.push(BlockedLoop {
             thread: thread.clone(),
             reason,
@@ -140,17 +174,63 @@ pub fn blocked_loops(
             share,
             blocks: stats,
             by_reason: by_reason.iter().map(|(r, ns)| (reason_label(*r), *ns)).collect(),
+            active,
         });
     }
     found.sort_by_key(|a| (a.thread.tgid, a.thread.tid));
     found
 }
 
+/// Untimed futex time over `delta` that was blocking: long waits (`blocks`, this thread's) whose
+/// waker was not a sibling loop and that were not a pause, plus the shorter waits when the thread
+/// is a poll-only loop. At most the untimed time the totals hold.
+fn untimed_blocking_ns(
+    thread: &ThreadInfo,
+    delta: &WindowDelta,
+    blocks: &[&Block],
+    blocking: &dyn Fn(&ThreadInfo, &Block) -> bool,
+    baselines: &LoopBaselines,
+) -> u64 {
+    let untimed = delta.ns(reason::FUTEX);
+    let long: Vec<&&Block> = blocks.iter().filter(|b| b.reason == reason::FUTEX).collect();
+    let long_blocking: u64 = long.iter().filter(|b| blocking(thread, b)).map(|b| b.wait_ns).sum();
+    let short = if baselines.short_waits_block(thread.tid) {
+        untimed.saturating_sub(long.iter().map(|b| b.wait_ns).sum())
+    } else {
+        0
+    };
+    (long_blocking + short).min(untimed)
+}
+
+/// Whether the loop was blocked in the last tick: over the share threshold in it (an open span
+/// counts as it grows), or a block past the single-block threshold ended in it.
+fn blocked_in_last_tick(
+    history: &History,
+    thread: &ThreadInfo,
+    blocks: &[&Block],
+    now_mono_ns: u64,
+    config: &EventLoopConfig,
+    blocking: &dyn Fn(&ThreadInfo, &Block) -> bool,
+    baselines: &LoopBaselines,
+) -> bool {
+    let Some(last) = history.last_delta(thread.tid) else { return false };
+    let tick_start_ns = now_mono_ns.saturating_sub(u64::try_from(last.elapsed.as_nanos()).unwrap_or(u64::MAX));
+    let in_tick: Vec<&Block> = blocks.iter().copied().filter(|b| b.timestamp_ns >= tick_start_ns).collect();
+    let blocked_ns = BLOCKING_REASONS.iter().map(|r| last.ns(*r)).sum::<u64>()
+        + untimed_blocking_ns(thread, &last, &in_tick, blocking, baselines);
+    if blocked_ns as f64 >= config.blocked_share * last.elapsed.as_nanos() as f64 {
+        return true;
+    }
+    let single_ns = u64::try_from(config.single_block.as_nanos()).unwrap_or(u64::MAX);
+    in_tick.iter().any(|b| b.wait_ns >= single_ns && blocking(thread, b))
+}
+
+/// Counts of the blocking `blocks` (already filtered).
 fn block_stats<'a>(blocks: impl Iterator<Item = &'a Block>, single: Duration) -> BlockStats {
     let single_ns = u64::try_from(single.as_nanos()).unwrap_or(u64::MAX);
     let mut stats = BlockStats::default();
     let mut futexes: Vec<(u64, u32)> = Vec::new();
-    for block in blocks.filter(|b| BLOCKING_REASONS.contains(&b.reason)) {
+    for block in blocks {
         stats.count += 1;
         if block.wait_ns >= single_ns {
             stats.over_single_threshold += 1;
@@ -227,7 +307,7 @@ mod tests {
     fn incident_one_a_loop_parked_in_timed_futex_waits() {
         // ~170 µs waits adding up to 0.7 s per second across the loop: 70 % blocked.
         let (h, now) = history_of(2, 200, 700, 0);
-        let found = blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default());
+        let found = blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default(), &LoopBaselines::default());
         assert_eq!(found.len(), 1);
         let f = &found[0];
         assert_eq!(f.reason, reason::FUTEX_TIMED);
@@ -243,7 +323,7 @@ mod tests {
         let (h, now) = history_of(3, 900, 8, 0);
         let now_ns = 10_000_000_000;
         let blocks = [block(3, 80, now_ns - 1_000_000_000, 0xdead), block(3, 12, now_ns - 500_000_000, 0xdead)];
-        let found = blocked_loops(&h, &blocks, now, now_ns, &EventLoopConfig::default());
+        let found = blocked_loops(&h, &blocks, now, now_ns, &EventLoopConfig::default(), &LoopBaselines::default());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].blocks.over_single_threshold, 1);
         assert_eq!(found[0].blocks.count, 2);
@@ -252,29 +332,95 @@ mod tests {
         assert_eq!(found[0].blocks.syscall, Some("futex"));
         // The same block, but older than the window: nothing.
         let old = [block(3, 80, now_ns - 6_000_000_000, 0xdead)];
-        assert!(blocked_loops(&h, &old, now, now_ns, &EventLoopConfig::default()).is_empty());
+        assert!(
+            blocked_loops(&h, &old, now, now_ns, &EventLoopConfig::default(), &LoopBaselines::default()).is_empty()
+        );
     }
 
     #[test]
     fn a_busy_healthy_loop_and_an_idle_parked_worker_are_quiet() {
         // Polls a lot, blocks 1 %: healthy.
         let (h, now) = history_of(4, 600, 10, 0);
-        assert!(blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default()).is_empty());
+        assert!(
+            blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default(), &LoopBaselines::default())
+                .is_empty()
+        );
         // A tokio-style worker: idles in epoll sometimes, parks in untimed futex the rest.
         let (h, now) = history_of(5, 300, 0, 700);
-        assert!(blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default()).is_empty());
+        assert!(
+            blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default(), &LoopBaselines::default())
+                .is_empty()
+        );
     }
 
     #[test]
     fn a_thread_that_never_polls_is_not_judged_as_a_loop_unless_named() {
         let (h, now) = history_of(6, 0, 900, 0);
-        assert!(blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default()).is_empty());
+        assert!(
+            blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default(), &LoopBaselines::default())
+                .is_empty()
+        );
         // A loop that blocked before it was ever seen polling: named in the config.
         let named = EventLoopConfig { include: vec!["reactor-http-nio-*".into()], ..EventLoopConfig::default() };
-        assert_eq!(blocked_loops(&h, &[], now, 10_000_000_000, &named).len(), 1);
+        assert_eq!(blocked_loops(&h, &[], now, 10_000_000_000, &named, &LoopBaselines::default()).len(), 1);
         let excluded = EventLoopConfig { exclude: vec!["reactor-*".into()], ..EventLoopConfig::default() };
         let (h, now) = history_of(7, 200, 700, 0);
-        assert!(blocked_loops(&h, &[], now, 10_000_000_000, &excluded).is_empty());
+        assert!(blocked_loops(&h, &[], now, 10_000_000_000, &excluded, &LoopBaselines::default()).is_empty());
+    }
+
+    #[test]
+    fn a_block_that_ended_is_remembered_by_the_window_but_not_active() {
+        // Blocked 70 % of each second for five seconds, then healthy for two.
+        let start = Instant::now();
+        let mut h = History::new(Duration::from_secs(60));
+        let mut t = [0u64; reason::COUNT as usize];
+        for s in 0..=7u64 {
+            h.record(start + Duration::from_secs(s), thread(8), t);
+            let blocked = if s < 5 { 700 } else { 0 };
+            t[reason::FUTEX_TIMED as usize] += blocked * 1_000_000;
+            t[reason::POLL as usize] += (1000 - blocked) * 1_000_000;
+        }
+        let now = start + Duration::from_secs(7);
+        let found = blocked_loops(&h, &[], now, 7_000_000_000, &EventLoopConfig::default(), &LoopBaselines::default());
+        assert_eq!(found.len(), 1, "the 5 s window still holds 3 blocked seconds");
+        assert!(!found[0].active, "but the loop was not blocked in the last tick");
+        let (h, now) = history_of(9, 200, 700, 0);
+        assert!(
+            blocked_loops(&h, &[], now, 10_000_000_000, &EventLoopConfig::default(), &LoopBaselines::default())[0]
+                .active
+        );
+    }
+
+    #[test]
+    fn untimed_waits_count_when_another_thread_ended_them() {
+        // Polls 300 ms and waits untimed 700 ms a second: a `future.get()` on a Redis client's
+        // thread (tid 77, not a loop) or a tokio-style park handed over by a sibling loop.
+        let (mut h, now) = history_of(2, 300, 0, 700);
+        let sibling = ThreadInfo { tid: 3, tgid: 100, comm: "java".into(), name: "reactor-http-nio-3".into() };
+        let mut polls = [0u64; reason::COUNT as usize];
+        h.record(now - Duration::from_secs(1), sibling.clone(), polls);
+        polls[reason::POLL as usize] = 1;
+        h.record(now, sibling, polls);
+        let now_ns = 10_000_000_000;
+        let waits = |waker: u32| -> Vec<Block> {
+            (1..=4u64)
+                .map(|s| Block {
+                    reason: reason::FUTEX,
+                    waker_tid: waker,
+                    wait_ns: 700_000_000,
+                    ..block(2, 0, now_ns - s * 1_000_000_000, 0xbeef)
+                })
+                .collect()
+        };
+        let config = EventLoopConfig::default();
+        let found = blocked_loops(&h, &waits(77), now, now_ns, &config, &LoopBaselines::default());
+        assert_eq!(found.len(), 1, "woken by another thread: blocked");
+        assert_eq!(found[0].reason, reason::FUTEX);
+        assert!(found[0].share > 0.5, "{}", found[0].share);
+        assert!(
+            blocked_loops(&h, &waits(3), now, now_ns, &config, &LoopBaselines::default()).is_empty(),
+            "a sibling loop handed over work: idle"
+        );
     }
 
     #[test]

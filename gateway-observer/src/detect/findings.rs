@@ -35,6 +35,7 @@ pub fn event_loop_blocked(found: &BlockedLoop, config: &EventLoopConfig) -> Find
         subject: found.thread.name.clone(),
         summary: found.summary(config),
         evidence,
+        active: found.active,
     }
 }
 
@@ -55,6 +56,7 @@ pub fn event_loop_busy(found: &BusyLoop, config: &EventLoopConfig) -> Finding {
             "busy_iteration_threshold_seconds": config.busy_iteration.as_secs_f64(),
             "window_seconds": found.window.as_secs_f64(),
         }),
+        active: found.active,
     }
 }
 
@@ -84,6 +86,7 @@ pub fn pool_saturated(found: &SaturatedPool) -> Finding {
         subject: found.group.clone(),
         summary: found.summary(),
         evidence,
+        active: found.active,
     }
 }
 
@@ -113,6 +116,7 @@ mod tests {
                 stack_id: None,
             },
             by_reason: vec![("futex_timed", 3_550_000_000)],
+            active: true,
         };
         let f = event_loop_blocked(&found, &EventLoopConfig::default());
         assert_eq!(f.id(), "EventLoopBlocked/10/reactor-http-nio-2");

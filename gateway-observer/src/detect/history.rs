@@ -25,6 +25,12 @@ impl WindowDelta {
     pub fn ns(&self, code: u32) -> u64 {
         self.offcpu_ns.get(code as usize).copied().unwrap_or(0)
     }
+
+    /// The share of the elapsed time spent in `reasons`.
+    pub fn share(&self, reasons: &[u32]) -> f64 {
+        let ns: u64 = reasons.iter().map(|r| self.ns(*r)).sum();
+        ns as f64 / self.elapsed.as_nanos().max(1) as f64
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,24 +50,48 @@ struct Track {
     first_seen: Instant,
 }
 
+/// When a process was first recorded (threads already there then were not "created") and when
+/// it started, if known (threads made while it starts up are not growth either).
+#[derive(Debug, Clone, Copy)]
+struct ProcessSeen {
+    first_recorded: Instant,
+    started: Option<Instant>,
+}
+
 /// Samples of every followed thread, kept for `keep`.
 #[derive(Debug)]
 pub struct History {
     keep: Duration,
     tracks: HashMap<u32, Track>,
-    /// When each process was first recorded: threads already there then were not "created".
-    processes_first_seen: HashMap<u32, Instant>,
+    processes: HashMap<u32, ProcessSeen>,
+    /// The two latest distinct instants anything was recorded at: the last tick.
+    last_ticks: (Option<Instant>, Option<Instant>),
 }
 
 impl History {
     pub fn new(keep: Duration) -> Self {
-        Self { keep, tracks: HashMap::new(), processes_first_seen: HashMap::new() }
+        Self { keep, tracks: HashMap::new(), processes: HashMap::new(), last_ticks: (None, None) }
+    }
+
+    /// Notes when a process started (from /proc), so that threads it makes while starting up are
+    /// not taken for growth, but threads a long-running process makes right after we attach are.
+    pub fn note_process_start(&mut self, tgid: u32, started: Instant, now: Instant) {
+        self.processes.entry(tgid).or_insert(ProcessSeen { first_recorded: now, started: None }).started =
+            Some(started);
+    }
+
+    /// Whether the process was recorded already (its start is noted once, at its first record).
+    pub fn knows_process(&self, tgid: u32) -> bool {
+        self.processes.contains_key(&tgid)
     }
 
     /// Records one thread's cumulative totals at `now`.
     pub fn record(&mut self, now: Instant, info: ThreadInfo, totals: ReasonTotals) {
         let keep = self.keep;
-        self.processes_first_seen.entry(info.tgid).or_insert(now);
+        if self.last_ticks.1 != Some(now) {
+            self.last_ticks = (self.last_ticks.1, Some(now));
+        }
+        self.processes.entry(info.tgid).or_insert(ProcessSeen { first_recorded: now, started: None });
         let track = self.tracks.entry(info.tid).or_insert_with(|| Track {
             info: info.clone(),
             samples: VecDeque::new(),
@@ -106,6 +136,24 @@ impl History {
         self.tracks.remove(&tid);
     }
 
+    /// The last tick: (its start, its length), from the two latest instants anything was recorded.
+    pub fn last_tick(&self) -> Option<(Instant, Duration)> {
+        match self.last_ticks {
+            (Some(start), Some(end)) => Some((start, end.duration_since(start))),
+            _ => None,
+        }
+    }
+
+    /// The thread's totals over the last tick: what it did since the previous one. A condition is
+    /// ongoing when it shows here, not only in the window.
+    pub fn last_delta(&self, tid: u32) -> Option<WindowDelta> {
+        let track = self.tracks.get(&tid)?;
+        let mut samples = track.samples.iter().rev();
+        let (newest_at, newest) = samples.next()?;
+        let (oldest_at, oldest) = samples.next()?;
+        Some(difference(newest, oldest, newest_at.duration_since(*oldest_at)))
+    }
+
     /// Totals over (about) the last `window`: from the oldest sample inside it to the newest.
     pub fn delta(&self, tid: u32, window: Duration) -> Option<WindowDelta> {
         let track = self.tracks.get(&tid)?;
@@ -115,11 +163,7 @@ impl History {
         if elapsed.is_zero() {
             return None;
         }
-        let mut offcpu_ns = [0; reason::COUNT as usize];
-        for (slot, (new, old)) in offcpu_ns.iter_mut().zip(newest.iter().zip(oldest.iter())) {
-            *slot = new.saturating_sub(*old);
-        }
-        Some(WindowDelta { offcpu_ns, elapsed })
+        Some(difference(newest, oldest, elapsed))
     }
 
     /// The event loops: threads that idled in poll/epoll/select within the config's memory, or
@@ -142,20 +186,31 @@ impl History {
         self.tracks.values().map(|t| &t.info)
     }
 
-    /// When the thread appeared, if it appeared more than `settle` after its process was first
-    /// recorded: threads there when observation began, or made while a process starts, are not
-    /// growth.
+    /// When the thread appeared, if it is growth: it was not there when its process was first
+    /// recorded, and it appeared more than `settle` after the process started (threads made
+    /// while a process starts up are not growth). A process whose start is unknown settles from
+    /// its first record. A process already running when observation began grows from the next
+    /// tick on: an observer attached during an incident sees the pool fill.
     pub fn created_at(&self, tid: u32, settle: Duration) -> Option<Instant> {
         let track = self.tracks.get(&tid)?;
-        let process_seen = self.processes_first_seen.get(&track.info.tgid)?;
-        (track.first_seen > *process_seen + settle).then_some(track.first_seen)
+        let process = self.processes.get(&track.info.tgid)?;
+        let settled = process.started.unwrap_or(process.first_recorded) + settle;
+        (track.first_seen > process.first_recorded && track.first_seen > settled).then_some(track.first_seen)
     }
 
     /// Forgets processes none of whose threads is recorded any more (a reused pid starts anew).
     pub fn retain_processes(&mut self) {
         let live: std::collections::HashSet<u32> = self.tracks.values().map(|t| t.info.tgid).collect();
-        self.processes_first_seen.retain(|tgid, _| live.contains(tgid));
+        self.processes.retain(|tgid, _| live.contains(tgid));
     }
+}
+
+fn difference(newest: &ReasonTotals, oldest: &ReasonTotals, elapsed: Duration) -> WindowDelta {
+    let mut offcpu_ns = [0; reason::COUNT as usize];
+    for (slot, (new, old)) in offcpu_ns.iter_mut().zip(newest.iter().zip(oldest.iter())) {
+        *slot = new.saturating_sub(*old);
+    }
+    WindowDelta { offcpu_ns, elapsed }
 }
 
 #[cfg(test)]
@@ -205,5 +260,30 @@ mod tests {
         assert_eq!(d.elapsed, Duration::from_secs(3), "only `keep` of history is kept");
         h.forget(8);
         assert!(h.delta(8, Duration::from_secs(5)).is_none());
+    }
+
+    #[test]
+    fn threads_a_running_process_makes_after_attach_are_growth_but_not_those_of_its_start_up() {
+        let settle = Duration::from_secs(5);
+        let t0 = Instant::now() + Duration::from_secs(3600);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let thread = |tid: u32, tgid: u32| ThreadInfo { tid, tgid, comm: "java".into(), name: format!("rpc-{tid}") };
+        let mut h = History::new(Duration::from_secs(60));
+        // Process 1 has run for an hour when we attach; process 2 starts as we attach.
+        h.note_process_start(1, t0 - Duration::from_secs(3600), at(0));
+        h.note_process_start(2, at(0), at(0));
+        for tid in [10, 20] {
+            h.record(at(0), thread(tid, tid / 10), totals(0, 0));
+        }
+        for tid in [11, 21] {
+            h.record(at(1), thread(tid, tid / 10), totals(0, 0));
+        }
+        assert_eq!(h.created_at(10, settle), None, "there when we attached");
+        assert_eq!(h.created_at(11, settle), Some(at(1)), "made a second after we attached: growth");
+        assert_eq!(h.created_at(21, settle), None, "made while its process starts up");
+        h.record(at(7), thread(22, 2), totals(0, 0));
+        assert_eq!(h.created_at(22, settle), Some(at(7)));
+        assert_eq!(h.last_tick(), Some((at(1), Duration::from_secs(6))));
+        assert_eq!(h.last_delta(10), None, "one sample only");
     }
 }

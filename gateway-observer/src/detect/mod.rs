@@ -8,6 +8,7 @@ pub mod findings;
 pub mod history;
 pub mod pool;
 pub mod queueing;
+pub mod untimed;
 pub mod upstream;
 
 use std::time::Instant;
@@ -30,6 +31,7 @@ pub struct Detectors {
     pub upstream: upstream::UpstreamConfig,
     pub queueing: queueing::QueueingConfig,
     history: History,
+    baselines: untimed::LoopBaselines,
 }
 
 /// One event loop's state over the last window, for metrics and the snapshot.
@@ -48,11 +50,26 @@ impl Detectors {
             pool: PoolConfig::default(),
             upstream: upstream::UpstreamConfig::default(),
             queueing: queueing::QueueingConfig::default(),
+            baselines: untimed::LoopBaselines::default(),
         }
     }
 
     pub fn record(&mut self, now: Instant, info: ThreadInfo, totals: ReasonTotals) {
         self.history.record(now, info, totals);
+    }
+
+    /// See `History::note_process_start`; `age` is how long ago it started.
+    pub fn note_process(&mut self, tgid: u32, age: Option<std::time::Duration>, now: Instant) {
+        if self.history.knows_process(tgid) {
+            return;
+        }
+        if let Some(started) = age.and_then(|age| now.checked_sub(age)) {
+            self.history.note_process_start(tgid, started, now);
+        }
+    }
+
+    pub fn knows_process(&self, tgid: u32) -> bool {
+        self.history.knows_process(tgid)
     }
 
     /// See `History::keep_as_loop`.
@@ -62,11 +79,14 @@ impl Detectors {
 
     pub fn forget(&mut self, tid: u32) {
         self.history.forget(tid);
+        self.baselines.forget(tid);
         self.history.retain_processes();
     }
 
-    pub fn blocked_loops(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<BlockedLoop> {
-        blocked_loops(&self.history, blocks, now, now_mono_ns, &self.event_loop)
+    /// Learns how each loop idles from the tick just recorded, then judges them.
+    pub fn blocked_loops(&mut self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<BlockedLoop> {
+        self.baselines.learn(&self.history, blocks, now, &self.event_loop);
+        blocked_loops(&self.history, blocks, now, now_mono_ns, &self.event_loop, &self.baselines)
     }
 
     pub fn busy_loops(

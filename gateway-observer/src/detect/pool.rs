@@ -61,6 +61,8 @@ pub struct SaturatedPool {
     pub hot_futexes: Vec<(u64, usize)>,
     /// CPU the group used, in cores (busy seconds / window).
     pub cpu_cores: f64,
+    /// Saturated in the last tick too, or still growing in it.
+    pub active: bool,
 }
 
 #[derive(Default)]
@@ -72,6 +74,9 @@ struct GroupTotals {
     elapsed_ns: u128,
     offcpu_ns: [u64; reason::COUNT as usize],
     tids: Vec<u32>,
+    /// The same over the last tick.
+    last_elapsed_ns: u128,
+    last_offcpu_ns: [u64; reason::COUNT as usize],
 }
 
 /// Saturated pools now. `now_mono_ns` is CLOCK_MONOTONIC, the clock of `blocks`.
@@ -94,8 +99,14 @@ pub fn saturated_pools(
         totals.comm.clone_from(&thread.comm);
         totals.threads += 1;
         totals.tids.push(thread.tid);
-        if history.created_at(thread.tid, config.window).is_some_and(|at| now.duration_since(at) <= config.window) {
-            totals.created += 1;
+        if let Some(at) = history.created_at(thread.tid, config.window) {
+            totals.created += usize::from(now.duration_since(at) <= config.window);
+        }
+        if let Some(last) = history.last_delta(thread.tid) {
+            totals.last_elapsed_ns += last.elapsed.as_nanos();
+            for (sum, ns) in totals.last_offcpu_ns.iter_mut().zip(last.offcpu_ns) {
+                *sum += ns;
+            }
         }
         let Some(delta) = history.delta(thread.tid, config.window) else { continue };
         totals.elapsed_ns += delta.elapsed.as_nanos();
@@ -123,17 +134,21 @@ fn judge(
     let idle: f64 = POOL_IDLE_REASONS.iter().map(|r| ns(*r)).sum();
     let blocked: f64 = POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum();
     let runqueue = ns(reason::RUNQUEUE);
-    let offcpu: f64 = t.offcpu_ns.iter().map(|v| *v as f64).sum();
-    let busy = (total - offcpu).max(0.0);
+    let busy = (total - t.offcpu_ns.iter().map(|v| *v as f64).sum::<f64>()).max(0.0);
     // Without history (only new threads) there is no share to speak of: all zero, idle whole.
     let share = |ns: f64| if t.elapsed_ns == 0 { 0.0 } else { ns / total };
-    let saturation = share(busy + blocked + runqueue);
+    let saturation = share(saturated_ns(t.elapsed_ns, &t.offcpu_ns));
     // Judge the share only on enough history (half a window per thread on average); before that,
     // only growth can tell, and the shares are evidence.
     let enough_history = t.elapsed_ns * 2 >= config.window.as_nanos() * t.threads as u128;
     if !(growing || (enough_history && saturation >= config.saturated_share)) {
         return None;
     }
+    let saturated_last_tick = t.last_elapsed_ns > 0
+        && saturated_ns(t.last_elapsed_ns, &t.last_offcpu_ns) / t.last_elapsed_ns as f64 >= config.saturated_share;
+    // Growth is judged over the window and is recent by itself: a pool that filled in half a
+    // second and stays full is still an incident after it stopped growing.
+    let active = saturated_last_tick || growing;
     let mut hot: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     for b in
         blocks.iter().filter(|b| b.timestamp_ns >= window_start_ns && b.futex_uaddr != 0 && t.tids.contains(&b.tid))
@@ -165,7 +180,15 @@ fn judge(
             .collect(),
         hot_futexes,
         cpu_cores: if t.elapsed_ns == 0 { 0.0 } else { busy / 1e9 / config.window.as_secs_f64() },
+        active,
     })
+}
+
+/// Thread time over `elapsed_ns` that was on CPU, blocked in work or waiting for a CPU.
+fn saturated_ns(elapsed_ns: u128, offcpu_ns: &[u64; reason::COUNT as usize]) -> f64 {
+    let ns = |r: u32| offcpu_ns[r as usize] as f64;
+    let busy = (elapsed_ns as f64 - offcpu_ns.iter().map(|v| *v as f64).sum::<f64>()).max(0.0);
+    busy + POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + ns(reason::RUNQUEUE)
 }
 
 impl SaturatedPool {

@@ -57,6 +57,8 @@ pub struct QueueFacts {
     /// before the gateway read them, and the longest such wait.
     pub completed: u64,
     pub delayed: u64,
+    /// Of `delayed`, those completed in the last tick: the queueing is still going on.
+    pub delayed_last_tick: u64,
     pub max_queue_ns: u64,
     /// 5xx answers or connections closed unanswered in the window.
     pub refused: u64,
@@ -137,6 +139,9 @@ fn finding(facts: &QueueFacts, config: &QueueingConfig) -> Finding {
             "refusals": facts.refused,
             "listen_overflows": facts.listen_overflows,
         }),
+        // Requests unread now, or delayed ones completed in the last tick: a window that still
+        // holds a burst which ended (a warm-up) is not a queue.
+        active: facts.waiting() > 0 || facts.delayed_last_tick > 0,
     }
 }
 
@@ -193,6 +198,15 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_that_ended_is_not_active() {
+        let ended = request_queueing(&[facts(0, 100, 3)], &QueueingConfig::default());
+        assert!(!ended[0].active, "the window holds 3 delayed requests, none in the last tick, none unread now");
+        let ongoing = QueueFacts { delayed_last_tick: 1, ..facts(0, 100, 3) };
+        assert!(request_queueing(&[ongoing], &QueueingConfig::default())[0].active);
+        assert!(request_queueing(&[facts(1, 0, 0)], &QueueingConfig::default())[0].active, "unread now");
+    }
+
+    #[test]
     fn completed_requests_fire_only_when_enough_waited() {
         let config = QueueingConfig::default();
         // 3 of 100 waited: enough. 2 of 100: a straggler or two. 3 of 1000: under 1 %.
@@ -213,6 +227,7 @@ mod tests {
             subject: format!("worker-{pid}"),
             summary: String::new(),
             evidence: json!({}),
+            active: true,
         };
         findings.push(blocked(7));
         findings.push(blocked(8));

@@ -93,6 +93,8 @@ pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<F
                     "threads_waiting": facts.threads_waiting,
                     "other_peers": others,
                 }),
+                // Outstanding requests and their age are facts of now.
+                active: true,
             })
         })
         .collect()
@@ -126,6 +128,8 @@ pub fn one_way_stall(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<Finding>
                 "last_sent_seconds_ago": facts.last_tx_age_ns.map(secs),
                 "threshold_seconds": secs(threshold),
             }),
+            // The stalled flows are those of now.
+            active: true,
         })
         .collect()
 }

@@ -29,6 +29,21 @@ impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
         *self.totals.entry(label).or_insert(0) += delta;
     }
 
+    /// Like `observe`, for a value that includes an estimate of what the kernel has not added yet
+    /// (an off-CPU span still open). A value below the last one is a read that caught the kernel
+    /// between closing the span and adding it: nothing new, and the label never goes down. The
+    /// key must be forgotten when its thread goes, since a lower value never means a new key here.
+    pub fn observe_with_estimate(&mut self, key: K, value: u64, label: L) {
+        let last = self.last.get(&key).copied().unwrap_or(0);
+        if value > last {
+            *self.totals.entry(label).or_insert(0) += value - last;
+            self.last.insert(key, value);
+        } else {
+            self.totals.entry(label).or_insert(0);
+            self.last.insert(key, last);
+        }
+    }
+
     /// Like `observe`, for a kernel u32 counter that wraps: its growth is the wrapping difference
     /// (read every second, it cannot wrap twice in between).
     pub fn observe_u32(&mut self, key: K, value: u32, label: L) {
@@ -98,5 +113,15 @@ mod tests {
         c.observe(1u32, 160, "pool-1-thread-*");
         assert_eq!(c.totals()["Thread-*"], 100);
         assert_eq!(c.totals()["pool-1-thread-*"], 60);
+    }
+
+    #[test]
+    fn an_estimate_that_reads_low_never_takes_the_label_down() {
+        let mut c = DeltaCounters::default();
+        c.observe_with_estimate(1u32, 100, "a"); // closed 60 + open span 40 so far
+        c.observe_with_estimate(1u32, 90, "a"); // read between the span's close and its add
+        assert_eq!(c.totals()["a"], 100);
+        c.observe_with_estimate(1u32, 130, "a"); // the span closed at 130
+        assert_eq!(c.totals()["a"], 130);
     }
 }

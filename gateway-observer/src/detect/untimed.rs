@@ -1,0 +1,236 @@
+//! Untimed futex waits in event loops: blocking, or how the runtime idles?
+//!
+//! tokio, Go and libuv workers idle in untimed futex waits, woken by a sibling worker when work
+//! comes; a Netty, JDK selector, asyncio or Node loop idles only in epoll/poll/select, so an
+//! untimed wait there is a `future.get()`, a `join()`, Reactor's `block()`, a contended
+//! `synchronized` or lock: blocking. No per-runtime configuration tells them apart; three signals
+//! do, each available at once or after a few healthy seconds:
+//! - who woke a long wait (the kernel reports the waker of every wait past the block threshold):
+//!   a sibling loop (same process, same thread group, itself a loop) handing over work means the
+//!   waiter was idle, and marks the thread as one that parks for work for good; any other waker
+//!   (a Redis client's I/O thread, the thread that held the lock, a timer thread) means it was
+//!   blocked on that thread's work. This needs no history: an observer attached mid-incident sees
+//!   it at the first long wait;
+//! - a stop-the-world pause: three or more threads of a process woken by one thread within 2 ms
+//!   (a JVM safepoint or GC releasing every Java thread at once) is a pause, not a loop's block;
+//! - a baseline for short waits (under the block threshold, so without a waker): a thread seen
+//!   idling in poll for several ticks with no untimed waits is a poll-only loop, and its short
+//!   untimed waits count as blocking (a fast Redis call inside the loop). Until it has been seen
+//!   that way, or once it has parked for work, they do not.
+
+use std::collections::{HashMap, HashSet};
+
+use gateway_observer_common::reason;
+
+use super::{
+    event_loop::EventLoopConfig,
+    history::{History, ThreadInfo},
+};
+use crate::{events::Block, thread_group::thread_group};
+
+/// Ticks idling in poll without untimed waits that make a thread a poll-only loop.
+const POLL_ONLY_TICKS: u32 = 3;
+/// A tick counts when at least this share of it was idle in poll...
+const POLL_ONLY_MIN_POLL_SHARE: f64 = 0.10;
+/// ...and at most this share in untimed futex waits (a JVM safepoint parks a running Java thread
+/// for well under a millisecond).
+const POLL_ONLY_MAX_UNTIMED_SHARE: f64 = 0.02;
+/// Threads released together by one waker within this long were stopped together.
+const PAUSE_RELEASE_SPREAD_NS: u64 = 2_000_000;
+/// At least this many threads stopped together make a pause.
+const PAUSE_MIN_THREADS: usize = 3;
+
+/// What a long untimed wait of an event loop was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UntimedWait {
+    /// Idle: a sibling loop handed it work.
+    Idle,
+    /// Blocked on another thread's work.
+    Blocking,
+    /// Stopped with the rest of its process (a JVM safepoint or GC).
+    Pause,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Baseline {
+    poll_only_ticks: u32,
+    parks_for_work: bool,
+}
+
+/// What the detectors learn about each event loop's idling, tick after tick.
+#[derive(Debug, Default)]
+pub struct LoopBaselines {
+    threads: HashMap<u32, Baseline>,
+    /// Blocks up to this timestamp were learned from.
+    learned_until_ns: u64,
+}
+
+impl LoopBaselines {
+    /// Learns from the last tick of every event loop and from the blocks not seen yet.
+    pub fn learn(&mut self, history: &History, blocks: &[Block], now: std::time::Instant, config: &EventLoopConfig) {
+        let loops: HashMap<u32, &ThreadInfo> = history.event_loops(now, config).map(|t| (t.tid, t)).collect();
+        for &tid in loops.keys() {
+            let Some(last) = history.last_delta(tid) else { continue };
+            if last.share(&[reason::POLL]) >= POLL_ONLY_MIN_POLL_SHARE
+                && last.share(&[reason::FUTEX]) <= POLL_ONLY_MAX_UNTIMED_SHARE
+            {
+                let baseline = self.threads.entry(tid).or_default();
+                baseline.poll_only_ticks = baseline.poll_only_ticks.saturating_add(1);
+            }
+        }
+        let mut newest = self.learned_until_ns;
+        for block in blocks.iter().filter(|b| b.timestamp_ns > self.learned_until_ns && b.reason == reason::FUTEX) {
+            newest = newest.max(block.timestamp_ns);
+            if let Some(thread) = loops.get(&block.tid)
+                && woken_by_sibling_loop(thread, block.waker_tid, &loops)
+            {
+                self.threads.entry(block.tid).or_default().parks_for_work = true;
+            }
+        }
+        self.learned_until_ns = newest;
+    }
+
+    /// Whether the thread's untimed waits too short to be reported one by one count as blocking.
+    pub fn short_waits_block(&self, tid: u32) -> bool {
+        self.threads.get(&tid).is_some_and(|b| !b.parks_for_work && b.poll_only_ticks >= POLL_ONLY_TICKS)
+    }
+
+    pub fn forget(&mut self, tid: u32) {
+        self.threads.remove(&tid);
+    }
+}
+
+/// What a long untimed wait of `thread`, an event loop, was; `loops` are the event loops now and
+/// `paused` the blocks that ended in a stop-the-world pause (`paused_blocks`).
+pub fn classify(
+    thread: &ThreadInfo,
+    block: &Block,
+    loops: &HashMap<u32, &ThreadInfo>,
+    paused: &HashSet<(u32, u64)>,
+) -> UntimedWait {
+    if paused.contains(&(block.tid, block.timestamp_ns)) {
+        UntimedWait::Pause
+    } else if woken_by_sibling_loop(thread, block.waker_tid, loops) {
+        UntimedWait::Idle
+    } else {
+        UntimedWait::Blocking
+    }
+}
+
+fn woken_by_sibling_loop(thread: &ThreadInfo, waker: u32, loops: &HashMap<u32, &ThreadInfo>) -> bool {
+    loops.get(&waker).is_some_and(|w| {
+        w.tid != thread.tid && w.tgid == thread.tgid && thread_group(&w.name) == thread_group(&thread.name)
+    })
+}
+
+/// Blocks (as (tid, end timestamp)) that ended when one waker released at least
+/// `PAUSE_MIN_THREADS` threads of a process within `PAUSE_RELEASE_SPREAD_NS`: a stop-the-world
+/// pause, whatever each thread was doing when it was stopped.
+pub fn paused_blocks(blocks: &[Block]) -> HashSet<(u32, u64)> {
+    let mut by_waker: HashMap<(u32, u32), Vec<&Block>> = HashMap::new();
+    for block in blocks.iter().filter(|b| b.waker_tid != 0) {
+        by_waker.entry((block.tgid, block.waker_tid)).or_default().push(block);
+    }
+    let mut paused = HashSet::new();
+    for mut released in by_waker.into_values() {
+        released.sort_by_key(|b| b.timestamp_ns);
+        let mut start = 0;
+        while start < released.len() {
+            let first = released[start].timestamp_ns;
+            let end = released[start..]
+                .iter()
+                .position(|b| b.timestamp_ns > first + PAUSE_RELEASE_SPREAD_NS)
+                .map_or(released.len(), |n| start + n);
+            let cluster = &released[start..end];
+            let threads: HashSet<u32> = cluster.iter().map(|b| b.tid).collect();
+            if threads.len() >= PAUSE_MIN_THREADS {
+                paused.extend(cluster.iter().map(|b| (b.tid, b.timestamp_ns)));
+            }
+            start = end;
+        }
+    }
+    paused
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn info(tid: u32, name: &str) -> ThreadInfo {
+        ThreadInfo { tid, tgid: 100, comm: "java".into(), name: name.into() }
+    }
+
+    fn untimed(tid: u32, waker: u32, at_ns: u64) -> Block {
+        Block {
+            tid,
+            tgid: 100,
+            reason: reason::FUTEX,
+            syscall_nr: Some(202),
+            waker_tid: waker,
+            wait_ns: 50_000_000,
+            runqueue_ns: 0,
+            futex_uaddr: 0x10,
+            timestamp_ns: at_ns,
+            stack_id: None,
+        }
+    }
+
+    fn loops<'a>(threads: &'a [ThreadInfo]) -> HashMap<u32, &'a ThreadInfo> {
+        threads.iter().map(|t| (t.tid, t)).collect()
+    }
+
+    #[test]
+    fn a_wait_ended_by_a_sibling_loop_is_idle_and_by_another_thread_blocking() {
+        let threads = [info(1, "tokio-runtime-w"), info(2, "tokio-runtime-w"), info(3, "lettuce-epollEv")];
+        let loops = loops(&threads);
+        let none = HashSet::new();
+        assert_eq!(classify(&threads[0], &untimed(1, 2, 5), &loops, &none), UntimedWait::Idle);
+        assert_eq!(classify(&threads[0], &untimed(1, 3, 5), &loops, &none), UntimedWait::Blocking, "another group");
+        assert_eq!(classify(&threads[0], &untimed(1, 77, 5), &loops, &none), UntimedWait::Blocking, "not a loop");
+        assert_eq!(classify(&threads[0], &untimed(1, 1, 5), &loops, &none), UntimedWait::Blocking, "itself");
+        let paused = HashSet::from([(1, 5)]);
+        assert_eq!(classify(&threads[0], &untimed(1, 3, 5), &loops, &paused), UntimedWait::Pause);
+    }
+
+    #[test]
+    fn threads_released_together_by_one_waker_were_paused() {
+        let ms = 1_000_000;
+        let blocks = [
+            untimed(1, 9, 100 * ms),
+            untimed(2, 9, 100 * ms + ms),
+            untimed(3, 9, 100 * ms + ms + ms / 2),
+            // The same waker later, alone: a hand-over, not a pause.
+            untimed(1, 9, 300 * ms),
+            // Two released together are not enough.
+            untimed(4, 8, 500 * ms),
+            untimed(5, 8, 500 * ms),
+        ];
+        let paused = paused_blocks(&blocks);
+        assert_eq!(paused, HashSet::from([(1, 100 * ms), (2, 101 * ms), (3, 101 * ms + ms / 2)]));
+    }
+
+    #[test]
+    fn short_waits_block_only_in_a_loop_seen_idling_in_poll_alone() {
+        let config = EventLoopConfig::default();
+        let t0 = Instant::now();
+        let mut history = History::new(Duration::from_secs(60));
+        let mut baselines = LoopBaselines::default();
+        let mut totals = [0u64; reason::COUNT as usize];
+        for s in 0..=4u64 {
+            totals[reason::POLL as usize] += 600_000_000;
+            history.record(t0 + Duration::from_secs(s), info(1, "nioEventLoopGro"), totals);
+            history.record(t0 + Duration::from_secs(s), info(2, "tokio-runtime-w"), totals);
+            history.record(t0 + Duration::from_secs(s), info(3, "tokio-runtime-w"), totals);
+            baselines.learn(&history, &[], t0 + Duration::from_secs(s), &config);
+        }
+        assert!(baselines.short_waits_block(1), "idled in poll alone for four ticks");
+        // A worker handed work by a sibling parks for work: its short waits are idling too.
+        baselines.learn(&history, &[untimed(2, 3, 10)], t0 + Duration::from_secs(4), &config);
+        assert!(!baselines.short_waits_block(2));
+        assert!(baselines.short_waits_block(3));
+        baselines.forget(3);
+        assert!(!baselines.short_waits_block(3));
+    }
+}
