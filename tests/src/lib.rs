@@ -9,6 +9,7 @@
 pub mod alerts;
 pub mod fixture;
 pub mod http_client;
+pub mod jvm;
 pub mod load;
 pub mod metrics;
 pub mod netns;
@@ -17,6 +18,7 @@ pub mod observer;
 pub mod python;
 pub mod redis_server;
 pub mod reference_gateway;
+pub mod runtimes;
 pub mod upstream;
 
 use std::{

@@ -177,7 +177,7 @@ mod tests {
         }
     }
 
-    fn loops<'a>(threads: &'a [ThreadInfo]) -> HashMap<u32, &'a ThreadInfo> {
+    fn loops(threads: &[ThreadInfo]) -> HashMap<u32, &ThreadInfo> {
         threads.iter().map(|t| (t.tid, t)).collect()
     }
 
