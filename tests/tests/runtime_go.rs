@@ -1,0 +1,79 @@
+//! A Go gateway (`tests/fixtures/go/gateway.go`: net/http, a goroutine per connection on the
+//! netpoller), watched from outside while it serves, then broken in the running process: every
+//! handler takes one global `sync.Mutex` and holds it 100 ms, so requests queue behind each
+//! other. Goroutines park, so the OS threads idle (untimed futex waits, the netpoller in
+//! epoll_pwait): nothing in the process is busy or blocked in work, and no thread is the one to
+//! blame. What is visible from outside is that requests were read and are not being answered:
+//! the in-flight requests age while the process uses no CPU.
+//!
+//! No detector names that today. The test asserts the alert a detector for it should raise,
+//! `RequestsStalled` (subject `inbound`, as RequestQueueing's): requests in flight, read by the
+//! process, that keep aging without a response while the process idles. RequestQueueing does not
+//! cover it (the requests were read at once: they wait inside the process, not in its sockets),
+//! nor PoolSaturated (the threads wait for work: untimed futex), nor EventLoopBlocked (no loop
+//! thread is off the CPU in work).
+
+use std::time::Duration;
+
+use tests::{
+    privileged,
+    runtimes::{RuntimeGateway, Scenario, snapshot_of},
+    serial,
+};
+
+const HEALTHY: Duration = Duration::from_secs(6);
+const DETECT_WITHIN: Duration = Duration::from_secs(15);
+const RESOLVE_WITHIN: Duration = Duration::from_secs(20);
+/// The alert a detector of stalled in-flight requests should raise (none does today).
+const EXPECTED: &str = "RequestsStalled";
+/// Clients, each with one request in flight: behind a 100 ms mutex, each request takes about
+/// CLIENTS × 100 ms, so requests are in flight for ~1.6 s on average, at ~10 req/s.
+const CLIENTS: usize = 16;
+
+#[test]
+#[ignore = "the RequestsStalled alert kind is not built yet: goroutines park in the Go scheduler, threads idle (issue 13)"]
+fn go_requests_queued_behind_a_mutex_are_named_stalled() {
+    if !privileged(module_path!()) {
+        return;
+    }
+    let _serial = serial();
+    let gateway = RuntimeGateway::go("gateway.go");
+    let mut scenario = Scenario::healthy(gateway, CLIENTS, Duration::from_millis(20), HEALTHY);
+
+    scenario.fault("mutex");
+    // The first request may find the mutex nearly free; once every client waits, one takes about
+    // CLIENTS × 100 ms.
+    let latency = scenario.gateway.timed_get("/");
+    eprintln!("a request behind the queue took {:.0} ms", latency.as_secs_f64() * 1e3);
+    assert!(
+        latency >= Duration::from_millis(500),
+        "a request took {latency:?} behind the mutex: the fault is not in effect"
+    );
+    // What the observer can say about the requests and threads while they queue.
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_secs(1));
+        let (process, loops) = snapshot_of(&scenario.observer, scenario.gateway.pid());
+        eprintln!(
+            "during the fault: cpu {} in_flight {} oldest {}\n  inbound {}\n  thread groups {}\n  listeners {}\n  event loops {:?}\n  open alerts {:?}",
+            process["cpu"],
+            process["in_flight"],
+            process["in_flight_oldest"],
+            process["inbound"],
+            process["thread_groups"],
+            process["listeners"],
+            loops,
+            tests::runtimes::open_alerts(&scenario.observer),
+        );
+    }
+    let (alert, detected) = scenario.detected(EXPECTED, DETECT_WITHIN);
+    assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
+    let requests = &alert["evidence"]["requests"];
+    assert!(requests["in_flight"].as_u64().is_some_and(|n| n >= 4), "requests in flight in the evidence: {alert:#}");
+    assert!(
+        requests["oldest_in_flight_seconds"].as_f64().is_some_and(|s| s >= 0.5),
+        "the oldest request's age in the evidence: {alert:#}"
+    );
+    let resolved = scenario.healed(EXPECTED, RESOLVE_WITHIN);
+    eprintln!("SUMMARY go mutex: {EXPECTED} detected {detected:.2?}, resolved {resolved:.2?}");
+    assert!(scenario.finish() > 50, "the load barely ran");
+}

@@ -1,0 +1,576 @@
+//! Gateways on the JVM, built from libraries this project did not write (Debian's Netty 4.1 and
+//! Guava, the JDK's own com.sun.net.httpserver), watched from outside while they serve, then
+//! broken in the same running process, then healed (fixtures in `tests/fixtures/jvm/`, harness in
+//! `tests/src/jvm.rs`). Each scenario runs a healthy phase under load first, with the observer
+//! already watching: nothing may fire. Then a fault is switched on over the fixture's stdin, and
+//! the test waits for the alert the fault must raise, prints how long detection took, heals, and
+//! prints how long resolution took. Lines starting `SUMMARY` collect the measurements.
+//!
+//! What the faults look like to the kernel (see /work/shared/RUNTIMES.md): `future.get(timeout)`,
+//! `Thread.sleep` and Guava's `RateLimiter.acquire()` are timed futex waits; `future.get()`,
+//! `join()`, Reactor's `block()` and a contended `synchronized` are untimed ones, which is also how
+//! an idle JVM worker waits for work.
+
+use std::{
+    sync::{Arc, atomic::AtomicBool},
+    thread::{self, JoinHandle},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tests::{
+    alerts::{alerts_of, assert_quiet, wait_resolved},
+    http_client::try_request,
+    jvm::{self, JvmGateway, thread_census},
+    load::{load_paced, stop, stop_flag},
+    metrics,
+    observer::Observer,
+    privileged,
+    redis_server::Redis,
+    serial, temp_dir,
+};
+
+const HEALTHY: Duration = Duration::from_secs(6);
+const DETECT_WITHIN: Duration = Duration::from_secs(15);
+const RESOLVE_WITHIN: Duration = Duration::from_secs(20);
+/// Every load loop ends by this long after it started, whatever happens to the test.
+const LOAD_AT_MOST: Duration = Duration::from_secs(75);
+
+/// Client load: `clients` threads, each pausing `pause` between requests.
+#[derive(Clone, Copy)]
+struct Shape {
+    clients: usize,
+    pause: Duration,
+}
+
+/// Bounded load started in batches of 10 clients 50 ms apart, so that a pool does not see all
+/// the clients' first requests at the same instant.
+struct Load {
+    flag: Arc<AtomicBool>,
+    clients: Vec<JoinHandle<usize>>,
+}
+
+impl Load {
+    fn start(port: u16, path: &'static str, shape: Shape) -> Load {
+        let flag = stop_flag();
+        let deadline = Instant::now() + LOAD_AT_MOST;
+        let mut clients = Vec::new();
+        let mut left = shape.clients;
+        while left > 0 {
+            let batch = left.min(10);
+            clients.extend(load_paced(port, path, batch, shape.pause, flag.clone(), deadline));
+            left -= batch;
+            if left > 0 {
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Load { flag, clients }
+    }
+
+    /// Stops the clients and returns the requests they made.
+    fn finish(self) -> usize {
+        stop(&self.flag);
+        self.clients.into_iter().map(|c| c.join().unwrap_or(0)).sum()
+    }
+}
+
+/// Lets the JIT compile the serving path under the load (4 s or 1500 requests at most) before
+/// the observer attaches: a cold JVM interprets its first requests, and then once ran one
+/// 180 ms iteration on HTTP-Dispatcher's CPU (a real long iteration, but the JVM warming up, not
+/// what these scenarios are about).
+fn warm_up(gateway: &mut JvmGateway) {
+    let end = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < end && gateway.stat("served") < 1500 {
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One request's latency on a fresh connection, measured on a thread of its own (under a fault it
+/// may take seconds); join it for the duration, or None if the request failed.
+fn timed_request(port: u16, path: &'static str) -> JoinHandle<Option<Duration>> {
+    thread::spawn(move || {
+        let start = Instant::now();
+        let r = try_request(port, "GET", path, &[], b"", Duration::from_secs(30)).ok()?;
+        (r.status == 200).then(|| start.elapsed())
+    })
+}
+
+/// The offcpu seconds of `pid`'s thread groups by reason, from the observer's metrics.
+fn offcpu_by_group(observer: &Observer) -> Vec<metrics::Sample> {
+    metrics::parse(&observer.metrics())
+        .into_iter()
+        .filter(|s| s.name == "gateway_observer_thread_offcpu_seconds_total")
+        .collect()
+}
+
+/// For a miss: what the observer said about the threads that matter, compactly. The off-CPU
+/// seconds per reason of the thread groups named by `groups` since `before` (a metrics sample
+/// taken when the fault started), the snapshot's event loops and thread groups, and every alert.
+fn explain(observer: &Observer, pid: u32, groups: &[&str], before: &[metrics::Sample]) -> String {
+    let now = offcpu_by_group(observer);
+    let mut out = String::new();
+    for group in groups {
+        let mut reasons: Vec<(String, f64)> = now
+            .iter()
+            .filter(|s| s.labels.get("thread_group").is_some_and(|g| g == group))
+            .map(|s| {
+                let reason = s.labels.get("reason").cloned().unwrap_or_default();
+                let earlier = metrics::sum(before, &s.name, &[("thread_group", group), ("reason", &reason)]);
+                (reason, s.value - earlier)
+            })
+            .filter(|(_, v)| *v > 0.005)
+            .collect();
+        reasons.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let reasons: Vec<String> = reasons.iter().map(|(r, v)| format!("{r} {v:.2}s")).collect();
+        out.push_str(&format!("  off-CPU of {group} since the fault: {}\n", reasons.join(", ")));
+    }
+    if let Some((_, body)) = observer.get("/api/v1/snapshot")
+        && let Ok(snapshot) = serde_json::from_str::<Value>(&body)
+    {
+        let loops: Vec<String> = snapshot["event_loops"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|l| l["pid"] == pid)
+            .map(|l| format!("{}({}) util {}", l["thread"], l["tid"], l["utilization"]))
+            .collect();
+        out.push_str(&format!("  snapshot event loops: {}\n", loops.join(", ")));
+        for process in snapshot["processes"].as_array().into_iter().flatten().filter(|p| p["pid"] == pid) {
+            let threads: Vec<String> = process["thread_groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|g| groups.iter().any(|name| g["name"] == *name))
+                .map(Value::to_string)
+                .collect();
+            out.push_str(&format!("  snapshot thread groups: {}\n", threads.join(" ")));
+            out.push_str(&format!(
+                "  snapshot cpu {} inbound {} listeners {}\n",
+                process["cpu"], process["inbound"], process["listeners"]
+            ));
+        }
+    }
+    let alerts: Vec<String> = observer
+        .alerts()
+        .iter()
+        .map(|a| format!("{} {} {}: {}", a["kind"], a["subject"], a["state"], a["summary"]))
+        .collect();
+    out.push_str(&format!("  alerts: {alerts:#?}\n"));
+    out
+}
+
+/// Polls until an alert of `kind` fires, `within` of `start` (the fault's switch, or the
+/// observer's start); returns it with the time since `start`. On a miss panics with `explain`.
+fn expect_firing(
+    observer: &Observer,
+    pid: u32,
+    kind: &str,
+    (start, within): (Instant, Duration),
+    groups: &[&str],
+    before: &[metrics::Sample],
+) -> (Value, Duration) {
+    loop {
+        if let Some(alert) = alerts_of(&observer.alerts(), kind, "firing").into_iter().next() {
+            return (alert, start.elapsed());
+        }
+        if start.elapsed() >= within {
+            panic!(
+                "no {kind} firing {within:?} into the fault; what the observer saw:\n{}",
+                explain(observer, pid, groups, before)
+            );
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The common course: load, observer, healthy phase, fault, detection, heal, resolution.
+struct Scenario {
+    name: String,
+    gateway: JvmGateway,
+    path: &'static str,
+    /// Thread groups (the observer's names) and the kernel-name prefixes to census.
+    groups: Vec<&'static str>,
+    census: Vec<&'static str>,
+    load: Option<Load>,
+    observer: Option<Observer>,
+    /// When the fixture acknowledged the fault: detection is timed from here.
+    fault_at: Option<Instant>,
+}
+
+impl Scenario {
+    fn new(
+        name: &str,
+        gateway: JvmGateway,
+        path: &'static str,
+        groups: &[&'static str],
+        census: &[&'static str],
+    ) -> Self {
+        Scenario {
+            name: name.to_owned(),
+            gateway,
+            path,
+            groups: groups.to_vec(),
+            census: census.to_vec(),
+            load: None,
+            observer: None,
+            fault_at: None,
+        }
+    }
+
+    fn observer(&self) -> &Observer {
+        self.observer.as_ref().expect("observer started")
+    }
+
+    fn print_census(&self, phase: &str) {
+        for prefix in &self.census {
+            eprintln!("{} {phase}: {}", self.name, thread_census(self.gateway.pid(), prefix, 10));
+        }
+    }
+
+    /// Load starts, then the observer; the healthy phase must be quiet.
+    fn healthy(&mut self, shape: Shape) {
+        self.load = Some(Load::start(self.gateway.port, self.path, shape));
+        warm_up(&mut self.gateway);
+        self.observer = Some(Observer::start(self.gateway.pid()));
+        let latency = timed_request(self.gateway.port, self.path).join().ok().flatten();
+        self.print_census("healthy");
+        eprintln!("{} healthy: a request took {latency:?}", self.name);
+        assert_quiet(self.observer(), HEALTHY);
+    }
+
+    /// Switches `fault` on; returns the latency of a request sent right after, with the
+    /// metrics as they were when it started (for `explain`).
+    fn fault(&mut self, fault: &str) -> Vec<metrics::Sample> {
+        let before = offcpu_by_group(self.observer());
+        self.gateway.fault(fault);
+        self.fault_at = Some(Instant::now());
+        let probe = timed_request(self.gateway.port, self.path);
+        thread::sleep(Duration::from_millis(500));
+        self.print_census(&format!("fault {fault}"));
+        let latency = probe.join().ok().flatten();
+        eprintln!("{} fault {fault}: a request took {latency:?}", self.name);
+        before
+    }
+
+    fn detected(&self, kind: &str, before: &[metrics::Sample]) -> (Value, Duration) {
+        let start = self.fault_at.expect("a fault switched on");
+        let (alert, after) =
+            expect_firing(self.observer(), self.gateway.pid(), kind, (start, DETECT_WITHIN), &self.groups, before);
+        eprintln!(
+            "{}: {kind} firing {after:.2?} after the fault: {} {}",
+            self.name, alert["subject"], alert["summary"]
+        );
+        (alert, after)
+    }
+
+    fn healed(&mut self, kind: &str) -> Duration {
+        self.gateway.heal();
+        let resolved = wait_resolved(self.observer(), kind, RESOLVE_WITHIN);
+        eprintln!("{}: {kind} resolved {resolved:.2?} after the heal", self.name);
+        resolved
+    }
+
+    fn finish(mut self) -> usize {
+        let served = self.load.take().map_or(0, Load::finish);
+        eprintln!("{}: the load made {served} requests", self.name);
+        served
+    }
+}
+
+// --- 1. Netty, with a Redis client on its own event loops --------------------------------------
+
+/// Four reactor-http-nio loops; the access check's Redis GET goes through a Netty Redis client
+/// with its own loop (lettuce-nioEventLoop-4-1) to a real redis-server.
+fn netty_loop_blocked(test: &str, fault: &str) {
+    if !privileged(test) || !jvm::available(test) {
+        return;
+    }
+    let _serial = serial();
+    let Some(redis) = Redis::start() else { return };
+    let redis_port = redis.port.to_string();
+    let gateway = JvmGateway::start("NettyGateway", &[&redis_port], &["-Xmx256m"]);
+    // The kernel keeps 15 bytes of a name: reactor-http-nio-N is `reactor-http-ni` to the
+    // observer, lettuce-nioEventLoop-4-1 is `lettuce-nioEven`.
+    let mut scenario = Scenario::new(
+        &format!("netty {fault}"),
+        gateway,
+        "/api/x",
+        &["reactor-http-ni", "lettuce-nioEven"],
+        &["reactor-http-ni", "lettuce-nioEven"],
+    );
+    // Redis is slow for the whole test, healthy phase included: another client pauses every
+    // client 60 ms out of 80 (CLIENT PAUSE, as incident 1's test does). With the asynchronous
+    // client that only delays responses, and the loops stay free: nothing may fire. A blocking
+    // call on a loop is harmless against a Redis answering in 200 µs (here it blocked the loops
+    // about 3 % of the time), and an incident once Redis is slow: the incident is the pair.
+    let slow = stop_flag();
+    let pauser = {
+        let slow = slow.clone();
+        let mut con = redis.conn();
+        thread::spawn(move || {
+            let end = Instant::now() + LOAD_AT_MOST;
+            while !slow.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < end {
+                let _: Result<(), _> = redis::cmd("CLIENT").arg("PAUSE").arg(60).arg("ALL").query(&mut con);
+                thread::sleep(Duration::from_millis(80));
+            }
+        })
+    };
+    scenario.healthy(Shape { clients: 4, pause: Duration::from_millis(2) });
+    let before = scenario.fault(fault);
+    let (alert, detected) = scenario.detected("EventLoopBlocked", &before);
+    assert!(
+        alert["subject"].as_str().is_some_and(|s| s.starts_with("reactor-http-ni")),
+        "the HTTP loops are the ones blocked, not the Redis client's: {alert:#}"
+    );
+    assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
+    eprintln!("netty {fault}: evidence {}", alert["evidence"]);
+    let resolved = scenario.healed("EventLoopBlocked");
+    eprintln!("SUMMARY netty {fault}: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}");
+    stop(&slow);
+    let _ = pauser.join();
+    assert!(scenario.finish() > 50, "the load barely ran");
+    drop(redis);
+}
+
+/// Lettuce's sync API on an event loop (incident 1's shape): `future.get(2, SECONDS)`.
+#[test]
+fn jvm_netty_timed_get_on_the_loop_is_a_blocked_loop() {
+    netty_loop_blocked(module_path!(), "timed-get");
+}
+
+/// Reactor's `block()` / `join()`: the loop parks on the Redis reply without a timeout.
+#[test]
+fn jvm_netty_untimed_get_on_the_loop_is_a_blocked_loop() {
+    netty_loop_blocked(module_path!(), "untimed-get");
+}
+
+/// The loops queue on a monitor another thread holds 200 ms at a time.
+#[test]
+fn jvm_netty_contended_monitor_on_the_loop_is_a_blocked_loop() {
+    netty_loop_blocked(module_path!(), "synchronized");
+}
+
+// --- 2-4. Guava's RateLimiter in JDK HttpServer worker pools ----------------------------------
+
+/// 80 clients, each a request every 500 ms: about 160 requests a second served in a millisecond
+/// or two when healthy (a handful of pool threads busy), while the limiter's 20 permits a second
+/// leave every caller parked in it (80 in flight: the pool grows, or its 64 threads fill).
+const POOL_LOAD: Shape = Shape { clients: 80, pause: Duration::from_millis(500) };
+
+fn pool_gateway(mode: &str) -> JvmGateway {
+    JvmGateway::start("JdkHttpGateway", &[mode, "--permits", "20"], &["-Xmx256m"])
+}
+
+/// Waits (10 s at most) until the pool is back to about its core size after the load's start.
+fn pool_settled(gateway: &mut JvmGateway, at_most: u64) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while gateway.stat("pool") > at_most && Instant::now() < end {
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn pool_saturated(test: &str, mode: &str) {
+    if !privileged(test) || !jvm::available(test) {
+        return;
+    }
+    let _serial = serial();
+    let core = if mode == "fixed" { 64 } else { 10 };
+    let mut scenario = Scenario::new(
+        &format!("ratelimit {mode} pool"),
+        pool_gateway(mode),
+        "/rpc/call",
+        &["rpc-pool-*"],
+        &["rpc-pool-"],
+    );
+    // The load starts before the observer: let the pool shrink back from the first burst.
+    scenario.load = Some(Load::start(scenario.gateway.port, scenario.path, POOL_LOAD));
+    pool_settled(&mut scenario.gateway, core + 6);
+    scenario.observer = Some(Observer::start(scenario.gateway.pid()));
+    eprintln!("{}: healthy stats {:?}", scenario.name, scenario.gateway.stats());
+    scenario.print_census("healthy");
+    assert_quiet(scenario.observer(), HEALTHY);
+
+    let before = scenario.fault("ratelimit");
+    eprintln!("{}: stats 0.5 s into the fault {:?}", scenario.name, scenario.gateway.stats());
+    let (alert, detected) = scenario.detected("PoolSaturated", &before);
+    eprintln!("{}: stats at detection {:?}", scenario.name, scenario.gateway.stats());
+    assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
+    assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
+    let resolved = scenario.healed("PoolSaturated");
+    eprintln!("SUMMARY ratelimit {mode} pool: PoolSaturated detected {detected:.2?}, resolved {resolved:.2?}");
+    assert!(scenario.finish() > 200, "the load barely ran");
+}
+
+/// Incident 2 on a growing pool: core 10, max 200, SynchronousQueue (it grows by a thread per
+/// parked caller).
+#[test]
+fn jvm_rate_limiter_in_a_growing_pool_is_a_saturated_pool() {
+    pool_saturated(module_path!(), "growing");
+}
+
+/// The same on a fixed pool of 64 prestarted threads and a queue (Dubbo's default, Tomcat with
+/// spare threads = max): no growth to see, only 64 threads parked in the limiter's sleep.
+#[test]
+#[ignore = "not detected yet: the limiter's Thread.sleep is a timed futex wait, which pools count as idle, and a fixed pool does not grow (issue 13)"]
+fn jvm_rate_limiter_in_a_fixed_pool_is_a_saturated_pool() {
+    pool_saturated(module_path!(), "fixed");
+}
+
+/// The observer attached in the middle of the incident: the pool has already grown to its size
+/// under the fault, so there is no growth left to see. It must still be named within 5 s of the
+/// observer being ready.
+#[test]
+#[ignore = "not detected yet: the pool grew before attach and its sleeps are timed futex waits, counted as idle (issue 13)"]
+fn jvm_rate_limiter_pool_already_saturated_when_the_observer_attaches() {
+    let test = module_path!();
+    if !privileged(test) || !jvm::available(test) {
+        return;
+    }
+    let _serial = serial();
+    let mut gateway = pool_gateway("growing");
+    let load = Load::start(gateway.port, "/rpc/call", POOL_LOAD);
+    pool_settled(&mut gateway, 16);
+    gateway.fault("ratelimit");
+    let grown = Instant::now();
+    while gateway.stat("pool") < 60 {
+        assert!(grown.elapsed() < Duration::from_secs(15), "the pool did not grow: {:?}", gateway.stats());
+        thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("attach: pool grown in {:.2?}: {:?}", grown.elapsed(), gateway.stats());
+    eprintln!("attach: {}", thread_census(gateway.pid(), "rpc-pool-", 10));
+    let observer = Observer::start(gateway.pid());
+    let ready = Instant::now();
+    eprintln!("attach: observer ready {:.2?} after the pool had grown: {:?}", grown.elapsed(), gateway.stats());
+    let (alert, detected) =
+        expect_firing(&observer, gateway.pid(), "PoolSaturated", (ready, Duration::from_secs(5)), &["rpc-pool-*"], &[]);
+    eprintln!("attach: PoolSaturated firing {detected:.2?} after the observer was ready: {}", alert["summary"]);
+    assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
+    gateway.heal();
+    let resolved = wait_resolved(&observer, "PoolSaturated", RESOLVE_WITHIN);
+    eprintln!(
+        "SUMMARY ratelimit pool, observer attached mid-incident: PoolSaturated detected {detected:.2?} after attaching, resolved {resolved:.2?}"
+    );
+    assert!(load.finish() > 100, "the load barely ran");
+}
+
+// --- 5. JDK HttpServer without an executor: the dispatcher is the event loop -------------------
+
+/// Handlers on HTTP-Dispatcher wait on `CompletableFuture.get()` that another thread completes
+/// 50 ms later: the selector thread parks without a timeout between two selects.
+#[test]
+fn jvm_httpserver_untimed_get_on_the_dispatcher_is_a_blocked_loop() {
+    let test = module_path!();
+    if !privileged(test) || !jvm::available(test) {
+        return;
+    }
+    let _serial = serial();
+    let gateway = JvmGateway::start("JdkHttpGateway", &["inline"], &["-Xmx256m"]);
+    let mut scenario =
+        Scenario::new("httpserver inline untimed-get", gateway, "/api/x", &["HTTP-Dispatcher"], &["HTTP-Dispatcher"]);
+    scenario.healthy(Shape { clients: 4, pause: Duration::from_millis(5) });
+    let before = scenario.fault("untimed-get");
+    let (alert, detected) = scenario.detected("EventLoopBlocked", &before);
+    assert_eq!(alert["subject"], "HTTP-Dispatcher", "{alert:#}");
+    let resolved = scenario.healed("EventLoopBlocked");
+    eprintln!(
+        "SUMMARY httpserver inline untimed-get: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}"
+    );
+    assert!(scenario.finish() > 50, "the load barely ran");
+}
+
+// --- 6. A JVM pause: forced full GCs of a large live heap ------------------------------------
+
+/// Pauses the JVM reported in its own GC log (`-Xlog:gc,safepoint`): (what, milliseconds) for each
+/// full collection and each safepoint that took 50 ms or more.
+fn gc_pauses(log: &std::path::Path) -> (Vec<f64>, Vec<f64>) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut full = Vec::new();
+    let mut safepoints = Vec::new();
+    for line in text.lines() {
+        if line.contains("Pause Full")
+            && let Some(ms) = line.rsplit(' ').next().and_then(|v| v.strip_suffix("ms")).and_then(|v| v.parse().ok())
+        {
+            full.push(ms);
+        }
+        if line.contains("Safepoint \"")
+            && let Some(ns) =
+                line.rsplit("Total: ").next().and_then(|v| v.strip_suffix(" ns")).and_then(|v| v.parse::<f64>().ok())
+            && ns >= 50e6
+        {
+            safepoints.push(ns / 1e6);
+        }
+    }
+    (full, safepoints)
+}
+
+/// A gateway with 1.5 GB live on ParallelGC whose fault forces a full GC every 2 s (about
+/// 250 ms stop-the-world each here). Every Java thread stops at the safepoint — event loops and
+/// pool threads alike — so the only right name for it is a JVM pause, not blocked loops or a
+/// saturated pool.
+#[test]
+#[ignore = "the JvmPause alert kind is not built yet (issue 13)"]
+fn jvm_full_gc_pauses_are_a_jvm_pause_not_blocked_loops() {
+    let test = module_path!();
+    if !privileged(test) || !jvm::available(test) {
+        return;
+    }
+    let _serial = serial();
+    let dir = temp_dir("jvm-gc");
+    let log = dir.join("gc.log");
+    let log_opt = format!("-Xlog:gc,safepoint:file={}:uptime", log.display());
+    let gateway = JvmGateway::start_within(
+        "JdkHttpGateway",
+        &["growing", "--live-mb", "150", "--ballast-mb", "1350"],
+        &["-XX:+UseParallelGC", "-Xms3g", "-Xmx3g", "-Xmn256m", &log_opt],
+        Duration::from_secs(60),
+    );
+    let mut scenario = Scenario::new(
+        "gc pause",
+        gateway,
+        "/api/x",
+        &["rpc-pool-*", "HTTP-Dispatcher", "VM Thread", "GC Thread#*", "completer-*"],
+        &["rpc-pool-", "HTTP-Dispatcher", "VM Thread"],
+    );
+    scenario.healthy(Shape { clients: 8, pause: Duration::from_millis(20) });
+    let (full_before, safepoints_before) = gc_pauses(&log);
+    let before = scenario.fault("gc");
+
+    // Watch the fault: JvmPause must fire, and none of the kinds a pause must not be taken for.
+    let forbidden = ["EventLoopBlocked", "EventLoopBusy", "PoolSaturated"];
+    let start = scenario.fault_at.expect("the fault switched on");
+    let mut wrong: Vec<String> = Vec::new();
+    let mut pause: Option<(Value, Duration)> = None;
+    while start.elapsed() < DETECT_WITHIN && pause.is_none() {
+        let alerts = scenario.observer().alerts();
+        for a in alerts.iter().filter(|a| forbidden.iter().any(|k| a["kind"] == *k)) {
+            let line = format!("{} {} {}: {}", a["kind"], a["subject"], a["state"], a["summary"]);
+            if !wrong.contains(&line) {
+                wrong.push(line);
+            }
+        }
+        pause = alerts_of(&alerts, "JvmPause", "firing").into_iter().next().map(|a| (a, start.elapsed()));
+        thread::sleep(Duration::from_millis(100));
+    }
+    let (full, safepoints) = gc_pauses(&log);
+    let full: Vec<f64> = full.into_iter().skip(full_before.len()).collect();
+    let safepoints: Vec<f64> = safepoints.into_iter().skip(safepoints_before.len()).collect();
+    eprintln!("gc pause: full GCs during the fault, as the JVM logged them (ms): {full:?}");
+    eprintln!("gc pause: safepoints of 50 ms or more during the fault (stop-the-world in total, ms): {safepoints:?}");
+    assert!(!full.is_empty(), "no full GC in {:?} of the fault: the fixture's fault is not in effect", start.elapsed());
+    let explained = if pause.is_none() || !wrong.is_empty() {
+        explain(scenario.observer(), scenario.gateway.pid(), &scenario.groups, &before)
+    } else {
+        String::new()
+    };
+    assert!(wrong.is_empty(), "a JVM pause taken for something else: {wrong:#?}\n{explained}");
+    let Some((alert, detected)) = pause else {
+        panic!("no JvmPause firing {DETECT_WITHIN:?} into forced full GCs of {full:?} ms:\n{explained}");
+    };
+    eprintln!(
+        "gc pause: JvmPause firing {detected:.2?} after the fault: {} evidence {}",
+        alert["summary"], alert["evidence"]
+    );
+    let resolved = scenario.healed("JvmPause");
+    eprintln!("SUMMARY gc pause: JvmPause detected {detected:.2?}, resolved {resolved:.2?}; full GCs {full:?} ms");
+    assert!(scenario.finish() > 50, "the load barely ran");
+}
