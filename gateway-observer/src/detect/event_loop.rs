@@ -132,7 +132,7 @@ pub fn blocked_loops(
 ) -> Vec<BlockedLoop> {
     let window_start_ns = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
     let loops: HashMap<u32, &ThreadInfo> = history.event_loops(now, config).map(|t| (t.tid, t)).collect();
-    let paused = untimed::paused_blocks(blocks);
+    let paused = untimed::paused_blocks(blocks, |tgid, tid| history.thread(tgid, tid).map(|t| t.name.as_str()));
     // A stop-the-world pause (a JVM safepoint) is not the loop's block, whatever the wait's kind.
     let blocking = |thread: &ThreadInfo, b: &Block| -> bool {
         (BLOCKING_REASONS.contains(&b.reason) && !paused.contains(&(b.tid, b.timestamp_ns)))

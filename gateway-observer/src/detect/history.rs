@@ -182,6 +182,11 @@ impl History {
             .map(|t| &t.info)
     }
 
+    /// A followed thread of process `tgid`.
+    pub fn thread(&self, tgid: u32, tid: u32) -> Option<&ThreadInfo> {
+        self.tracks.get(&tid).map(|t| &t.info).filter(|info| info.tgid == tgid)
+    }
+
     pub fn threads(&self) -> impl Iterator<Item = &ThreadInfo> {
         self.tracks.values().map(|t| &t.info)
     }

@@ -124,15 +124,29 @@ fn woken_by_sibling_loop(thread: &ThreadInfo, waker: u32, loops: &HashMap<u32, &
     })
 }
 
+/// HotSpot's thread that runs every safepoint and stop-the-world collection: what it wakes was
+/// stopped with the rest of the JVM, even when it stopped only one thread.
+const HOTSPOT_VM_THREAD: &str = "VM Thread";
+
+/// Its name, or the distinct one a second JVM's gets (`VM Thread#2`, see `state::threads`).
+fn is_hotspot_vm_thread(name: &str) -> bool {
+    name.strip_prefix(HOTSPOT_VM_THREAD).is_some_and(|rest| rest.is_empty() || rest.starts_with('#'))
+}
+
 /// Blocks (as (tid, end timestamp)) that ended when one waker released at least
-/// `PAUSE_MIN_THREADS` threads of a process within `PAUSE_RELEASE_SPREAD_NS`: a stop-the-world
-/// pause, whatever each thread was doing when it was stopped.
-pub fn paused_blocks(blocks: &[Block]) -> HashSet<(u32, u64)> {
+/// `PAUSE_MIN_THREADS` threads of a process within `PAUSE_RELEASE_SPREAD_NS`, or that HotSpot's
+/// VM thread ended: a stop-the-world pause, whatever each thread was doing when it was stopped.
+/// `name_of` names a thread of a process (tgid, tid) if it is followed.
+pub fn paused_blocks<'a>(blocks: &[Block], name_of: impl Fn(u32, u32) -> Option<&'a str>) -> HashSet<(u32, u64)> {
     let mut by_waker: HashMap<(u32, u32), Vec<&Block>> = HashMap::new();
     for block in blocks.iter().filter(|b| b.waker_tid != 0) {
         by_waker.entry((block.tgid, block.waker_tid)).or_default().push(block);
     }
-    let mut paused = HashSet::new();
+    let mut paused: HashSet<(u32, u64)> = blocks
+        .iter()
+        .filter(|b| b.waker_tid != 0 && name_of(b.tgid, b.waker_tid).is_some_and(is_hotspot_vm_thread))
+        .map(|b| (b.tid, b.timestamp_ns))
+        .collect();
     for mut released in by_waker.into_values() {
         released.sort_by_key(|b| b.timestamp_ns);
         let mut start = 0;
@@ -208,8 +222,14 @@ mod tests {
             untimed(4, 8, 500 * ms),
             untimed(5, 8, 503 * ms),
         ];
-        let paused = paused_blocks(&blocks);
+        let paused = paused_blocks(&blocks, |_, _| None);
         assert_eq!(paused, HashSet::from([(1, 100 * ms), (2, 101 * ms), (3, 101 * ms + ms / 2)]));
+        // One thread stopped by HotSpot's VM thread (a young collection) is paused too.
+        let vm = |_: u32, tid: u32| (tid == 8).then_some("VM Thread");
+        assert!(paused_blocks(&blocks[4..5], vm).contains(&(4, 500 * ms)));
+        assert!(paused_blocks(&blocks[4..5], |_, _| None).is_empty());
+        let second_jvm = |_: u32, tid: u32| (tid == 8).then_some("VM Thread#2");
+        assert!(paused_blocks(&blocks[4..5], second_jvm).contains(&(4, 500 * ms)));
     }
 
     #[test]
