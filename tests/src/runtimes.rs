@@ -449,3 +449,34 @@ impl Drop for Scenario {
         crate::load::stop(&self.done);
     }
 }
+
+/// The blocked-loop scenario every single-loop runtime shares: `start`ed healthy under moderate
+/// load (four clients, a short pause: enough that every ~200 ms block holds requests up), then
+/// `fault` in the same process; EventLoopBlocked must name `loop_thread`, then resolve after the
+/// heal. A request slower than `slow` proves the fault is in effect, and faster proves the heal.
+pub fn blocked_loop_is_named(
+    test: &str,
+    start: impl FnOnce() -> RuntimeGateway,
+    loop_thread: &str,
+    fault: &str,
+    slow: Duration,
+) {
+    const HEALTHY: Duration = Duration::from_secs(6);
+    const DETECT_WITHIN: Duration = Duration::from_secs(15);
+    const RESOLVE_WITHIN: Duration = Duration::from_secs(20);
+    if !crate::privileged(test) {
+        return;
+    }
+    let _serial = crate::serial();
+    let mut scenario = Scenario::healthy(start(), 4, Duration::from_millis(5), HEALTHY);
+    let latency = scenario.fault(fault);
+    assert!(latency >= slow, "{fault}: a request took {latency:?}, the fault is not in effect");
+    let (alert, detected) = scenario.detected("EventLoopBlocked", DETECT_WITHIN);
+    assert_eq!(alert["subject"], loop_thread, "the loop thread is the one blocked: {alert:#}");
+    assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
+    let resolved = scenario.healed("EventLoopBlocked", RESOLVE_WITHIN);
+    let after_heal = scenario.gateway.timed_get("/");
+    assert!(after_heal < slow, "healed, yet a request took {after_heal:?}");
+    eprintln!("SUMMARY {test} {fault}: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}");
+    assert!(scenario.finish() > 50, "the load barely ran");
+}

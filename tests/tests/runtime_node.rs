@@ -14,35 +14,18 @@ use std::time::{Duration, Instant};
 
 use tests::{
     privileged,
-    runtimes::{NODE_LOOP_THREAD, RuntimeGateway, Scenario},
+    runtimes::{self, NODE_LOOP_THREAD, RuntimeGateway, Scenario},
     serial,
 };
 
-const HEALTHY: Duration = Duration::from_secs(6);
-const DETECT_WITHIN: Duration = Duration::from_secs(15);
-const RESOLVE_WITHIN: Duration = Duration::from_secs(20);
-
-/// Healthy under moderate load, then `fault` in the same process: EventLoopBlocked on the loop
-/// thread, then resolved after the heal.
 fn blocked_loop_is_named(test: &str, fault: &str) {
-    if !privileged(test) {
-        return;
-    }
-    let _serial = serial();
-    let gateway = RuntimeGateway::node("gateway.js");
-    // Four clients with a short pause: enough that every 200 ms block holds requests up.
-    let mut scenario = Scenario::healthy(gateway, 4, Duration::from_millis(5), HEALTHY);
-
-    let latency = scenario.fault(fault);
-    assert!(latency >= Duration::from_millis(150), "{fault}: a request took {latency:?}, the fault is not in effect");
-    let (alert, detected) = scenario.detected("EventLoopBlocked", DETECT_WITHIN);
-    assert_eq!(alert["subject"], NODE_LOOP_THREAD, "the main loop is the one blocked: {alert:#}");
-    assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
-    let resolved = scenario.healed("EventLoopBlocked", RESOLVE_WITHIN);
-    let after_heal = scenario.gateway.timed_get("/");
-    assert!(after_heal < Duration::from_millis(150), "healed, yet a request took {after_heal:?}");
-    eprintln!("SUMMARY node {fault}: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}");
-    assert!(scenario.finish() > 50, "the load barely ran");
+    runtimes::blocked_loop_is_named(
+        test,
+        || RuntimeGateway::node("gateway.js"),
+        NODE_LOOP_THREAD,
+        fault,
+        Duration::from_millis(150),
+    );
 }
 
 #[test]

@@ -10,34 +10,16 @@
 
 use std::time::Duration;
 
-use tests::{
-    privileged,
-    runtimes::{PYTHON_LOOP_THREAD, RuntimeGateway, Scenario},
-    serial,
-};
-
-const HEALTHY: Duration = Duration::from_secs(6);
-const DETECT_WITHIN: Duration = Duration::from_secs(15);
-const RESOLVE_WITHIN: Duration = Duration::from_secs(20);
+use tests::runtimes::{self, PYTHON_LOOP_THREAD, RuntimeGateway};
 
 fn blocked_loop_is_named(test: &str, fault: &str) {
-    if !privileged(test) {
-        return;
-    }
-    let _serial = serial();
-    let gateway = RuntimeGateway::python("gateway.py");
-    let mut scenario = Scenario::healthy(gateway, 4, Duration::from_millis(5), HEALTHY);
-
-    let latency = scenario.fault(fault);
-    assert!(latency >= Duration::from_millis(100), "{fault}: a request took {latency:?}, the fault is not in effect");
-    let (alert, detected) = scenario.detected("EventLoopBlocked", DETECT_WITHIN);
-    assert_eq!(alert["subject"], PYTHON_LOOP_THREAD, "the asyncio loop is the one blocked: {alert:#}");
-    assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
-    let resolved = scenario.healed("EventLoopBlocked", RESOLVE_WITHIN);
-    let after_heal = scenario.gateway.timed_get("/");
-    assert!(after_heal < Duration::from_millis(100), "healed, yet a request took {after_heal:?}");
-    eprintln!("SUMMARY python {fault}: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}");
-    assert!(scenario.finish() > 50, "the load barely ran");
+    runtimes::blocked_loop_is_named(
+        test,
+        || RuntimeGateway::python("gateway.py"),
+        PYTHON_LOOP_THREAD,
+        fault,
+        Duration::from_millis(100),
+    );
 }
 
 #[test]
