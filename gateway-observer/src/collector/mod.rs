@@ -348,9 +348,7 @@ impl Collector {
             *self.thread_states.entry((process.clone(), group.clone(), thread_state_label(state))).or_insert(0) += 1;
         }
         let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name };
-        if !self.detectors.knows_process(state.tgid) {
-            self.detectors.note_process(state.tgid, procfs::process_age(state.tgid), now);
-        }
+        self.detectors.note_process(state.tgid, || procfs::process_age(state.tgid), now);
         self.detectors.record(now, info, totals);
         self.note_open_iteration(state, &totals, now, now_mono);
         // An exit the hook saw, or a thread gone without it (exited before it had a slot).

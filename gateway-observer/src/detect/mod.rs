@@ -58,18 +58,15 @@ impl Detectors {
         self.history.record(now, info, totals);
     }
 
-    /// See `History::note_process_start`; `age` is how long ago it started.
-    pub fn note_process(&mut self, tgid: u32, age: Option<std::time::Duration>, now: Instant) {
+    /// Notes when a process started (see `History::note_process_start`), the first time it is
+    /// seen: `age` (how long ago it started, read from /proc) is asked only then.
+    pub fn note_process(&mut self, tgid: u32, age: impl FnOnce() -> Option<std::time::Duration>, now: Instant) {
         if self.history.knows_process(tgid) {
             return;
         }
-        if let Some(started) = age.and_then(|age| now.checked_sub(age)) {
+        if let Some(started) = age().and_then(|age| now.checked_sub(age)) {
             self.history.note_process_start(tgid, started, now);
         }
-    }
-
-    pub fn knows_process(&self, tgid: u32) -> bool {
-        self.history.knows_process(tgid)
     }
 
     /// See `History::keep_as_loop`.
