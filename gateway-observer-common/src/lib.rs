@@ -28,7 +28,12 @@ pub mod reason {
     pub const DISK: u32 = 8;
     /// Runnable but not running: preempted, or woken and waiting for a CPU.
     pub const RUNQUEUE: u32 = 9;
-    pub const COUNT: u32 = 10;
+    /// futex wait with a timeout, by a thread whose previous timed wait ran to its timeout: it
+    /// sleeps (`Thread.sleep`, a rate limiter's pause) rather than waits to be handed work, which
+    /// ends with a wake from another thread. The outcome of a wait is only known when it ends,
+    /// so the previous one stands for the current one.
+    pub const FUTEX_SLEEP: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
 /// The class of a syscall, as userspace writes it into `SYSCALL_CLASS[nr]`.
@@ -86,13 +91,14 @@ pub mod conn_role {
 /// The reason for a thread that went to sleep (interruptibly) inside a syscall of `class`:
 /// the one mapping the kernel uses at switch-out and userspace uses for a thread it finds
 /// already blocked, so the two cannot drift apart.
-pub const fn reason_for_syscall(class: u8, futex_timed: bool) -> u32 {
+/// `last_timed_out`: the thread's previous timed futex wait ended by its timeout.
+pub const fn reason_for_syscall(class: u8, futex_timed: bool, last_timed_out: bool) -> u32 {
     match class {
         syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 | syscall_class::FUTEX_WAITV => {
-            if futex_timed {
-                reason::FUTEX_TIMED
-            } else {
-                reason::FUTEX
+            match (futex_timed, last_timed_out) {
+                (false, _) => reason::FUTEX,
+                (true, false) => reason::FUTEX_TIMED,
+                (true, true) => reason::FUTEX_SLEEP,
             }
         }
         syscall_class::SLEEP => reason::SLEEP,
@@ -102,6 +108,14 @@ pub const fn reason_for_syscall(class: u8, futex_timed: bool) -> u32 {
         syscall_class::OTHER => reason::OTHER_SYSCALL,
         _ => reason::OTHER,
     }
+}
+
+/// futex(2) operations that wait, and so read their fourth argument as a timeout: FUTEX_WAIT,
+/// FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2 (with or without the
+/// private and realtime-clock flags). Wakes and requeues put a count there.
+pub const fn futex_op_waits(op: u64) -> bool {
+    const FLAGS: u64 = 128 | 256;
+    matches!(op & !FLAGS, 0 | 6 | 9 | 11 | 13)
 }
 
 /// An off-CPU span from `start` to `now` split into (wait, run-queue delay): a preempted
@@ -214,7 +228,7 @@ pub struct ThreadState {
     pub waker_tid: u32,
     /// `syscall_class::*` of the current syscall.
     pub syscall_class: u8,
-    /// 1 when the current futex wait has a timeout.
+    /// 1 when the current syscall is a futex wait with a timeout.
     pub futex_timed: u8,
     /// 1 when the last off-CPU span was a long block inside a syscall: at the syscall's exit the
     /// thread's user stack (the blocking call's caller) is captured.
@@ -251,9 +265,11 @@ pub struct ThreadState {
     pub data_fd: u32,
     /// `data_shape::*` of the current syscall, `NONE` outside data syscalls.
     pub data_shape: u8,
-    pub _pad: [u8; 3],
+    /// 1 when the thread's last timed futex wait ended by its timeout (`-ETIMEDOUT`).
+    pub futex_timed_out: u8,
+    pub _pad: [u8; 2],
 }
-pub const THREAD_STATE_SIZE: usize = 696;
+pub const THREAD_STATE_SIZE: usize = 704;
 const _: () = assert!(size_of::<ThreadState>() == THREAD_STATE_SIZE);
 
 impl Default for ThreadState {
@@ -269,6 +285,7 @@ impl Default for ThreadState {
             waker_tid: 0,
             syscall_class: 0,
             futex_timed: 0,
+            futex_timed_out: 0,
             stack_wanted: 0,
             exited: 0,
             offcpu_ns: [0; reason::COUNT as usize],
@@ -286,7 +303,7 @@ impl Default for ThreadState {
             data_queued_ns: 0,
             data_fd: 0,
             data_shape: 0,
-            _pad: [0; 3],
+            _pad: [0; 2],
         }
     }
 }

@@ -71,7 +71,7 @@ fn offcpu_reason(state: &ThreadState, prev_state: u32) -> u32 {
     if prev_state & TASK_UNINTERRUPTIBLE != 0 {
         return reason::DISK;
     }
-    reason_for_syscall(state.syscall_class, state.futex_timed != 0)
+    reason_for_syscall(state.syscall_class, state.futex_timed != 0, state.futex_timed_out != 0)
 }
 
 /// Ends the thread's off-CPU span: at its switch-in, or at its first syscall after a switch-in
@@ -92,7 +92,7 @@ pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
         state.offcpu_ns[reason::RUNQUEUE as usize] += runqueue_ns;
         hist_add(&mut state.runqueue_hist, runqueue_ns);
     }
-    if span_reason == reason::FUTEX || span_reason == reason::FUTEX_TIMED {
+    if matches!(span_reason, reason::FUTEX | reason::FUTEX_TIMED | reason::FUTEX_SLEEP) {
         // The futex wait as the thread lived it: blocked until it could run again.
         hist_add(&mut state.futex_hist, wait_ns + runqueue_ns);
         state.futex_wait_ns += wait_ns + runqueue_ns;

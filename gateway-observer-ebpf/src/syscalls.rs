@@ -8,7 +8,8 @@ use aya_ebpf::{
 
 /// `bpf_get_stackid` flag: the user-space stack.
 const BPF_F_USER_STACK: u64 = 1 << 8;
-use gateway_observer_common::{Event, ThreadState, data_shape, drop_index, event_kind, syscall_class};
+const ETIMEDOUT: i64 = 110;
+use gateway_observer_common::{Event, ThreadState, data_shape, drop_index, event_kind, futex_op_waits, syscall_class};
 
 use crate::{
     maps::{STACKS, SYSCALL_CLASS, btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state},
@@ -41,7 +42,9 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
     // tells a timed wait (Thread.sleep, parkNanos, a timed get) from a lock or condition wait.
     let (uaddr, timeout) = match class {
         syscall_class::FUTEX => {
-            (btf_field::<u64>(regs, cfg.regs_arg0_offset), btf_field::<u64>(regs, cfg.regs_arg3_offset))
+            let uaddr = btf_field::<u64>(regs, cfg.regs_arg0_offset);
+            let waits = futex_op_waits(btf_field::<u64>(regs, cfg.regs_arg1_offset));
+            (uaddr, if waits { btf_field::<u64>(regs, cfg.regs_arg3_offset) } else { 0 })
         }
         syscall_class::FUTEX_WAIT2 => {
             (btf_field::<u64>(regs, cfg.regs_arg0_offset), btf_field::<u64>(regs, cfg.regs_arg4_offset))
@@ -75,8 +78,13 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> u32 {
             });
         }
     }
+    let ret: i64 = ctx.arg(1);
     if state.data_shape != data_shape::NONE {
-        exit_data_syscall(state, tid, ctx.arg(1));
+        exit_data_syscall(state, tid, ret);
+    }
+    if state.futex_timed != 0 {
+        // How this timed wait ended tells how the thread's next one is counted (FUTEX_SLEEP).
+        state.futex_timed_out = (ret == -ETIMEDOUT) as u8;
     }
     if state.syscall_class == syscall_class::POLL {
         // Back from waiting for events: an event-loop iteration starts.

@@ -7,6 +7,7 @@ pub fn reason_label(code: u32) -> &'static str {
     match code {
         reason::FUTEX => "futex",
         reason::FUTEX_TIMED => "futex_timed",
+        reason::FUTEX_SLEEP => "futex_sleep",
         reason::SLEEP => "sleep",
         reason::POLL => "poll",
         reason::SOCKET => "socket",

@@ -66,11 +66,14 @@ pub fn blocked_reason(state: char, syscall: Option<(u32, [u64; 6])>) -> u32 {
     let class = class_of(nr);
     // Where the timeout is, as the kernel's sys_enter reads it.
     let timeout = match class {
-        syscall_class::FUTEX | syscall_class::FUTEX_WAITV => args[3],
+        syscall_class::FUTEX if gateway_observer_common::futex_op_waits(args[1]) => args[3],
+        syscall_class::FUTEX_WAITV => args[3],
         syscall_class::FUTEX_WAIT2 => args[4],
         _ => 0,
     };
-    gateway_observer_common::reason_for_syscall(class, timeout != 0)
+    // How its previous timed wait ended is not in /proc: a timed wait reads as one that may be
+    // woken, until the kernel sees it end.
+    gateway_observer_common::reason_for_syscall(class, timeout != 0, false)
 }
 
 /// Where the bytes of a socket data syscall are (`data_shape::*`): the kernel copies the first
@@ -128,6 +131,8 @@ mod tests {
         use gateway_observer_common::reason;
         assert_eq!(blocked_reason('S', Some((202, [1, 0x189, 0, 0x7ffc, 0, 0]))), reason::FUTEX_TIMED);
         assert_eq!(blocked_reason('S', Some((202, [1, 0x80, 0, 0, 0, 0]))), reason::FUTEX);
+        // FUTEX_WAKE_PRIVATE: a count, not a timeout, in the fourth argument.
+        assert_eq!(blocked_reason('S', Some((202, [1, 0x81, 1, 0x7ffc, 0, 0]))), reason::FUTEX);
         assert_eq!(blocked_reason('S', Some((232, [0; 6]))), reason::POLL);
         assert_eq!(blocked_reason('D', Some((0, [0; 6]))), reason::DISK);
         assert_eq!(blocked_reason('S', None), reason::OTHER);

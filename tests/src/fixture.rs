@@ -12,6 +12,7 @@ pub struct Truth {
     pub sleep_ns: u64,
     pub futex_ns: u64,
     pub futex_timed_ns: u64,
+    pub futex_woken_ns: u64,
     pub spin_ns: u64,
     pub child_sleep_ns: u64,
 }
@@ -72,6 +73,7 @@ impl Fixture {
             sleep_ns: field("sleep_ns"),
             futex_ns: field("futex_ns"),
             futex_timed_ns: field("futex_timed_ns"),
+            futex_woken_ns: field("futex_woken_ns"),
             spin_ns: field("spin_ns"),
             child_sleep_ns: field("child_sleep_ns"),
         }

@@ -441,7 +441,9 @@ impl Collector {
         let blocks: Vec<Block> = self.recent_blocks.iter().cloned().collect();
         let now_mono = monotonic_ns();
         self.blocked_loops = self.detectors.blocked_loops(&blocks, now, now_mono);
-        self.saturated_pools = self.detectors.saturated_pools(&blocks, now, now_mono);
+        let min_age = u64::try_from(self.detectors.pool.sleep_pressure_age.as_nanos()).unwrap_or(u64::MAX);
+        let waiting = self.requests.waiting_inbound(now_mono, min_age);
+        self.saturated_pools = self.detectors.saturated_pools(&blocks, now, now_mono, &waiting);
         let iterations: Vec<LongIteration> =
             self.recent_iterations.iter().chain(&self.open_iterations).cloned().collect();
         self.busy_loops = self.detectors.busy_loops(&iterations, now, now_mono);

@@ -86,8 +86,15 @@ impl EventLoopConfig {
 }
 
 /// Reasons that mean "blocked in work" for an event loop.
-pub const BLOCKING_REASONS: [u32; 6] =
-    [reason::FUTEX_TIMED, reason::SLEEP, reason::SOCKET, reason::IO, reason::OTHER_SYSCALL, reason::DISK];
+pub const BLOCKING_REASONS: [u32; 7] = [
+    reason::FUTEX_TIMED,
+    reason::FUTEX_SLEEP,
+    reason::SLEEP,
+    reason::SOCKET,
+    reason::IO,
+    reason::OTHER_SYSCALL,
+    reason::DISK,
+];
 
 /// One blocked event loop, with its evidence.
 #[derive(Debug, Clone, PartialEq)]

@@ -77,6 +77,7 @@ pub fn pool_saturated(found: &SaturatedPool) -> Finding {
             .map(|(addr, waiters)| json!({"uaddr": format!("{addr:#x}"), "waiters": waiters}))
             .collect::<Vec<_>>(),
         "cpu_cores": found.cpu_cores,
+        "waiting_requests": found.waiting_requests,
         "refusals": null,
     });
     Finding {

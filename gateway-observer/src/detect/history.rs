@@ -11,8 +11,15 @@ use gateway_observer_common::reason;
 pub type ReasonTotals = [u64; reason::COUNT as usize];
 
 /// Off-CPU reasons that keep a known event loop counted as one while it does not poll.
-const STUCK_REASONS: [u32; 6] =
-    [reason::FUTEX_TIMED, reason::SLEEP, reason::SOCKET, reason::IO, reason::OTHER_SYSCALL, reason::DISK];
+const STUCK_REASONS: [u32; 7] = [
+    reason::FUTEX_TIMED,
+    reason::FUTEX_SLEEP,
+    reason::SLEEP,
+    reason::SOCKET,
+    reason::IO,
+    reason::OTHER_SYSCALL,
+    reason::DISK,
+];
 
 /// What a thread did over a window: nanoseconds per reason, and the window's real length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

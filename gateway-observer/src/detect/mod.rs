@@ -95,8 +95,15 @@ impl Detectors {
         busy::busy_loops(&self.history, iterations, now, now_mono_ns, &self.event_loop)
     }
 
-    pub fn saturated_pools(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<SaturatedPool> {
-        saturated_pools(&self.history, blocks, now, now_mono_ns, &self.pool, &self.event_loop)
+    /// `waiting_requests`: per process, inbound requests in flight for `pool.sleep_pressure_age`.
+    pub fn saturated_pools(
+        &self,
+        blocks: &[Block],
+        now: Instant,
+        now_mono_ns: u64,
+        waiting_requests: &std::collections::HashMap<u32, usize>,
+    ) -> Vec<SaturatedPool> {
+        saturated_pools(&self.history, blocks, now, now_mono_ns, &self.pool, &self.event_loop, waiting_requests)
     }
 
     /// Every event loop with its utilization over the window.

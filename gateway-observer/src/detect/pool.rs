@@ -5,12 +5,18 @@
 //! Idle, for a pool thread, is a futex wait (a condition variable or park waiting for a task;
 //! timed too, since pools whose extra threads time out — Java's keepAliveTime, ours — poll their
 //! queue with a timeout) or a poll; busy is on CPU; blocked in work is a sleep, socket or pipe
-//! I/O, another syscall, or disk. A JVM rate limiter's `Thread.sleep` is a timed futex wait, so
-//! there only the pool's growth shows it (requests refused will, once requests are tracked).
-//! Event loops are left to `EventLoopBlocked`.
+//! I/O, another syscall, or disk.
+//!
+//! A JVM rate limiter's `Thread.sleep` is a timed futex wait like an idle worker's keep-alive
+//! poll; what differs is how it ends: the sleep runs to its timeout, the poll is woken by the
+//! thread that hands it work. The kernel counts a timed wait whose previous one timed out as
+//! `futex_sleep`. An idle pool can time out too (Jetty's minimum threads poll with a 60 s idle
+//! timeout, forever), so sleep counts as work only while the process has at least half as many
+//! requests waiting (in flight for `sleep_pressure_age` or more) as the group has threads
+//! asleep: each sleeping worker holds a request. Event loops are left to `EventLoopBlocked`.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     time::{Duration, Instant},
 };
 
@@ -24,6 +30,8 @@ const POOL_BLOCKING_REASONS: [u32; 5] =
     [reason::SLEEP, reason::SOCKET, reason::IO, reason::OTHER_SYSCALL, reason::DISK];
 /// Off-CPU reasons that mean a pool thread waits for work.
 const POOL_IDLE_REASONS: [u32; 3] = [reason::FUTEX, reason::FUTEX_TIMED, reason::POLL];
+/// Timed waits that run to their timeout: work while requests wait, idle otherwise.
+const POOL_SLEEP_REASON: u32 = reason::FUTEX_SLEEP;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PoolConfig {
@@ -34,11 +42,20 @@ pub struct PoolConfig {
     pub saturated_share: f64,
     /// Threads created in the window that, on their own, mean the pool is filling up.
     pub growth_threads: usize,
+    /// How long an inbound request must have been in flight to count as waiting, for sleeping
+    /// threads to count as busy with it.
+    pub sleep_pressure_age: Duration,
 }
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        Self { window: Duration::from_secs(5), min_threads: 4, saturated_share: 0.90, growth_threads: 16 }
+        Self {
+            window: Duration::from_secs(5),
+            min_threads: 4,
+            saturated_share: 0.90,
+            growth_threads: 16,
+            sleep_pressure_age: Duration::from_millis(500),
+        }
     }
 }
 
@@ -57,6 +74,8 @@ pub struct SaturatedPool {
     pub idle_share: f64,
     /// Blocked seconds by reason.
     pub blocked_by_reason: Vec<(&'static str, f64)>,
+    /// Inbound requests of the process in flight for `sleep_pressure_age` or more.
+    pub waiting_requests: usize,
     /// Futex words the group's long blocks waited on, with how many threads waited on each.
     pub hot_futexes: Vec<(u64, usize)>,
     /// CPU the group used, in cores (busy seconds / window).
@@ -80,6 +99,7 @@ struct GroupTotals {
 }
 
 /// Saturated pools now. `now_mono_ns` is CLOCK_MONOTONIC, the clock of `blocks`.
+/// `waiting_requests`: per process, inbound requests in flight for `sleep_pressure_age` or more.
 pub fn saturated_pools(
     history: &History,
     blocks: &[Block],
@@ -87,6 +107,7 @@ pub fn saturated_pools(
     now_mono_ns: u64,
     config: &PoolConfig,
     loops: &super::event_loop::EventLoopConfig,
+    waiting_requests: &HashMap<u32, usize>,
 ) -> Vec<SaturatedPool> {
     let loop_tids: std::collections::HashSet<u32> = history.event_loops(now, loops).map(|t| t.tid).collect();
     let mut groups: BTreeMap<(u32, String), GroupTotals> = BTreeMap::new();
@@ -115,7 +136,23 @@ pub fn saturated_pools(
         }
     }
     let window_start_ns = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
-    groups.into_iter().filter_map(|((_, group), t)| judge(group, t, blocks, window_start_ns, config)).collect()
+    groups
+        .into_iter()
+        .filter_map(|((pid, group), t)| {
+            let waiting = waiting_requests.get(&pid).copied().unwrap_or(0);
+            judge(group, t, blocks, window_start_ns, config, waiting)
+        })
+        .collect()
+}
+
+/// Whether the group's sleeping threads count as busy: the process has at least half as many
+/// requests waiting as the group has threads asleep over `elapsed_ns` (each sleeper holds one).
+fn sleep_is_work(threads: usize, elapsed_ns: u128, offcpu_ns: &[u64; reason::COUNT as usize], waiting: usize) -> bool {
+    if elapsed_ns == 0 || offcpu_ns[POOL_SLEEP_REASON as usize] == 0 {
+        return false;
+    }
+    let asleep = threads as f64 * offcpu_ns[POOL_SLEEP_REASON as usize] as f64 / elapsed_ns as f64;
+    waiting as f64 * 2.0 >= asleep.max(1.0)
 }
 
 fn judge(
@@ -124,6 +161,7 @@ fn judge(
     blocks: &[Block],
     window_start_ns: u64,
     config: &PoolConfig,
+    waiting: usize,
 ) -> Option<SaturatedPool> {
     let growing = t.created >= config.growth_threads;
     if t.threads < config.min_threads || (t.elapsed_ns == 0 && !growing) {
@@ -131,21 +169,26 @@ fn judge(
     }
     let total = (t.elapsed_ns as f64).max(1.0);
     let ns = |r: u32| t.offcpu_ns[r as usize] as f64;
-    let idle: f64 = POOL_IDLE_REASONS.iter().map(|r| ns(*r)).sum();
-    let blocked: f64 = POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum();
+    let sleep_counts = sleep_is_work(t.threads, t.elapsed_ns, &t.offcpu_ns, waiting);
+    let sleep = ns(POOL_SLEEP_REASON);
+    let idle: f64 = POOL_IDLE_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + if sleep_counts { 0.0 } else { sleep };
+    let blocked: f64 =
+        POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + if sleep_counts { sleep } else { 0.0 };
     let runqueue = ns(reason::RUNQUEUE);
     let busy = (total - t.offcpu_ns.iter().map(|v| *v as f64).sum::<f64>()).max(0.0);
     // Without history (only new threads) there is no share to speak of: all zero, idle whole.
     let share = |ns: f64| if t.elapsed_ns == 0 { 0.0 } else { ns / total };
-    let saturation = share(saturated_ns(t.elapsed_ns, &t.offcpu_ns));
+    let saturation = share(saturated_ns(t.elapsed_ns, &t.offcpu_ns, sleep_counts));
     // Judge the share only on enough history (half a window per thread on average); before that,
     // only growth can tell, and the shares are evidence.
     let enough_history = t.elapsed_ns * 2 >= config.window.as_nanos() * t.threads as u128;
     if !(growing || (enough_history && saturation >= config.saturated_share)) {
         return None;
     }
+    let sleep_counts_last_tick = sleep_is_work(t.threads, t.last_elapsed_ns, &t.last_offcpu_ns, waiting);
     let saturated_last_tick = t.last_elapsed_ns > 0
-        && saturated_ns(t.last_elapsed_ns, &t.last_offcpu_ns) / t.last_elapsed_ns as f64 >= config.saturated_share;
+        && saturated_ns(t.last_elapsed_ns, &t.last_offcpu_ns, sleep_counts_last_tick) / t.last_elapsed_ns as f64
+            >= config.saturated_share;
     // Growth is judged over the window and is recent by itself: a pool that filled in half a
     // second and stays full is still an incident after it stopped growing.
     let active = saturated_last_tick || growing;
@@ -174,42 +217,54 @@ fn judge(
         idle_share: if t.elapsed_ns == 0 { 1.0 } else { share(idle) },
         blocked_by_reason: POOL_BLOCKING_REASONS
             .iter()
-            .chain(&[reason::FUTEX_TIMED])
+            .chain(&[POOL_SLEEP_REASON, reason::FUTEX_TIMED])
             .filter(|r| ns(**r) > 0.0)
             .map(|r| (reason_label(*r), ns(*r) / 1e9))
             .collect(),
+        waiting_requests: waiting,
         hot_futexes,
         cpu_cores: if t.elapsed_ns == 0 { 0.0 } else { busy / 1e9 / config.window.as_secs_f64() },
         active,
     })
 }
 
-/// Thread time over `elapsed_ns` that was on CPU, blocked in work or waiting for a CPU.
-fn saturated_ns(elapsed_ns: u128, offcpu_ns: &[u64; reason::COUNT as usize]) -> f64 {
+/// Thread time over `elapsed_ns` that was on CPU, blocked in work (sleeps too, when
+/// `sleep_counts`) or waiting for a CPU.
+fn saturated_ns(elapsed_ns: u128, offcpu_ns: &[u64; reason::COUNT as usize], sleep_counts: bool) -> f64 {
     let ns = |r: u32| offcpu_ns[r as usize] as f64;
     let busy = (elapsed_ns as f64 - offcpu_ns.iter().map(|v| *v as f64).sum::<f64>()).max(0.0);
-    busy + POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + ns(reason::RUNQUEUE)
+    let sleep = if sleep_counts { ns(POOL_SLEEP_REASON) } else { 0.0 };
+    busy + POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + ns(reason::RUNQUEUE) + sleep
 }
 
 impl SaturatedPool {
-    /// "pool rpc-pool-* saturated: 64 threads (+54 in 5.0s), 97% busy or blocked (mostly sleep), 0.03 CPU"
+    /// "pool rpc-pool-* saturated: 64 threads (+54 in 5.0s), 97% busy or blocked (mostly
+    /// futex_sleep), 0.03 CPU, 80 requests waiting"
     pub fn summary(&self) -> String {
         // futex_timed is listed for evidence but reads as idle for a pool (see the module doc).
+        let on_cpu = ("on CPU", self.cpu_cores * self.window.as_secs_f64());
         let main = self
             .blocked_by_reason
             .iter()
             .filter(|(r, _)| *r != "futex_timed")
+            .chain(std::iter::once(&on_cpu))
+            .filter(|(_, secs)| *secs > 0.0)
             .max_by(|a, b| a.1.total_cmp(&b.1))
-            .map_or("on CPU", |(r, _)| r);
+            .map_or("idle", |(r, _)| r);
+        let waiting = match self.waiting_requests {
+            0 => String::new(),
+            n => format!(", {n} requests waiting"),
+        };
         format!(
-            "pool {} saturated: {} threads (+{} in {:.1}s), {:.0}% busy or blocked (mostly {}), {:.2} CPU",
+            "pool {} saturated: {} threads (+{} in {:.1}s), {:.0}% busy or blocked (mostly {}), {:.2} CPU{}",
             self.group,
             self.threads,
             self.created_in_window,
             self.window.as_secs_f64(),
             (1.0 - self.idle_share) * 100.0,
             main,
-            self.cpu_cores
+            self.cpu_cores,
+            waiting
         )
     }
 }
@@ -218,6 +273,13 @@ impl SaturatedPool {
 mod tests {
     use super::*;
     use crate::detect::history::ThreadInfo;
+
+    /// Every saturated pool, with default configs; `waiting`: (pid, requests waiting).
+    fn judge_all(h: &History, now: Instant, now_mono_ns: u64, waiting: &[(u32, usize)]) -> Vec<SaturatedPool> {
+        let waiting: HashMap<u32, usize> = waiting.iter().copied().collect();
+        let loops = crate::detect::event_loop::EventLoopConfig::default();
+        saturated_pools(h, &[], now, now_mono_ns, &PoolConfig::default(), &loops, &waiting)
+    }
 
     /// `n` threads named `name-i`, each second spending `sleep_ms` in sleep and `futex_ms` idle.
     fn pool(h: &mut History, start: Instant, tid0: u32, n: u32, name: &str, sleep_ms: u64, futex_ms: u64) {
@@ -238,14 +300,7 @@ mod tests {
         let mut h = History::new(Duration::from_secs(60));
         pool(&mut h, start, 1000, 32, "pool-3-thread", 990, 0);
         let now = start + Duration::from_secs(6);
-        let found = saturated_pools(
-            &h,
-            &[],
-            now,
-            6_000_000_000,
-            &PoolConfig::default(),
-            &crate::detect::event_loop::EventLoopConfig::default(),
-        );
+        let found = judge_all(&h, now, 6_000_000_000, &[]);
         assert_eq!(found.len(), 1);
         let p = &found[0];
         assert_eq!(p.group, "pool-3-thread-*");
@@ -255,23 +310,53 @@ mod tests {
         assert!(p.summary().contains("mostly sleep"), "{}", p.summary());
     }
 
+    /// `n` threads of pid 50 named `name-i`, each second spending `ms` in `reason`.
+    fn pool_in(h: &mut History, start: Instant, n: u32, name: &str, code: u32, ms: u64) {
+        for s in 0..=6u64 {
+            for i in 0..n {
+                let mut t = [0u64; reason::COUNT as usize];
+                t[code as usize] = s * ms * 1_000_000;
+                let info = ThreadInfo { tid: 1000 + i, tgid: 50, comm: "java".into(), name: format!("{name}-{i}") };
+                h.record(start + Duration::from_secs(s), info, t);
+            }
+        }
+    }
+
+    #[test]
+    fn a_fixed_pool_asleep_in_a_rate_limiter_while_requests_wait() {
+        let start = Instant::now();
+        let mut h = History::new(Duration::from_secs(60));
+        pool_in(&mut h, start, 64, "rpc-pool", reason::FUTEX_SLEEP, 995);
+        let now = start + Duration::from_secs(6);
+        let found = judge_all(&h, now, 6_000_000_000, &[(50, 80)]);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].active);
+        assert_eq!(found[0].waiting_requests, 80);
+        let summary = found[0].summary();
+        assert!(summary.contains("mostly futex_sleep") && summary.contains("80 requests waiting"), "{summary}");
+    }
+
+    #[test]
+    fn an_idle_pool_timing_out_with_no_requests_waiting_is_quiet() {
+        // Jetty's minimum threads poll for work with a 60 s idle timeout, forever: timed waits
+        // that time out, with nothing waiting on them.
+        let start = Instant::now();
+        let mut h = History::new(Duration::from_secs(60));
+        pool_in(&mut h, start, 8, "qtp1234", reason::FUTEX_SLEEP, 999);
+        let now = start + Duration::from_secs(6);
+        assert!(judge_all(&h, now, 6_000_000_000, &[]).is_empty());
+        // A few long requests (long polls) do not make eight idle threads busy.
+        assert!(judge_all(&h, now, 6_000_000_000, &[(50, 3)]).is_empty());
+        assert_eq!(judge_all(&h, now, 6_000_000_000, &[(50, 4)]).len(), 1, "half as many waiting as asleep");
+    }
+
     #[test]
     fn threads_already_there_at_start_are_not_growth() {
         let start = Instant::now();
         let mut h = History::new(Duration::from_secs(60));
         pool(&mut h, start, 1000, 32, "pool-2-thread", 0, 995);
         let now = start + Duration::from_secs(6);
-        assert!(
-            saturated_pools(
-                &h,
-                &[],
-                now,
-                6_000_000_000,
-                &PoolConfig::default(),
-                &crate::detect::event_loop::EventLoopConfig::default()
-            )
-            .is_empty()
-        );
+        assert!(judge_all(&h, now, 6_000_000_000, &[]).is_empty());
     }
 
     #[test]
@@ -281,17 +366,7 @@ mod tests {
         pool(&mut h, start, 1000, 32, "pool-1-thread", 0, 995);
         pool(&mut h, start, 2000, 2, "tiny", 1000, 0);
         let now = start + Duration::from_secs(6);
-        assert!(
-            saturated_pools(
-                &h,
-                &[],
-                now,
-                6_000_000_000,
-                &PoolConfig::default(),
-                &crate::detect::event_loop::EventLoopConfig::default()
-            )
-            .is_empty()
-        );
+        assert!(judge_all(&h, now, 6_000_000_000, &[]).is_empty());
     }
 
     #[test]
@@ -314,14 +389,7 @@ mod tests {
             }
         }
         let now = start + Duration::from_secs(11);
-        let found = saturated_pools(
-            &h,
-            &[],
-            now,
-            11_000_000_000,
-            &PoolConfig::default(),
-            &crate::detect::event_loop::EventLoopConfig::default(),
-        );
+        let found = judge_all(&h, now, 11_000_000_000, &[]);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].created_in_window, 20);
     }

@@ -480,6 +480,19 @@ impl RequestTracker {
             .collect()
     }
 
+    /// Inbound requests in flight for `min_age_ns` or more, per process.
+    pub fn waiting_inbound(&self, now_ns: u64, min_age_ns: u64) -> HashMap<u32, usize> {
+        let mut out = HashMap::new();
+        for conn in self.conns.values() {
+            let (Some(tgid), Some(Side::Inbound), Some(http)) = (conn.tgid, conn.side, &conn.http) else { continue };
+            let old = http.in_flight().filter(|r| now_ns.saturating_sub(r.request_start_ns) >= min_age_ns).count();
+            if old > 0 {
+                *out.entry(tgid).or_insert(0) += old;
+            }
+        }
+        out
+    }
+
     /// Inbound requests in flight per process, oldest first (at most `IN_FLIGHT_LISTED`), and
     /// their total.
     pub fn in_flight(&self, now_ns: u64) -> BTreeMap<u32, (usize, Vec<InFlightRequest>)> {

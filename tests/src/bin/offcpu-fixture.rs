@@ -25,6 +25,10 @@ const LOCK_ROUNDS: u32 = 8;
 const HOLD_EACH: Duration = Duration::from_millis(100);
 const TIMED_WAITS: u32 = 10;
 const TIMED_WAIT_EACH: Duration = Duration::from_millis(50);
+const WOKEN_WAITS: u32 = 10;
+/// The woken waiter's timeout: far longer than the signaller takes to wake it.
+const WOKEN_TIMEOUT: Duration = Duration::from_secs(2);
+const SIGNAL_AFTER: Duration = Duration::from_millis(40);
 const SPIN_FOR: Duration = Duration::from_millis(800);
 
 fn main() {
@@ -59,6 +63,15 @@ fn main() {
 
     let sleeper = spawn(&prefix, "sleeper-1", sleeper);
     let timed = spawn(&prefix, "timed-1", timed_waiter);
+    let handoff = Arc::new(Handoff::default());
+    let woken = {
+        let handoff = handoff.clone();
+        spawn(&prefix, "woken-1", move || woken_waiter(&handoff))
+    };
+    let signaller = {
+        let handoff = handoff.clone();
+        spawn(&prefix, "signaller-1", move || signaller(&handoff))
+    };
     let lock = Arc::new(Mutex::new(()));
     let holder = {
         let lock = lock.clone();
@@ -70,6 +83,8 @@ fn main() {
     };
     let sleep_ns = sleeper.join().expect("sleeper");
     let timed_ns = timed.join().expect("timed");
+    let woken_ns = woken.join().expect("woken");
+    let _ = signaller.join().expect("signaller");
     let _ = holder.join().expect("holder");
     let futex_ns = waiter.join().expect("waiter");
     // The spinner runs alone, after the blocking workloads: on a 2-core machine, spinning beside
@@ -83,7 +98,7 @@ fn main() {
         field(&truth, "sleep_ns")
     });
     println!(
-        "{{\"prefix\":\"{prefix}\",\"sleep_ns\":{sleep_ns},\"futex_ns\":{futex_ns},\"futex_timed_ns\":{timed_ns},\"spin_ns\":{spin_ns},\"child_sleep_ns\":{child_sleep_ns}}}"
+        "{{\"prefix\":\"{prefix}\",\"sleep_ns\":{sleep_ns},\"futex_ns\":{futex_ns},\"futex_timed_ns\":{timed_ns},\"futex_woken_ns\":{woken_ns},\"spin_ns\":{spin_ns},\"child_sleep_ns\":{child_sleep_ns}}}"
     );
     // Stay alive (threads gone) until the test has scraped, then exit when stdin closes.
     let mut rest = String::new();
@@ -120,7 +135,8 @@ fn sleeper() -> u64 {
         .sum()
 }
 
-/// A condition variable nobody signals, waited on with a timeout: reason "futex_timed".
+/// A condition variable nobody signals, waited on with a timeout: the first wait reads as
+/// "futex_timed", and once it has timed out, the next ones as "futex_sleep".
 fn timed_waiter() -> u64 {
     let pair = (Mutex::new(()), Condvar::new());
     let mut guard = pair.0.lock().expect("lock");
@@ -131,6 +147,47 @@ fn timed_waiter() -> u64 {
         total += elapsed_ns(start);
     }
     total
+}
+
+/// A worker waiting for work with a timeout, as a pool's keep-alive poll does: each wait is
+/// ended by another thread handing it work, never by its timeout.
+#[derive(Default)]
+struct Handoff {
+    /// (the waiter waits now, waits left)
+    state: Mutex<(bool, u32)>,
+    work: Condvar,
+}
+
+/// Timed waits each woken by the signaller well before their timeout: reason "futex_timed",
+/// never "futex_sleep".
+fn woken_waiter(handoff: &Handoff) -> u64 {
+    let mut total = 0;
+    let mut guard = handoff.state.lock().expect("lock");
+    for _ in 0..WOKEN_WAITS {
+        guard.0 = true;
+        let start = Instant::now();
+        while guard.0 {
+            guard = handoff.work.wait_timeout(guard, WOKEN_TIMEOUT).expect("wait").0;
+        }
+        total += elapsed_ns(start);
+        guard.1 += 1;
+    }
+    total
+}
+
+/// Wakes the woken waiter SIGNAL_AFTER into each of its waits.
+fn signaller(handoff: &Handoff) -> u64 {
+    loop {
+        thread::sleep(SIGNAL_AFTER);
+        let mut guard = handoff.state.lock().expect("lock");
+        if guard.1 >= WOKEN_WAITS {
+            return 0;
+        }
+        if guard.0 {
+            guard.0 = false;
+            handoff.work.notify_one();
+        }
+    }
 }
 
 /// Holds the lock for HOLD_EACH, then lets the waiter take it.
