@@ -28,10 +28,10 @@ pub mod reason {
     pub const DISK: u32 = 8;
     /// Runnable but not running: preempted, or woken and waiting for a CPU.
     pub const RUNQUEUE: u32 = 9;
-    /// futex wait with a timeout, by a thread whose previous timed wait ran to its timeout: it
-    /// sleeps (`Thread.sleep`, a rate limiter's pause) rather than waits to be handed work, which
-    /// ends with a wake from another thread. The outcome of a wait is only known when it ends,
-    /// so the previous one stands for the current one.
+    /// futex wait with a timeout on the word the thread's last timed-out wait used: it sleeps
+    /// (`Thread.sleep`, a rate limiter's pause) rather than waits to be handed work, which ends
+    /// with a wake from another thread. The outcome of a wait is only known when it ends, so the
+    /// previous one on the same word stands for the current one.
     pub const FUTEX_SLEEP: u32 = 10;
     pub const COUNT: u32 = 11;
 }
@@ -91,7 +91,7 @@ pub mod conn_role {
 /// The reason for a thread that went to sleep (interruptibly) inside a syscall of `class`:
 /// the one mapping the kernel uses at switch-out and userspace uses for a thread it finds
 /// already blocked, so the two cannot drift apart.
-/// `last_timed_out`: the thread's previous timed futex wait ended by its timeout.
+/// `last_timed_out`: the thread's previous timed futex wait on the same word ended by its timeout.
 pub const fn reason_for_syscall(class: u8, futex_timed: bool, last_timed_out: bool) -> u32 {
     match class {
         syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 | syscall_class::FUTEX_WAITV => {
@@ -265,11 +265,18 @@ pub struct ThreadState {
     pub data_fd: u32,
     /// `data_shape::*` of the current syscall, `NONE` outside data syscalls.
     pub data_shape: u8,
-    /// 1 when the thread's last timed futex wait ended by its timeout (`-ETIMEDOUT`).
-    pub futex_timed_out: u8,
-    pub _pad: [u8; 2],
+    pub _pad: [u8; 3],
+    /// Waiting time of the current timed futex wait so far (its off-CPU spans), and in all, of
+    /// timed waits that ended by their timeout and of those that were woken (returned 0).
+    pub futex_timed_pending_ns: u64,
+    pub futex_timeout_ns: u64,
+    pub futex_woken_ns: u64,
+    /// The futex word of the thread's last timed wait that ended by its timeout, until a timed
+    /// wait on it is woken: a thread sleeps on its own word (the JVM's per-thread sleep event),
+    /// and waits for work on another (its parker, a queue's condition).
+    pub futex_sleep_uaddr: u64,
 }
-pub const THREAD_STATE_SIZE: usize = 704;
+pub const THREAD_STATE_SIZE: usize = 736;
 const _: () = assert!(size_of::<ThreadState>() == THREAD_STATE_SIZE);
 
 impl Default for ThreadState {
@@ -285,7 +292,6 @@ impl Default for ThreadState {
             waker_tid: 0,
             syscall_class: 0,
             futex_timed: 0,
-            futex_timed_out: 0,
             stack_wanted: 0,
             exited: 0,
             offcpu_ns: [0; reason::COUNT as usize],
@@ -303,7 +309,11 @@ impl Default for ThreadState {
             data_queued_ns: 0,
             data_fd: 0,
             data_shape: 0,
-            _pad: [0; 2],
+            _pad: [0; 3],
+            futex_timed_pending_ns: 0,
+            futex_timeout_ns: 0,
+            futex_woken_ns: 0,
+            futex_sleep_uaddr: 0,
         }
     }
 }

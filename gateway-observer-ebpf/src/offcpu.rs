@@ -71,7 +71,8 @@ fn offcpu_reason(state: &ThreadState, prev_state: u32) -> u32 {
     if prev_state & TASK_UNINTERRUPTIBLE != 0 {
         return reason::DISK;
     }
-    reason_for_syscall(state.syscall_class, state.futex_timed != 0, state.futex_timed_out != 0)
+    let sleep_word = state.syscall_arg0 != 0 && state.syscall_arg0 == state.futex_sleep_uaddr;
+    reason_for_syscall(state.syscall_class, state.futex_timed != 0, sleep_word)
 }
 
 /// Ends the thread's off-CPU span: at its switch-in, or at its first syscall after a switch-in
@@ -96,6 +97,9 @@ pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
         // The futex wait as the thread lived it: blocked until it could run again.
         hist_add(&mut state.futex_hist, wait_ns + runqueue_ns);
         state.futex_wait_ns += wait_ns + runqueue_ns;
+        if state.futex_timed != 0 {
+            state.futex_timed_pending_ns += wait_ns;
+        }
     }
     if wait_ns >= config().block_threshold_ns {
         state.stack_wanted = (state.syscall_nr >= 0) as u8;

@@ -83,9 +83,21 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> u32 {
         exit_data_syscall(state, tid, ret);
     }
     if state.futex_timed != 0 {
-        // How this timed wait ended tells how the thread's next one is counted (FUTEX_SLEEP).
-        state.futex_timed_out = (ret == -ETIMEDOUT) as u8;
+        // How this timed wait ended tells how the thread's next one is counted (FUTEX_SLEEP),
+        // and, counted, how its thread group's timed waits end.
+        if ret == -ETIMEDOUT {
+            state.futex_sleep_uaddr = state.syscall_arg0;
+        } else if ret == 0 && state.futex_sleep_uaddr == state.syscall_arg0 {
+            state.futex_sleep_uaddr = 0;
+        }
+        let waited = state.futex_timed_pending_ns;
+        if ret == -ETIMEDOUT {
+            state.futex_timeout_ns += waited;
+        } else if ret == 0 {
+            state.futex_woken_ns += waited;
+        }
     }
+    state.futex_timed_pending_ns = 0;
     if state.syscall_class == syscall_class::POLL {
         // Back from waiting for events: an event-loop iteration starts.
         state.iter_start_ns = now_ns();

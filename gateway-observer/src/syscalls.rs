@@ -63,17 +63,21 @@ pub fn blocked_reason(state: char, syscall: Option<(u32, [u64; 6])>) -> u32 {
         return reason::DISK;
     }
     let Some((nr, args)) = syscall else { return reason::OTHER };
-    let class = class_of(nr);
-    // Where the timeout is, as the kernel's sys_enter reads it.
-    let timeout = match class {
+    // How its previous timed wait ended is not in /proc: a timed wait reads as one that may be
+    // woken, until the kernel sees it end.
+    gateway_observer_common::reason_for_syscall(class_of(nr), futex_timed(nr, &args), false)
+}
+
+/// Whether syscall `nr` with `args` is a futex wait with a timeout, as the kernel's sys_enter
+/// reads it.
+pub fn futex_timed(nr: u32, args: &[u64; 6]) -> bool {
+    let timeout = match class_of(nr) {
         syscall_class::FUTEX if gateway_observer_common::futex_op_waits(args[1]) => args[3],
         syscall_class::FUTEX_WAITV => args[3],
         syscall_class::FUTEX_WAIT2 => args[4],
         _ => 0,
     };
-    // How its previous timed wait ended is not in /proc: a timed wait reads as one that may be
-    // woken, until the kernel sees it end.
-    gateway_observer_common::reason_for_syscall(class, timeout != 0, false)
+    timeout != 0
 }
 
 /// Where the bytes of a socket data syscall are (`data_shape::*`): the kernel copies the first

@@ -411,7 +411,6 @@ fn jvm_rate_limiter_in_a_growing_pool_is_a_saturated_pool() {
 /// The same on a fixed pool of 64 prestarted threads and a queue (Dubbo's default, Tomcat with
 /// spare threads = max): no growth to see, only 64 threads parked in the limiter's sleep.
 #[test]
-#[ignore = "not detected yet: the limiter's Thread.sleep is a timed futex wait, which pools count as idle, and a fixed pool does not grow (issue 13)"]
 fn jvm_rate_limiter_in_a_fixed_pool_is_a_saturated_pool() {
     pool_saturated(module_path!(), "fixed");
 }
@@ -420,7 +419,6 @@ fn jvm_rate_limiter_in_a_fixed_pool_is_a_saturated_pool() {
 /// under the fault, so there is no growth left to see. It must still be named within 5 s of the
 /// observer being ready.
 #[test]
-#[ignore = "not detected yet: the pool grew before attach and its sleeps are timed futex waits, counted as idle (issue 13)"]
 fn jvm_rate_limiter_pool_already_saturated_when_the_observer_attaches() {
     let test = module_path!();
     if !privileged(test) || !jvm::available(test) {

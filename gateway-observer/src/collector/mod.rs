@@ -350,6 +350,7 @@ impl Collector {
         let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name };
         self.detectors.note_process(state.tgid, || procfs::process_age(state.tgid), now);
         self.detectors.record(now, info, totals);
+        self.detectors.note_timed_waits(tid, state.futex_timeout_ns, state.futex_woken_ns, now);
         self.note_open_iteration(state, &totals, now, now_mono);
         // An exit the hook saw, or a thread gone without it (exited before it had a slot).
         if state.exited == 0 && procfs::exists(tid) {

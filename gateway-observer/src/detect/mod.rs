@@ -8,6 +8,7 @@ pub mod findings;
 pub mod history;
 pub mod pool;
 pub mod queueing;
+pub mod timed_waits;
 pub mod untimed;
 pub mod upstream;
 
@@ -32,6 +33,7 @@ pub struct Detectors {
     pub queueing: queueing::QueueingConfig,
     history: History,
     baselines: untimed::LoopBaselines,
+    timed_waits: timed_waits::TimedWaits,
 }
 
 /// One event loop's state over the last window, for metrics and the snapshot.
@@ -51,11 +53,17 @@ impl Detectors {
             upstream: upstream::UpstreamConfig::default(),
             queueing: queueing::QueueingConfig::default(),
             baselines: untimed::LoopBaselines::default(),
+            timed_waits: timed_waits::TimedWaits::default(),
         }
     }
 
     pub fn record(&mut self, now: Instant, info: ThreadInfo, totals: ReasonTotals) {
         self.history.record(now, info, totals);
+    }
+
+    /// A thread's total time (ns) in timed futex waits that timed out and that were woken.
+    pub fn note_timed_waits(&mut self, tid: u32, timeouts: u64, wakes: u64, now: Instant) {
+        self.timed_waits.note(tid, timeouts, wakes, now);
     }
 
     /// Notes when a process started (see `History::note_process_start`), the first time it is
@@ -77,6 +85,7 @@ impl Detectors {
     pub fn forget(&mut self, tid: u32) {
         self.history.forget(tid);
         self.baselines.forget(tid);
+        self.timed_waits.forget(tid);
         self.history.retain_processes();
     }
 
@@ -103,7 +112,16 @@ impl Detectors {
         now_mono_ns: u64,
         waiting_requests: &std::collections::HashMap<u32, usize>,
     ) -> Vec<SaturatedPool> {
-        saturated_pools(&self.history, blocks, now, now_mono_ns, &self.pool, &self.event_loop, waiting_requests)
+        saturated_pools(
+            &self.history,
+            blocks,
+            now,
+            now_mono_ns,
+            &self.pool,
+            &self.event_loop,
+            waiting_requests,
+            &self.timed_waits,
+        )
     }
 
     /// Every event loop with its utilization over the window.

@@ -13,7 +13,13 @@
 //! `futex_sleep`. An idle pool can time out too (Jetty's minimum threads poll with a 60 s idle
 //! timeout, forever), so sleep counts as work only while the process has at least half as many
 //! requests waiting (in flight for `sleep_pressure_age` or more) as the group has threads
-//! asleep: each sleeping worker holds a request. Event loops are left to `EventLoopBlocked`.
+//! asleep: each sleeping worker holds a request. A thread's first sleep, or one already open
+//! when the observer attached, is still `futex_timed`: when the group's timed waits lately all
+//! ended by their timeout (`timed_waits`), its `futex_timed` time is sleep too.
+//!
+//! Saturation is judged over the last `confirm` (a second: with the alert book's second of
+//! pending, a pool is named two seconds after it fills); the window gives the evidence's shares.
+//! Event loops are left to `EventLoopBlocked`.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -22,7 +28,7 @@ use std::{
 
 use gateway_observer_common::reason;
 
-use super::history::History;
+use super::{history::History, timed_waits::TimedWaits};
 use crate::{events::Block, reason::reason_label, thread_group::thread_group};
 
 /// Off-CPU reasons that mean a pool thread is occupied by work.
@@ -32,10 +38,15 @@ const POOL_BLOCKING_REASONS: [u32; 5] =
 const POOL_IDLE_REASONS: [u32; 3] = [reason::FUTEX, reason::FUTEX_TIMED, reason::POLL];
 /// Timed waits that run to their timeout: work while requests wait, idle otherwise.
 const POOL_SLEEP_REASON: u32 = reason::FUTEX_SLEEP;
+/// Thread-seconds of a group's timed waits that must lately have timed out (decayed, most of
+/// them) before its open ones are taken for sleeps.
+const MIN_TIMEOUTS_FOR_A_SLEEPING_GROUP: f64 = 1.0;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PoolConfig {
     pub window: Duration,
+    /// The recent stretch saturation is judged over.
+    pub confirm: Duration,
     /// Groups smaller than this are not pools.
     pub min_threads: usize,
     /// Share of the group's thread time that is busy, blocked or waiting for a CPU.
@@ -51,6 +62,7 @@ impl Default for PoolConfig {
     fn default() -> Self {
         Self {
             window: Duration::from_secs(5),
+            confirm: Duration::from_secs(1),
             min_threads: 4,
             saturated_share: 0.90,
             growth_threads: 16,
@@ -93,9 +105,13 @@ struct GroupTotals {
     elapsed_ns: u128,
     offcpu_ns: [u64; reason::COUNT as usize],
     tids: Vec<u32>,
-    /// The same over the last tick.
+    /// The same over the last `confirm`, and over the last tick.
+    recent_elapsed_ns: u128,
+    recent_offcpu_ns: [u64; reason::COUNT as usize],
     last_elapsed_ns: u128,
     last_offcpu_ns: [u64; reason::COUNT as usize],
+    /// How the group's timed waits ended lately.
+    timed_waits: super::timed_waits::Outcomes,
 }
 
 /// Saturated pools now. `now_mono_ns` is CLOCK_MONOTONIC, the clock of `blocks`.
@@ -108,6 +124,7 @@ pub fn saturated_pools(
     config: &PoolConfig,
     loops: &super::event_loop::EventLoopConfig,
     waiting_requests: &HashMap<u32, usize>,
+    timed_waits: &TimedWaits,
 ) -> Vec<SaturatedPool> {
     let loop_tids: std::collections::HashSet<u32> = history.event_loops(now, loops).map(|t| t.tid).collect();
     let mut groups: BTreeMap<(u32, String), GroupTotals> = BTreeMap::new();
@@ -122,6 +139,13 @@ pub fn saturated_pools(
         totals.tids.push(thread.tid);
         if let Some(at) = history.created_at(thread.tid, config.window) {
             totals.created += usize::from(now.duration_since(at) <= config.window);
+        }
+        totals.timed_waits.add(timed_waits.of(thread.tid));
+        if let Some(recent) = history.delta(thread.tid, config.confirm) {
+            totals.recent_elapsed_ns += recent.elapsed.as_nanos();
+            for (sum, ns) in totals.recent_offcpu_ns.iter_mut().zip(recent.offcpu_ns) {
+                *sum += ns;
+            }
         }
         if let Some(last) = history.last_delta(thread.tid) {
             totals.last_elapsed_ns += last.elapsed.as_nanos();
@@ -163,6 +187,12 @@ fn judge(
     config: &PoolConfig,
     waiting: usize,
 ) -> Option<SaturatedPool> {
+    let mut t = t;
+    if t.timed_waits.asleep(MIN_TIMEOUTS_FOR_A_SLEEPING_GROUP) {
+        for totals in [&mut t.offcpu_ns, &mut t.recent_offcpu_ns, &mut t.last_offcpu_ns] {
+            totals[POOL_SLEEP_REASON as usize] += std::mem::take(&mut totals[reason::FUTEX_TIMED as usize]);
+        }
+    }
     let growing = t.created >= config.growth_threads;
     if t.threads < config.min_threads || (t.elapsed_ns == 0 && !growing) {
         return None;
@@ -178,11 +208,16 @@ fn judge(
     let busy = (total - t.offcpu_ns.iter().map(|v| *v as f64).sum::<f64>()).max(0.0);
     // Without history (only new threads) there is no share to speak of: all zero, idle whole.
     let share = |ns: f64| if t.elapsed_ns == 0 { 0.0 } else { ns / total };
-    let saturation = share(saturated_ns(t.elapsed_ns, &t.offcpu_ns, sleep_counts));
-    // Judge the share only on enough history (half a window per thread on average); before that,
-    // only growth can tell, and the shares are evidence.
-    let enough_history = t.elapsed_ns * 2 >= config.window.as_nanos() * t.threads as u128;
-    if !(growing || (enough_history && saturation >= config.saturated_share)) {
+    let sleep_counts_recently = sleep_is_work(t.threads, t.recent_elapsed_ns, &t.recent_offcpu_ns, waiting);
+    let recent_saturation = if t.recent_elapsed_ns == 0 {
+        0.0
+    } else {
+        saturated_ns(t.recent_elapsed_ns, &t.recent_offcpu_ns, sleep_counts_recently) / t.recent_elapsed_ns as f64
+    };
+    // Judge the share only on enough history (half of `confirm` per thread on average); before
+    // that, only growth can tell, and the shares are evidence.
+    let enough_history = t.recent_elapsed_ns * 2 >= config.confirm.as_nanos() * t.threads as u128;
+    if !(growing || (enough_history && recent_saturation >= config.saturated_share)) {
         return None;
     }
     let sleep_counts_last_tick = sleep_is_work(t.threads, t.last_elapsed_ns, &t.last_offcpu_ns, waiting);
@@ -278,7 +313,7 @@ mod tests {
     fn judge_all(h: &History, now: Instant, now_mono_ns: u64, waiting: &[(u32, usize)]) -> Vec<SaturatedPool> {
         let waiting: HashMap<u32, usize> = waiting.iter().copied().collect();
         let loops = crate::detect::event_loop::EventLoopConfig::default();
-        saturated_pools(h, &[], now, now_mono_ns, &PoolConfig::default(), &loops, &waiting)
+        saturated_pools(h, &[], now, now_mono_ns, &PoolConfig::default(), &loops, &waiting, &TimedWaits::default())
     }
 
     /// `n` threads named `name-i`, each second spending `sleep_ms` in sleep and `futex_ms` idle.
@@ -334,6 +369,31 @@ mod tests {
         assert_eq!(found[0].waiting_requests, 80);
         let summary = found[0].summary();
         assert!(summary.contains("mostly futex_sleep") && summary.contains("80 requests waiting"), "{summary}");
+    }
+
+    #[test]
+    fn first_sleeps_count_once_the_groups_timed_waits_all_time_out() {
+        // Attached mid-incident: every thread is in its first observed timed wait (futex_timed),
+        // and the ones that ended lately all timed out.
+        let start = Instant::now();
+        let mut h = History::new(Duration::from_secs(60));
+        pool_in(&mut h, start, 64, "rpc-pool", reason::FUTEX_TIMED, 995);
+        let now = start + Duration::from_secs(6);
+        let loops = crate::detect::event_loop::EventLoopConfig::default();
+        let waiting = HashMap::from([(50, 70)]);
+        let judge = |waits: &TimedWaits| {
+            saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &loops, &waiting, waits)
+        };
+        let mut waits = TimedWaits::default();
+        for tid in 1000..1004 {
+            waits.note(tid, 0, 0, now - Duration::from_secs(1));
+            waits.note(tid, 1_000_000_000, 0, now);
+        }
+        assert_eq!(judge(&waits).len(), 1, "four seconds of timeouts, no wakes: the group sleeps");
+        // A keep-alive pool handed work: its timed waits are woken, so they stay waits for work.
+        waits.note(1005, 0, 0, now - Duration::from_secs(1));
+        waits.note(1005, 0, 30 * 1_000_000_000, now);
+        assert!(judge(&waits).is_empty());
     }
 
     #[test]

@@ -87,12 +87,20 @@ impl Default for ProbeSettings {
 
 /// The first state of a thread that was already running when followed. If it is blocked now,
 /// its off-CPU span opens now with the reason /proc shows, so a thread that never wakes up again
-/// (parked for good, stuck for minutes) counts as blocked rather than unseen.
+/// (parked for good, stuck for minutes) counts as blocked rather than unseen; and the syscall it
+/// is in is noted as sys_enter would have, so its exit is read (how a timed wait ended).
 fn state_when_found(tgid: u32, tid: u32) -> ThreadState {
     let mut state = ThreadState { tid, tgid, ..ThreadState::default() };
     if let Some(letter) = procfs::thread_state(tgid, tid).filter(|s| *s != 'R') {
-        state.offcpu_reason = crate::syscalls::blocked_reason(letter, procfs::thread_syscall(tgid, tid));
+        let syscall = procfs::thread_syscall(tgid, tid);
+        state.offcpu_reason = crate::syscalls::blocked_reason(letter, syscall);
         state.offcpu_start_ns = crate::collector::monotonic_ns();
+        if let Some((nr, args)) = syscall {
+            state.syscall_nr = i32::try_from(nr).unwrap_or(-1);
+            state.syscall_class = crate::syscalls::class_of(nr);
+            state.syscall_arg0 = args[0];
+            state.futex_timed = u8::from(crate::syscalls::futex_timed(nr, &args));
+        }
     }
     state
 }
