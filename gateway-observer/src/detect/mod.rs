@@ -112,16 +112,8 @@ impl Detectors {
         now_mono_ns: u64,
         waiting_requests: &std::collections::HashMap<u32, usize>,
     ) -> Vec<SaturatedPool> {
-        saturated_pools(
-            &self.history,
-            blocks,
-            now,
-            now_mono_ns,
-            &self.pool,
-            &self.event_loop,
-            waiting_requests,
-            &self.timed_waits,
-        )
+        let signals = pool::SleepSignals { waiting_requests, timed_waits: &self.timed_waits };
+        saturated_pools(&self.history, blocks, now, now_mono_ns, &self.pool, &self.event_loop, &signals)
     }
 
     /// Every event loop with its utilization over the window.

@@ -114,8 +114,15 @@ struct GroupTotals {
     timed_waits: super::timed_waits::Outcomes,
 }
 
+/// What tells sleeping in work from idling, besides the threads' own time.
+pub struct SleepSignals<'a> {
+    /// Per process, inbound requests in flight for `sleep_pressure_age` or more.
+    pub waiting_requests: &'a HashMap<u32, usize>,
+    /// How each thread's timed waits ended lately.
+    pub timed_waits: &'a TimedWaits,
+}
+
 /// Saturated pools now. `now_mono_ns` is CLOCK_MONOTONIC, the clock of `blocks`.
-/// `waiting_requests`: per process, inbound requests in flight for `sleep_pressure_age` or more.
 pub fn saturated_pools(
     history: &History,
     blocks: &[Block],
@@ -123,9 +130,9 @@ pub fn saturated_pools(
     now_mono_ns: u64,
     config: &PoolConfig,
     loops: &super::event_loop::EventLoopConfig,
-    waiting_requests: &HashMap<u32, usize>,
-    timed_waits: &TimedWaits,
+    signals: &SleepSignals,
 ) -> Vec<SaturatedPool> {
+    let SleepSignals { waiting_requests, timed_waits } = signals;
     let loop_tids: std::collections::HashSet<u32> = history.event_loops(now, loops).map(|t| t.tid).collect();
     let mut groups: BTreeMap<(u32, String), GroupTotals> = BTreeMap::new();
     for thread in history.threads() {
@@ -313,7 +320,8 @@ mod tests {
     fn judge_all(h: &History, now: Instant, now_mono_ns: u64, waiting: &[(u32, usize)]) -> Vec<SaturatedPool> {
         let waiting: HashMap<u32, usize> = waiting.iter().copied().collect();
         let loops = crate::detect::event_loop::EventLoopConfig::default();
-        saturated_pools(h, &[], now, now_mono_ns, &PoolConfig::default(), &loops, &waiting, &TimedWaits::default())
+        let signals = SleepSignals { waiting_requests: &waiting, timed_waits: &TimedWaits::default() };
+        saturated_pools(h, &[], now, now_mono_ns, &PoolConfig::default(), &loops, &signals)
     }
 
     /// `n` threads named `name-i`, each second spending `sleep_ms` in sleep and `futex_ms` idle.
@@ -382,7 +390,8 @@ mod tests {
         let loops = crate::detect::event_loop::EventLoopConfig::default();
         let waiting = HashMap::from([(50, 70)]);
         let judge = |waits: &TimedWaits| {
-            saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &loops, &waiting, waits)
+            let signals = SleepSignals { waiting_requests: &waiting, timed_waits: waits };
+            saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &loops, &signals)
         };
         let mut waits = TimedWaits::default();
         for tid in 1000..1004 {
