@@ -151,6 +151,9 @@ pub struct InFlight {
     pub request_bytes: u64,
     /// A final response has started.
     pub response_started: bool,
+    /// The request's last byte was read: the gateway holds all of it. Until then the client may
+    /// be the one that is slow (an upload, a client stalled mid-request).
+    pub request_complete: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -322,6 +325,7 @@ impl Connection {
                 if let Some(p) = self.open_request.take().and_then(|seq| self.find(seq)) {
                     p.info.request_bytes = bytes;
                     p.request_end_ns = ts_ns;
+                    p.info.request_complete = true;
                 }
             }
             Event::NotHttp { bytes } => self.not_http(bytes),
@@ -349,6 +353,7 @@ impl Connection {
                 queued_since_ns: start.queued_since_ns,
                 request_bytes: self.request.msg_bytes(),
                 response_started: false,
+                request_complete: false,
             },
             request_end_ns: start.ts_ns.max(self.request.last_ts_ns()),
             status: None,

@@ -5,7 +5,7 @@ use std::{net::SocketAddr, path::Path, time::Duration};
 
 use serde::Deserialize;
 
-use crate::state::targets::TargetSpec;
+use crate::{detect::stalled::StalledConfig, state::targets::TargetSpec};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -26,6 +26,8 @@ pub struct Config {
     /// Request bytes waiting unread in a target's socket this long raise RequestQueueing.
     #[serde(with = "humantime_serde")]
     pub request_queueing: Duration,
+    /// When requests read and unanswered while the process idles raise RequestsStalled.
+    pub requests_stalled: StalledConfig,
     /// How many target threads the kernel can follow at once (each slot is
     /// `THREAD_STATE_SIZE`, 696 bytes, of locked kernel memory). Threads beyond it are counted in bpf_map_full_total.
     pub max_threads: u32,
@@ -58,6 +60,7 @@ impl Default for Config {
             max_threads: gateway_observer_common::MAX_THREADS,
             busy_iteration: Duration::from_millis(100),
             request_queueing: Duration::from_millis(200),
+            requests_stalled: StalledConfig::default(),
             alertmanager: None,
             event_loops: EventLoopPatterns::default(),
             nice: 10,
@@ -117,6 +120,9 @@ impl Config {
         if self.request_queueing < Duration::from_millis(10) {
             return Err(ConfigError::Invalid(format!("request_queueing {:?} is below 10ms", self.request_queueing)));
         }
+        if let Some(problem) = self.requests_stalled.problem() {
+            return Err(ConfigError::Invalid(format!("requests_stalled: {problem}")));
+        }
         if !(-20..=19).contains(&self.nice) {
             return Err(ConfigError::Invalid(format!("nice {} is outside -20..=19", self.nice)));
         }
@@ -145,6 +151,9 @@ mod tests {
             interval = "500ms"
             block_threshold = "50ms"
             max_threads = 4096
+            [requests_stalled]
+            age = "1s"
+            min_requests = 8
             [event_loops]
             include = ["reactor-http-nio-*"]
             exclude = ["pool-*"]
@@ -156,6 +165,9 @@ mod tests {
         assert_eq!(config.interval, Duration::from_millis(500));
         assert_eq!(config.block_threshold, Duration::from_millis(50));
         assert_eq!(config.max_threads, 4096);
+        assert_eq!(config.requests_stalled.age, Duration::from_secs(1));
+        assert_eq!(config.requests_stalled.min_requests, 8);
+        assert_eq!(config.requests_stalled.prompt, Duration::from_millis(100), "a key left out keeps its default");
         assert_eq!(config.event_loops.include, vec!["reactor-http-nio-*".to_owned()]);
         assert_eq!(config.event_loops.exclude, vec!["pool-*".to_owned()]);
     }
@@ -176,5 +188,9 @@ mod tests {
         assert!(err.contains("below 100ms"), "{err}");
         let err = Config::from_toml("alertmanager = \"am:9093\"").expect_err("rejected").to_string();
         assert!(err.contains("http://"), "{err}");
+        let err = Config::from_toml("[requests_stalled]\nprompt = \"2s\"").expect_err("rejected").to_string();
+        assert!(err.contains("requests_stalled: prompt 2s must be above zero and below age 500ms"), "{err}");
+        let err = Config::from_toml("[requests_stalled]\nage_ms = 5").expect_err("rejected").to_string();
+        assert!(err.contains("age_ms"), "{err}");
     }
 }

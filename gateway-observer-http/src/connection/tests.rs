@@ -493,6 +493,16 @@ fn in_flight_lists_waiting_requests_oldest_first() {
 }
 
 #[test]
+fn in_flight_requests_say_whether_they_were_read_in_full() {
+    let body_half = read(1, "POST /upload HTTP/1.1\r\nContent-Length: 10\r\n\r\nabcde");
+    let out = run_checked(Role::Server, std::slice::from_ref(&body_half));
+    assert!(!out.in_flight[0].request_complete, "half the body: the client is still sending");
+    let out = run_checked(Role::Server, &[body_half, read(2, "fghij"), read(3, get("/next"))]);
+    let complete: Vec<_> = out.in_flight.iter().map(|r| (r.path.as_str(), r.request_complete)).collect();
+    assert_eq!(complete, vec![("/upload", true), ("/next", true)]);
+}
+
+#[test]
 fn in_flight_is_capped() {
     let mut conn = Connection::new(Role::Server);
     let mut out = Vec::new();

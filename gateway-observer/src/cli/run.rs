@@ -167,6 +167,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     };
     let mut collector = Collector::new(probes, config.targets.clone(), event_loop);
     collector.set_request_queueing_threshold(config.request_queueing);
+    collector.set_requests_stalled(config.requests_stalled.clone());
     collector.tick().context("first collection failed")?;
 
     let listener = http::bind(config.listen).await.with_context(|| format!("failed to listen on {}", config.listen))?;

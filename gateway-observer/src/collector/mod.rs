@@ -69,6 +69,8 @@ pub struct Collector {
     symbolizer: crate::symbolize::Symbolizer,
     /// Threads per (process, thread group, state) at the last tick.
     thread_states: BTreeMap<(String, String, &'static str), usize>,
+    /// Threads off the CPU in work (not waiting for it) at the last tick.
+    blocked_in_work: HashSet<u32>,
     /// Long event-loop iterations, newest last (bounded like the blocks).
     recent_iterations: VecDeque<LongIteration>,
     /// Event loops found busy at the last tick.
@@ -126,6 +128,7 @@ impl Collector {
             pending_blocks: Vec::new(),
             recent_iterations: VecDeque::new(),
             thread_states: BTreeMap::new(),
+            blocked_in_work: HashSet::new(),
             symbolizer: crate::symbolize::Symbolizer::default(),
             busy_loops: Vec::new(),
             open_iterations: Vec::new(),
@@ -156,6 +159,11 @@ impl Collector {
     /// Requests whose bytes wait unread this long are queued (RequestQueueing).
     pub fn set_request_queueing_threshold(&mut self, threshold: std::time::Duration) {
         self.detectors.queueing.threshold = threshold;
+    }
+
+    /// When in-flight requests count as stalled (RequestsStalled).
+    pub fn set_requests_stalled(&mut self, config: crate::detect::stalled::StalledConfig) {
+        self.detectors.stalled = config;
     }
 
     /// After each drain of the socket ring: if the kernel lost records since the last one,
@@ -259,6 +267,7 @@ impl Collector {
         let mut owners = live_targets.clone();
         let mut latest = HashMap::new();
         self.thread_states.clear();
+        self.blocked_in_work.clear();
         self.open_iterations.clear();
         for (slot, state) in threads {
             owners.insert(state.tgid);
@@ -345,7 +354,11 @@ impl Collector {
         let totals = with_open_span(state, now_mono);
         self.observe_thread(state, &totals, &process, &group);
         if state.exited == 0 {
-            *self.thread_states.entry((process.clone(), group.clone(), thread_state_label(state))).or_insert(0) += 1;
+            let label = thread_state_label(state);
+            *self.thread_states.entry((process.clone(), group.clone(), label)).or_insert(0) += 1;
+            if label == BLOCKED {
+                self.blocked_in_work.insert(tid);
+            }
         }
         let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name };
         self.detectors.note_process(state.tgid, || procfs::process_age(state.tgid), now);
@@ -476,7 +489,23 @@ impl Collector {
         findings.extend(crate::detect::upstream::one_way_stall(&peers, upstream));
         findings.extend(crate::detect::queueing::request_queueing(&self.request_queues.last, &self.detectors.queueing));
         crate::detect::queueing::add_likely_causes(&mut findings, &self.request_queues.last);
+        let mut stalled = self.requests_stalled(&findings);
+        self.add_client_impact(&mut stalled);
+        findings.extend(stalled);
         findings
+    }
+
+    /// Processes whose read requests stall; `others` are this tick's other findings.
+    fn requests_stalled(&self, others: &[crate::alerts::Finding]) -> Vec<crate::alerts::Finding> {
+        let config = &self.detectors.stalled;
+        let mut facts = self.requests.stall_facts(monotonic_ns(), config);
+        for facts in &mut facts {
+            facts.cpu_cores = self.cpu_cores.get(&facts.pid).copied();
+            for waiting in &mut facts.waiting {
+                waiting.reader_blocked_in_work = self.blocked_in_work.contains(&waiting.tid);
+            }
+        }
+        crate::detect::stalled::requests_stalled(&facts, others, config)
     }
 
     /// What the process's clients went through during a finding's window: requests delayed in
@@ -620,6 +649,9 @@ impl Collector {
     }
 }
 
+/// The state of a thread off the CPU in work (sleep, socket, I/O, disk), not waiting for it.
+const BLOCKED: &str = "blocked";
+
 /// What a thread is doing right now, from its slot: on CPU, waiting for a CPU, waiting for work
 /// (futex, timed futex, poll: the pool detector's idea of idle), or blocked in work.
 fn thread_state_label(state: &ThreadState) -> &'static str {
@@ -630,7 +662,7 @@ fn thread_state_label(state: &ThreadState) -> &'static str {
     } else if matches!(state.offcpu_reason, reason::FUTEX | reason::FUTEX_TIMED | reason::POLL) {
         "idle"
     } else {
-        "blocked"
+        BLOCKED
     }
 }
 

@@ -8,6 +8,7 @@ pub mod findings;
 pub mod history;
 pub mod pool;
 pub mod queueing;
+pub mod stalled;
 pub mod timed_waits;
 pub mod untimed;
 pub mod upstream;
@@ -31,6 +32,7 @@ pub struct Detectors {
     pub pool: PoolConfig,
     pub upstream: upstream::UpstreamConfig,
     pub queueing: queueing::QueueingConfig,
+    pub stalled: stalled::StalledConfig,
     history: History,
     baselines: untimed::LoopBaselines,
     timed_waits: timed_waits::TimedWaits,
@@ -52,6 +54,7 @@ impl Detectors {
             pool: PoolConfig::default(),
             upstream: upstream::UpstreamConfig::default(),
             queueing: queueing::QueueingConfig::default(),
+            stalled: stalled::StalledConfig::default(),
             baselines: untimed::LoopBaselines::default(),
             timed_waits: timed_waits::TimedWaits::default(),
         }

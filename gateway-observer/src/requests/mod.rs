@@ -10,6 +10,7 @@ pub mod flows;
 pub mod peers;
 pub mod queueing;
 pub mod slowest;
+pub mod stalled;
 pub mod stats;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -169,6 +169,15 @@ impl RequestStats {
         }
     }
 
+    /// Inbound requests of `tgid` that arrived at or after `since_ns` and were answered: how many,
+    /// and how many of them within `within_ns`.
+    pub fn answered_since(&self, tgid: u32, since_ns: u64, within_ns: u64) -> (u64, u64) {
+        let recent = self.recent.iter().rev().take_while(|r| r.end_ns >= since_ns);
+        recent
+            .filter(|r| r.tgid == tgid && r.side == Side::Inbound && r.end_ns.saturating_sub(r.duration_ns) >= since_ns)
+            .fold((0, 0), |(answered, prompt), r| (answered + 1, prompt + u64::from(r.duration_ns < within_ns)))
+    }
+
     /// The inbound requests of `tgid` that completed since `since_ns`, as clients saw them.
     pub fn impact_since(&self, tgid: u32, since_ns: u64) -> ClientImpact {
         self.impact_of(&[tgid], since_ns, DELAYED_QUEUE_NS)
@@ -224,6 +233,22 @@ mod tests {
         let impact = stats.impact_since(7, 10_550_000_000);
         assert_eq!((impact.requests, impact.refused, impact.delayed_in_socket), (1, 1, 1));
         assert!((impact.max_socket_queue_seconds - 0.010).abs() < 1e-12);
+    }
+
+    #[test]
+    fn answers_since_a_request_arrived_and_the_prompt_ones() {
+        let mut stats = RequestStats::default();
+        let gw: Arc<str> = Arc::from("gw");
+        // (start, duration) in ms: one answered before 1 s, one started before it, three after.
+        for (start, took) in [(100, 50), (900, 400), (1_000, 30), (1_200, 800), (1_500, 99)] {
+            let (start, took) = (start * 1_000_000, took * 1_000_000);
+            stats.record(&gw, 7, Side::Inbound, "GET", Some(200), took, start + took, None);
+        }
+        stats.record(&gw, 7, Side::Outbound, "GET", Some(200), 1, 1_600_000_000, None);
+        stats.record(&gw, 8, Side::Inbound, "GET", Some(200), 1, 1_600_000_000, None);
+        assert_eq!(stats.answered_since(7, 1_000_000_000, 100_000_000), (3, 2));
+        assert_eq!(stats.answered_since(7, 1_000_000_001, 100_000_000), (2, 1));
+        assert_eq!(stats.answered_since(7, 5_000_000_000, 100_000_000), (0, 0));
     }
 
     #[test]

@@ -250,3 +250,32 @@ fn idle_inbound_connections_are_the_unread_candidates() {
     );
     assert_eq!(listeners[&(NETNS, 9090)].len(), 1);
 }
+
+#[test]
+fn stall_facts_count_requests_waiting_inside_the_process() {
+    let mut tracker = RequestTracker::default();
+    let config = crate::detect::stalled::StalledConfig::default();
+    // Three requests read in full at 100 ms, unanswered.
+    for sk in 10..13 {
+        tracker.handle(open(sk, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50000", 90 * MS));
+        tracker.handle(data(sk, true, REQUEST, 100 * MS, None));
+    }
+    // An upload still arriving: half its body read at 100 ms.
+    tracker.handle(open(20, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50001", 90 * MS));
+    tracker.handle(data(20, true, b"POST /up HTTP/1.1\r\nContent-Length: 10\r\n\r\nabcde", 100 * MS, None));
+    // One answered at once, arriving after the waiting ones.
+    tracker.handle(open(21, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50002", 90 * MS));
+    tracker.handle(data(21, true, REQUEST, 300 * MS, None));
+    tracker.handle(data(21, false, RESPONSE, 310 * MS, None));
+    assert!(tracker.stall_facts(400 * MS, &config).is_empty(), "300 ms is not waiting yet");
+    let facts = tracker.stall_facts(700 * MS, &config);
+    assert_eq!(facts.len(), 1);
+    let f = &facts[0];
+    assert_eq!((f.pid, f.in_flight, f.waiting.len(), f.upstream_waiting), (GW, 4, 3, 0), "{f:?}");
+    assert!(f.waiting.iter().all(|w| w.age_ns == 600 * MS && w.tid == GW + 1), "{f:?}");
+    assert_eq!((f.answered_since, f.prompt_answers), (1, 1), "the prompt answer since the oldest arrived");
+    // A request to an upstream unanswered for 500 ms.
+    tracker.handle(open(30, Opened::Connected, Some(GW), "127.0.0.1:40000", "10.0.0.1:80", 95 * MS));
+    tracker.handle(data(30, false, UPSTREAM_REQUEST, 150 * MS, None));
+    assert_eq!(tracker.stall_facts(700 * MS, &config)[0].upstream_waiting, 1);
+}
