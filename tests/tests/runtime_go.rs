@@ -37,7 +37,7 @@ const EXPECTED: &str = "RequestsStalled";
 const CLIENTS: usize = 16;
 
 #[test]
-#[ignore = "its healthy phase sees EventLoopBlocked on Go's parked Ms (untimed futex waits woken by a thread not seen polling): RequestsStalled itself is named in 2.5 s and stays quiet while healthy"]
+
 fn go_requests_queued_behind_a_mutex_are_named_stalled() {
     if !privileged(module_path!()) {
         return;

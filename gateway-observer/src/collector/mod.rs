@@ -360,7 +360,7 @@ impl Collector {
                 self.blocked_in_work.insert(tid);
             }
         }
-        let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name };
+        let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name, group: group.clone() };
         self.detectors.note_process(state.tgid, || procfs::process_age(state.tgid), now);
         self.detectors.record(now, info, totals);
         self.detectors.note_timed_waits(tid, state.futex_timeout_ns, state.futex_woken_ns, now);

@@ -153,7 +153,7 @@ mod tests {
     #[test]
     fn long_iterations_in_the_window_name_the_loop() {
         let mut h = History::new(Duration::from_secs(60));
-        let info = ThreadInfo { tid: 4, tgid: 9, comm: "node".into(), name: "node".into() };
+        let info = ThreadInfo::new(4, 9, "node".into(), "node".into());
         let t0 = Instant::now();
         let mut polled = [0; reason::COUNT as usize];
         h.record(t0, info.clone(), polled);

@@ -143,7 +143,10 @@ pub fn blocked_loops(
     // A stop-the-world pause (a JVM safepoint) is not the loop's block, whatever the wait's kind.
     let blocking = |thread: &ThreadInfo, b: &Block| -> bool {
         (BLOCKING_REASONS.contains(&b.reason) && !paused.contains(&(b.tid, b.timestamp_ns)))
-            || (b.reason == reason::FUTEX && untimed::classify(thread, b, &loops, &paused) == UntimedWait::Blocking)
+            || (b.reason == reason::FUTEX
+                && untimed::classify(thread, b, &loops, &paused, baselines, |tgid, tid| {
+                    history.thread(tgid, tid).map(|t| t.group.as_str())
+                }) == UntimedWait::Blocking)
     };
     let mut found = Vec::new();
     for thread in loops.values().copied() {
@@ -278,7 +281,7 @@ mod tests {
     use super::*;
 
     fn thread(tid: u32) -> ThreadInfo {
-        ThreadInfo { tid, tgid: 100, comm: "java".into(), name: format!("reactor-http-nio-{tid}") }
+        ThreadInfo::new(tid, 100, "java".into(), format!("reactor-http-nio-{tid}"))
     }
 
     /// Ten one-second samples of a loop that polls `poll_ms` and blocks `timed_ms` each second.
@@ -403,7 +406,7 @@ mod tests {
         // Polls 300 ms and waits untimed 700 ms a second: a `future.get()` on a Redis client's
         // thread (tid 77, not a loop) or a tokio-style park handed over by a sibling loop.
         let (mut h, now) = history_of(2, 300, 0, 700);
-        let sibling = ThreadInfo { tid: 3, tgid: 100, comm: "java".into(), name: "reactor-http-nio-3".into() };
+        let sibling = ThreadInfo::new(3, 100, "java".into(), "reactor-http-nio-3".into());
         let mut polls = [0u64; reason::COUNT as usize];
         h.record(now - Duration::from_secs(1), sibling.clone(), polls);
         polls[reason::POLL as usize] = 1;

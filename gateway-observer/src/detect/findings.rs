@@ -103,7 +103,7 @@ mod tests {
     #[test]
     fn evidence_names_the_thread_reason_and_futex() {
         let found = BlockedLoop {
-            thread: ThreadInfo { tid: 12, tgid: 10, comm: "java".into(), name: "reactor-http-nio-2".into() },
+            thread: ThreadInfo::new(12, 10, "java".into(), "reactor-http-nio-2".into()),
             reason: reason::FUTEX_TIMED,
             blocked_ns: 3_550_000_000,
             window: Duration::from_secs(5),

@@ -45,7 +45,19 @@ pub struct ThreadInfo {
     pub tid: u32,
     pub tgid: u32,
     pub comm: String,
+    /// The thread's distinct display name (`state::threads`: `name`, `name#2`…).
     pub name: String,
+    /// Its thread group, from the kernel's name: threads named alike share it, whatever their
+    /// distinct display names.
+    pub group: String,
+}
+
+impl ThreadInfo {
+    /// A thread whose kernel name is `name` (no distinct suffix): its group follows from it.
+    pub fn new(tid: u32, tgid: u32, comm: String, name: String) -> Self {
+        let group = crate::thread_group::thread_group(&name);
+        Self { tid, tgid, comm, name, group }
+    }
 }
 
 #[derive(Debug)]
@@ -230,7 +242,7 @@ mod tests {
     use super::*;
 
     fn info(tid: u32) -> ThreadInfo {
-        ThreadInfo { tid, tgid: 1, comm: "gw".into(), name: format!("loop-{tid}") }
+        ThreadInfo::new(tid, 1, "gw".into(), format!("loop-{tid}"))
     }
 
     fn totals(poll: u64, futex_timed: u64) -> ReasonTotals {
@@ -279,7 +291,7 @@ mod tests {
         let settle = Duration::from_secs(5);
         let t0 = Instant::now() + Duration::from_secs(3600);
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let thread = |tid: u32, tgid: u32| ThreadInfo { tid, tgid, comm: "java".into(), name: format!("rpc-{tid}") };
+        let thread = |tid: u32, tgid: u32| ThreadInfo::new(tid, tgid, "java".into(), format!("rpc-{tid}"));
         let mut h = History::new(Duration::from_secs(60));
         // Process 1 has run for an hour when we attach; process 2 starts as we attach.
         h.note_process_start(1, t0 - Duration::from_secs(3600), at(0));

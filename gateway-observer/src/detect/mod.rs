@@ -90,6 +90,8 @@ impl Detectors {
         self.baselines.forget(tid);
         self.timed_waits.forget(tid);
         self.history.retain_processes();
+        let history = &self.history;
+        self.baselines.retain_processes(|tgid| history.knows_process(tgid));
     }
 
     /// Learns how each loop idles from the tick just recorded, then judges them.

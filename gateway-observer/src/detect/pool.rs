@@ -29,7 +29,7 @@ use std::{
 use gateway_observer_common::reason;
 
 use super::{history::History, timed_waits::TimedWaits};
-use crate::{events::Block, reason::reason_label, thread_group::thread_group};
+use crate::{events::Block, reason::reason_label};
 
 /// Off-CPU reasons that mean a pool thread is occupied by work.
 const POOL_BLOCKING_REASONS: [u32; 5] =
@@ -139,7 +139,7 @@ pub fn saturated_pools(
         if loop_tids.contains(&thread.tid) {
             continue;
         }
-        let totals = groups.entry((thread.tgid, thread_group(&thread.name))).or_default();
+        let totals = groups.entry((thread.tgid, thread.group.clone())).or_default();
         totals.pid = thread.tgid;
         totals.comm.clone_from(&thread.comm);
         totals.threads += 1;
@@ -331,7 +331,7 @@ mod tests {
                 let mut t = [0u64; reason::COUNT as usize];
                 t[reason::SLEEP as usize] = s * sleep_ms * 1_000_000;
                 t[reason::FUTEX as usize] = s * futex_ms * 1_000_000;
-                let info = ThreadInfo { tid: tid0 + i, tgid: 50, comm: "java".into(), name: format!("{name}-{i}") };
+                let info = ThreadInfo::new(tid0 + i, 50, "java".into(), format!("{name}-{i}"));
                 h.record(start + Duration::from_secs(s), info, t);
             }
         }
@@ -359,7 +359,7 @@ mod tests {
             for i in 0..n {
                 let mut t = [0u64; reason::COUNT as usize];
                 t[code as usize] = s * ms * 1_000_000;
-                let info = ThreadInfo { tid: 1000 + i, tgid: 50, comm: "java".into(), name: format!("{name}-{i}") };
+                let info = ThreadInfo::new(1000 + i, 50, "java".into(), format!("{name}-{i}"));
                 h.record(start + Duration::from_secs(s), info, t);
             }
         }
@@ -444,16 +444,12 @@ mod tests {
         let mut h = History::new(Duration::from_secs(60));
         // Mostly idle threads, but 20 appeared within the window, well after the process was
         // first seen (with its main thread) at second 0.
-        h.record(
-            start,
-            ThreadInfo { tid: 50, tgid: 50, comm: "java".into(), name: "java".into() },
-            [0; reason::COUNT as usize],
-        );
+        h.record(start, ThreadInfo::new(50, 50, "java".into(), "java".into()), [0; reason::COUNT as usize]);
         for i in 0..20u32 {
             for s in 10..=11u64 {
                 let mut t = [0u64; reason::COUNT as usize];
                 t[reason::FUTEX as usize] = (s - 10) * 500_000_000;
-                let info = ThreadInfo { tid: 3000 + i, tgid: 50, comm: "java".into(), name: format!("grpc-{i}") };
+                let info = ThreadInfo::new(3000 + i, 50, "java".into(), format!("grpc-{i}"));
                 h.record(start + Duration::from_secs(s), info, t);
             }
         }

@@ -7,10 +7,12 @@
 //! do, each available at once or after a few healthy seconds:
 //! - who woke a long wait (the kernel reports the waker of every wait past the block threshold):
 //!   a sibling loop (same process, same thread group, itself a loop) handing over work means the
-//!   waiter was idle, and marks the thread as one that parks for work for good; any other waker
-//!   (a Redis client's I/O thread, the thread that held the lock, a timer thread) means it was
-//!   blocked on that thread's work. This needs no history: an observer attached mid-incident sees
-//!   it at the first long wait;
+//!   waiter was idle, and marks the thread, and its group, as ones that park for work for good;
+//!   in such a group, a wake by any sibling is a hand-over too (Go's Ms all poll at times, and
+//!   the one waking a parked M may not have polled lately); any other waker (a Redis client's I/O
+//!   thread, the thread that held the lock, a timer thread) means it was blocked on that thread's
+//!   work. This needs no history: an observer attached mid-incident sees it at the first long
+//!   wait;
 //! - a stop-the-world pause: two or more threads of a process woken by one thread within 2 ms
 //!   (a JVM safepoint or GC releasing every Java thread at once) is a pause, not a loop's block;
 //! - a baseline for short waits (under the block threshold, so without a waker): a thread seen
@@ -26,7 +28,7 @@ use super::{
     event_loop::EventLoopConfig,
     history::{History, ThreadInfo},
 };
-use crate::{events::Block, thread_group::thread_group};
+use crate::events::Block;
 
 /// Ticks idling in poll without untimed waits that make a thread a poll-only loop.
 const POLL_ONLY_TICKS: u32 = 3;
@@ -62,6 +64,8 @@ struct Baseline {
 #[derive(Debug, Default)]
 pub struct LoopBaselines {
     threads: HashMap<u32, Baseline>,
+    /// (tgid, thread group) of loops seen parking for work.
+    groups_parking: HashSet<(u32, String)>,
     /// Blocks up to this timestamp were learned from.
     learned_until_ns: u64,
 }
@@ -86,6 +90,7 @@ impl LoopBaselines {
                 && woken_by_sibling_loop(thread, block.waker_tid, &loops)
             {
                 self.threads.entry(block.tid).or_default().parks_for_work = true;
+                self.groups_parking.insert((thread.tgid, thread.group.clone()));
             }
         }
         self.learned_until_ns = newest;
@@ -96,22 +101,39 @@ impl LoopBaselines {
         self.threads.get(&tid).is_some_and(|b| !b.parks_for_work && b.poll_only_ticks >= POLL_ONLY_TICKS)
     }
 
+    /// Whether loops of this thread's group have been seen parking for work.
+    pub fn group_parks_for_work(&self, thread: &ThreadInfo) -> bool {
+        self.groups_parking.contains(&(thread.tgid, thread.group.clone()))
+    }
+
     pub fn forget(&mut self, tid: u32) {
         self.threads.remove(&tid);
+    }
+
+    /// Keeps only the groups of processes still followed.
+    pub fn retain_processes(&mut self, alive: impl Fn(u32) -> bool) {
+        self.groups_parking.retain(|(tgid, _)| alive(*tgid));
     }
 }
 
 /// What a long untimed wait of `thread`, an event loop, was; `loops` are the event loops now and
-/// `paused` the blocks that ended in a stop-the-world pause (`paused_blocks`).
-pub fn classify(
+/// `paused` the blocks that ended in a stop-the-world pause (`paused_blocks`). `group_of`
+/// names the thread group of a thread of the process (tgid, tid), if it is followed.
+pub fn classify<'a>(
     thread: &ThreadInfo,
     block: &Block,
     loops: &HashMap<u32, &ThreadInfo>,
     paused: &HashSet<(u32, u64)>,
+    baselines: &LoopBaselines,
+    group_of: impl Fn(u32, u32) -> Option<&'a str>,
 ) -> UntimedWait {
+    let woken_by_sibling =
+        || block.waker_tid != thread.tid && group_of(thread.tgid, block.waker_tid) == Some(thread.group.as_str());
     if paused.contains(&(block.tid, block.timestamp_ns)) {
         UntimedWait::Pause
-    } else if woken_by_sibling_loop(thread, block.waker_tid, loops) {
+    } else if woken_by_sibling_loop(thread, block.waker_tid, loops)
+        || (baselines.group_parks_for_work(thread) && woken_by_sibling())
+    {
         UntimedWait::Idle
     } else {
         UntimedWait::Blocking
@@ -119,9 +141,7 @@ pub fn classify(
 }
 
 fn woken_by_sibling_loop(thread: &ThreadInfo, waker: u32, loops: &HashMap<u32, &ThreadInfo>) -> bool {
-    loops.get(&waker).is_some_and(|w| {
-        w.tid != thread.tid && w.tgid == thread.tgid && thread_group(&w.name) == thread_group(&thread.name)
-    })
+    loops.get(&waker).is_some_and(|w| w.tid != thread.tid && w.tgid == thread.tgid && w.group == thread.group)
 }
 
 /// HotSpot's thread that runs every safepoint and stop-the-world collection: what it wakes was
@@ -174,7 +194,7 @@ mod tests {
     use super::*;
 
     fn info(tid: u32, name: &str) -> ThreadInfo {
-        ThreadInfo { tid, tgid: 100, comm: "java".into(), name: name.into() }
+        ThreadInfo::new(tid, 100, "java".into(), name.into())
     }
 
     fn untimed(tid: u32, waker: u32, at_ns: u64) -> Block {
@@ -201,12 +221,40 @@ mod tests {
         let threads = [info(1, "tokio-runtime-w"), info(2, "tokio-runtime-w"), info(3, "lettuce-epollEv")];
         let loops = loops(&threads);
         let none = HashSet::new();
-        assert_eq!(classify(&threads[0], &untimed(1, 2, 5), &loops, &none), UntimedWait::Idle);
-        assert_eq!(classify(&threads[0], &untimed(1, 3, 5), &loops, &none), UntimedWait::Blocking, "another group");
-        assert_eq!(classify(&threads[0], &untimed(1, 77, 5), &loops, &none), UntimedWait::Blocking, "not a loop");
-        assert_eq!(classify(&threads[0], &untimed(1, 1, 5), &loops, &none), UntimedWait::Blocking, "itself");
+        let fresh = LoopBaselines::default();
+        let name_of = |_, tid| match tid {
+            77 => Some("tokio-runtime-w"),
+            _ => None,
+        };
+        let judge = |b: &Block, paused: &HashSet<(u32, u64)>| classify(&threads[0], b, &loops, paused, &fresh, name_of);
+        assert_eq!(judge(&untimed(1, 2, 5), &none), UntimedWait::Idle);
+        assert_eq!(judge(&untimed(1, 3, 5), &none), UntimedWait::Blocking, "another group");
+        assert_eq!(judge(&untimed(1, 77, 5), &none), UntimedWait::Blocking, "a sibling, not a loop");
+        assert_eq!(judge(&untimed(1, 1, 5), &none), UntimedWait::Blocking, "itself");
         let paused = HashSet::from([(1, 5)]);
-        assert_eq!(classify(&threads[0], &untimed(1, 3, 5), &loops, &paused), UntimedWait::Pause);
+        assert_eq!(judge(&untimed(1, 3, 5), &paused), UntimedWait::Pause);
+    }
+
+    #[test]
+    fn in_a_group_seen_parking_for_work_any_sibling_hands_over_work() {
+        // Go's Ms: every one polls at times; the one waking a parked M may not have lately.
+        let threads = [info(1, "go-gateway"), info(2, "go-gateway")];
+        let loops = loops(&threads);
+        let mut baselines = LoopBaselines::default();
+        let name_of = |_, tid| match tid {
+            77 => Some("go-gateway"),
+            78 => Some("redis-client"),
+            _ => None,
+        };
+        let before = classify(&threads[0], &untimed(1, 77, 5), &loops, &HashSet::new(), &baselines, name_of);
+        assert_eq!(before, UntimedWait::Blocking);
+        // What `learn` records once a sibling loop woke thread 1.
+        baselines.threads.entry(1).or_default().parks_for_work = true;
+        baselines.groups_parking.insert((100, "go-gateway".into()));
+        let after = classify(&threads[0], &untimed(1, 77, 5), &loops, &HashSet::new(), &baselines, name_of);
+        assert_eq!(after, UntimedWait::Idle);
+        let other = classify(&threads[0], &untimed(1, 78, 5), &loops, &HashSet::new(), &baselines, name_of);
+        assert_eq!(other, UntimedWait::Blocking, "a thread of another group still blocks it");
     }
 
     #[test]
