@@ -237,12 +237,14 @@ fn daemonset_runs_the_daemon_with_its_configmap() {
 
 /// Every alert kind. The match has no wildcard: a new kind stops this compiling until it is
 /// listed here, and then the test below wants a rule for it.
-fn alert_kinds() -> [AlertKind; 6] {
+fn alert_kinds() -> [AlertKind; 7] {
     use AlertKind::*;
-    let kinds = [EventLoopBlocked, EventLoopBusy, PoolSaturated, UpstreamNoResponse, OneWayStall, RequestQueueing];
+    let kinds =
+        [EventLoopBlocked, EventLoopBusy, PoolSaturated, UpstreamNoResponse, OneWayStall, RequestQueueing, JvmPause];
     for kind in kinds {
         match kind {
-            EventLoopBlocked | EventLoopBusy | PoolSaturated | UpstreamNoResponse | OneWayStall | RequestQueueing => {}
+            EventLoopBlocked | EventLoopBusy | PoolSaturated | UpstreamNoResponse | OneWayStall | RequestQueueing
+            | JvmPause => {}
         }
     }
     kinds

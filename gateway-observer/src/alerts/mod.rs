@@ -26,6 +26,7 @@ pub enum AlertKind {
     UpstreamNoResponse,
     OneWayStall,
     RequestQueueing,
+    JvmPause,
 }
 
 impl AlertKind {
@@ -37,6 +38,7 @@ impl AlertKind {
             Self::UpstreamNoResponse => "UpstreamNoResponse",
             Self::OneWayStall => "OneWayStall",
             Self::RequestQueueing => "RequestQueueing",
+            Self::JvmPause => "JvmPause",
         }
     }
 }
@@ -222,6 +224,7 @@ mod tests {
             (AlertKind::UpstreamNoResponse, "UpstreamNoResponse"),
             (AlertKind::OneWayStall, "OneWayStall"),
             (AlertKind::RequestQueueing, "RequestQueueing"),
+            (AlertKind::JvmPause, "JvmPause"),
         ];
         for (kind, name) in kinds {
             assert_eq!(kind.to_string(), name);

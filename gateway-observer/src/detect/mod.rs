@@ -6,6 +6,7 @@ pub mod busy;
 pub mod event_loop;
 pub mod findings;
 pub mod history;
+pub mod jvm_pause;
 pub mod pool;
 pub mod queueing;
 pub mod untimed;
@@ -30,6 +31,7 @@ pub struct Detectors {
     pub pool: PoolConfig,
     pub upstream: upstream::UpstreamConfig,
     pub queueing: queueing::QueueingConfig,
+    pub jvm: jvm_pause::JvmPauses,
     history: History,
     baselines: untimed::LoopBaselines,
 }
@@ -50,6 +52,7 @@ impl Detectors {
             pool: PoolConfig::default(),
             upstream: upstream::UpstreamConfig::default(),
             queueing: queueing::QueueingConfig::default(),
+            jvm: jvm_pause::JvmPauses::default(),
             baselines: untimed::LoopBaselines::default(),
         }
     }
@@ -97,6 +100,27 @@ impl Detectors {
 
     pub fn saturated_pools(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<SaturatedPool> {
         saturated_pools(&self.history, blocks, now, now_mono_ns, &self.pool, &self.event_loop)
+    }
+
+    /// JVMs pausing now, each with how the kernel saw its pauses in the window: the releases of
+    /// several threads at once among `blocks` (`untimed::pause_releases`).
+    pub fn jvm_pauses(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<jvm_pause::PausedJvm> {
+        let window_ns = u64::try_from(self.jvm.config.window.as_nanos()).unwrap_or(u64::MAX);
+        let since = now_mono_ns.saturating_sub(window_ns);
+        // Threads stopped at a safepoint wait for its end untimed. A timer that expires while a
+        // thread of the process runs is reported as woken by it: timed waits would add noise.
+        let untimed = blocks.iter().filter(|b| b.reason == reason::FUTEX);
+        let releases =
+            untimed::pause_releases(untimed, |tgid, tid| self.history.thread(tgid, tid).map(|t| t.name.as_str()));
+        self.jvm.paused(now, |pid| {
+            let mine = releases
+                .iter()
+                .filter(|r| r.tgid == pid && r.threads() >= 2 && r.blocks.iter().any(|b| b.timestamp_ns >= since));
+            mine.fold(jvm_pause::KernelView::default(), |view, r| jvm_pause::KernelView {
+                releases: view.releases + 1,
+                most_threads_released: view.most_threads_released.max(r.threads()),
+            })
+        })
     }
 
     /// Every event loop with its utilization over the window.
