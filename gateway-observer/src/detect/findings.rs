@@ -107,7 +107,7 @@ pub fn jvm_pause(found: &PausedJvm, config: &JvmPauseConfig) -> Finding {
             .collect::<Vec<_>>(),
         "last_gc_cause": found.last_cause,
         "kernel": {
-            "releases_of_several_threads": found.kernel.releases,
+            "vm_thread_releases": found.kernel.releases,
             "most_threads_released_together": found.kernel.most_threads_released,
         },
     });

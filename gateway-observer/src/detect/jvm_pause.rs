@@ -76,12 +76,13 @@ pub struct PauseTotals {
     pub long_pauses: u64,
 }
 
-/// How the kernel saw a process's pauses in the window: one thread (HotSpot's VM thread) waking
-/// several at once (`super::untimed::pause_releases`). A corroboration, not a measure: only waits
-/// past the kernel's block threshold are reported, and a wait's length is not the pause's.
+/// How the kernel saw a process's pauses in the window: HotSpot's VM thread releasing threads
+/// from untimed waits (`super::untimed::pause_releases`), as it does at each safepoint's end. A
+/// corroboration, not a measure: only waits past the kernel's block threshold are reported, and a
+/// wait's length is not the pause's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KernelView {
-    /// Releases of several threads together.
+    /// Releases by the VM thread (threads woken within 2 ms of each other are one).
     pub releases: usize,
     pub most_threads_released: usize,
 }

@@ -138,6 +138,8 @@ fn is_hotspot_vm_thread(name: &str) -> bool {
 pub struct PauseRelease<'a> {
     pub tgid: u32,
     pub waker_tid: u32,
+    /// The waker is HotSpot's VM thread, which ends every safepoint.
+    pub by_vm_thread: bool,
     /// The waits it ended, oldest end first.
     pub blocks: Vec<&'a Block>,
 }
@@ -170,7 +172,8 @@ pub fn pause_releases<'a, 'n>(
                 .iter()
                 .position(|b| b.timestamp_ns > first + PAUSE_RELEASE_SPREAD_NS)
                 .map_or(released.len(), |n| start + n);
-            let release = PauseRelease { tgid, waker_tid, blocks: released[start..end].to_vec() };
+            let release =
+                PauseRelease { tgid, waker_tid, by_vm_thread: vm_thread, blocks: released[start..end].to_vec() };
             if vm_thread || release.threads() >= PAUSE_MIN_THREADS {
                 releases.push(release);
             }
