@@ -10,6 +10,7 @@ pub mod collector;
 pub mod config;
 pub mod detect;
 pub mod events;
+pub mod hsperfdata;
 pub mod probes;
 pub mod procfs;
 pub mod reason;

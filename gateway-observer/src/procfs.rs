@@ -237,6 +237,18 @@ fn parse_proc_addr(field: &str) -> Option<std::net::SocketAddr> {
     Some(std::net::SocketAddr::new(ip, port))
 }
 
+/// The pid the process has in its own pid namespace (the last of /proc/PID/status's `NSpid`), or
+/// its pid where the kernel predates that line.
+pub fn namespace_pid(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    Some(parse_namespace_pid(&status).unwrap_or(pid))
+}
+
+fn parse_namespace_pid(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
 /// The cgroup paths of a process, one per hierarchy (a single `0::/path` line on cgroup v2).
 pub fn cgroups(pid: u32) -> Vec<String> {
     let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else { return Vec::new() };
@@ -269,6 +281,14 @@ pub fn socket_inodes(pid: u32) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pid_a_process_sees_is_its_innermost() {
+        assert_eq!(parse_namespace_pid("Name:\tjava\nNSpid:\t4398\t1\nNSpgid:\t1\n"), Some(1));
+        assert_eq!(parse_namespace_pid("Name:\tjava\nNSpid:\t4398\n"), Some(4398));
+        assert_eq!(parse_namespace_pid("Name:\tjava\n"), None);
+        assert_eq!(namespace_pid(std::process::id()), Some(std::process::id()), "the tests run in the host's");
+    }
 
     #[test]
     fn listening_rows_of_a_tcp_table() {

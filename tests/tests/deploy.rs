@@ -240,13 +240,13 @@ fn daemonset_runs_the_daemon_with_its_configmap() {
 fn alert_kinds() -> Vec<AlertKind> {
     use AlertKind::*;
     // By what they watch: threads, then requests.
-    let threads = [EventLoopBlocked, EventLoopBusy, PoolSaturated];
+    let threads = [EventLoopBlocked, EventLoopBusy, PoolSaturated, JvmPause];
     let requests = [UpstreamNoResponse, OneWayStall, RequestQueueing, RequestsStalled];
     let kinds: Vec<AlertKind> = threads.into_iter().chain(requests).collect();
     for kind in &kinds {
         match kind {
-            EventLoopBlocked | EventLoopBusy | PoolSaturated | UpstreamNoResponse | OneWayStall | RequestQueueing
-            | RequestsStalled => {}
+            EventLoopBlocked | EventLoopBusy | PoolSaturated | JvmPause | UpstreamNoResponse | OneWayStall
+            | RequestQueueing | RequestsStalled => {}
         }
     }
     kinds

@@ -27,6 +27,7 @@ pub enum AlertKind {
     OneWayStall,
     RequestQueueing,
     RequestsStalled,
+    JvmPause,
 }
 
 impl AlertKind {
@@ -39,6 +40,7 @@ impl AlertKind {
             Self::OneWayStall => "OneWayStall",
             Self::RequestQueueing => "RequestQueueing",
             Self::RequestsStalled => "RequestsStalled",
+            Self::JvmPause => "JvmPause",
         }
     }
 }
@@ -225,6 +227,7 @@ mod tests {
             (AlertKind::OneWayStall, "OneWayStall"),
             (AlertKind::RequestQueueing, "RequestQueueing"),
             (AlertKind::RequestsStalled, "RequestsStalled"),
+            (AlertKind::JvmPause, "JvmPause"),
         ];
         for (kind, name) in kinds {
             assert_eq!(kind.to_string(), name);

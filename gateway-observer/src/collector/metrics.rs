@@ -70,6 +70,7 @@ impl Collector {
         }
         self.requests.render(&mut e, monotonic_ns());
         self.request_queues.render(&mut e);
+        self.jvm.render(&mut e, self.detectors.jvm.config.threshold);
         let name = "gateway_observer_bpf_events_lost_total";
         e.family(name, "counter", "Ring-buffer events the kernel could not reserve room for, by ring (threads: blocks and lifecycle; sockets: connections and data).");
         e.sample(name, &[("ring", "threads")], self.drops[drop_index::RINGBUF as usize] as f64);

@@ -3,6 +3,7 @@
 //! monotonic per-label counters, frees the slots of threads that exited (so nothing leaks), and
 //! renders the metrics (`metrics`). It is the only module that holds a `Probes`.
 
+mod jvm;
 mod metrics;
 
 use std::{
@@ -18,6 +19,7 @@ use crate::{
         busy::{BusyLoop, MIN_ITERATIONS_BEFORE_OPEN, open_iteration},
         event_loop::{BLOCKING_REASONS, BlockedLoop, EventLoopConfig},
         history::ThreadInfo,
+        jvm_pause::PausedJvm,
         pool::SaturatedPool,
     },
     events::{Block, LongIteration, Record},
@@ -96,6 +98,9 @@ pub struct Collector {
     blocked_loops: Vec<BlockedLoop>,
     /// Thread pools found saturated at the last tick.
     saturated_pools: Vec<SaturatedPool>,
+    /// JVM targets' HotSpot counters, and the JVMs found pausing at the last tick.
+    jvm: jvm::JvmWatch,
+    paused_jvms: Vec<PausedJvm>,
     /// (tid, reason) → (process, thread, reason): blocked time of event loops.
     loop_blocked: DeltaCounters<(u32, u32), (String, String, u32)>,
     /// HTTP requests from the socket ring buffer.
@@ -143,6 +148,8 @@ impl Collector {
             loops: Vec::new(),
             blocked_loops: Vec::new(),
             saturated_pools: Vec::new(),
+            jvm: jvm::JvmWatch::default(),
+            paused_jvms: Vec::new(),
             loop_blocked: DeltaCounters::default(),
             requests: RequestTracker::default(),
             listen_ports: BTreeSet::new(),
@@ -278,6 +285,7 @@ impl Collector {
         self.names.retain_processes(&owners);
         self.requests.retain_processes(&owners);
         self.measure_cpu(&live_targets, now);
+        self.jvm.tick(&live_targets, self.collections, now, &mut self.names, &mut self.detectors);
         self.requests.expire(now_mono);
         let window = u64::try_from(self.detectors.event_loop.window.as_nanos()).unwrap_or(u64::MAX);
         let threshold = u64::try_from(self.detectors.queueing.threshold.as_nanos()).unwrap_or(u64::MAX);
@@ -461,6 +469,7 @@ impl Collector {
         let iterations: Vec<LongIteration> =
             self.recent_iterations.iter().chain(&self.open_iterations).cloned().collect();
         self.busy_loops = self.detectors.busy_loops(&iterations, now, now_mono);
+        self.paused_jvms = self.detectors.jvm_pauses(&blocks, now, now_mono);
     }
 
     /// What holds now, for the alert book. Blocked loops carry the user stack of their longest
@@ -481,7 +490,9 @@ impl Collector {
         let loops = blocked.into_iter();
         let pools = self.saturated_pools.iter().map(crate::detect::findings::pool_saturated);
         let busy = self.busy_loops.iter().map(|found| crate::detect::findings::event_loop_busy(found, config));
-        let mut findings: Vec<crate::alerts::Finding> = loops.chain(busy).chain(pools).collect();
+        let jvm = &self.detectors.jvm.config;
+        let paused = self.paused_jvms.iter().map(|found| crate::detect::findings::jvm_pause(found, jvm));
+        let mut findings: Vec<crate::alerts::Finding> = loops.chain(busy).chain(pools).chain(paused).collect();
         self.add_client_impact(&mut findings);
         let peers = self.requests.peer_facts(monotonic_ns());
         let upstream = &self.detectors.upstream;

@@ -6,6 +6,7 @@ use serde_json::json;
 use super::{
     busy::BusyLoop,
     event_loop::{BlockedLoop, EventLoopConfig},
+    jvm_pause::{JvmPauseConfig, PausedJvm},
     pool::SaturatedPool,
 };
 use crate::alerts::{AlertKind, Finding};
@@ -86,6 +87,37 @@ pub fn pool_saturated(found: &SaturatedPool) -> Finding {
         comm: found.comm.clone(),
         subject: found.group.clone(),
         summary: found.summary(),
+        evidence,
+        active: found.active,
+    }
+}
+
+pub fn jvm_pause(found: &PausedJvm, config: &JvmPauseConfig) -> Finding {
+    let secs = |ns: u64| ns as f64 / 1e9;
+    let evidence = json!({
+        "source": "hsperfdata",
+        "threshold_seconds": config.threshold.as_secs_f64(),
+        "window_seconds": found.window.as_secs_f64(),
+        "long_pauses": found.long_pauses,
+        "longest_pause_seconds": secs(found.longest_ns),
+        "stopped_seconds": secs(found.stopped_ns),
+        "stopped_share": found.stopped_ns as f64 / found.window.as_nanos().max(1) as f64,
+        "safepoints": found.safepoints,
+        "collections": found.collections.iter()
+            .map(|c| json!({"collector": c.collector, "count": c.count, "seconds": secs(c.ns)}))
+            .collect::<Vec<_>>(),
+        "last_gc_cause": found.last_cause,
+        "kernel": {
+            "vm_thread_releases": found.kernel.releases,
+            "most_threads_released_together": found.kernel.most_threads_released,
+        },
+    });
+    Finding {
+        kind: AlertKind::JvmPause,
+        pid: found.pid,
+        comm: found.comm.clone(),
+        subject: found.comm.clone(),
+        summary: found.summary(config),
         evidence,
         active: found.active,
     }

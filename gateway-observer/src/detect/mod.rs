@@ -6,6 +6,7 @@ pub mod busy;
 pub mod event_loop;
 pub mod findings;
 pub mod history;
+pub mod jvm_pause;
 pub mod pool;
 pub mod queueing;
 pub mod stalled;
@@ -33,6 +34,7 @@ pub struct Detectors {
     pub upstream: upstream::UpstreamConfig,
     pub queueing: queueing::QueueingConfig,
     pub stalled: stalled::StalledConfig,
+    pub jvm: jvm_pause::JvmPauses,
     history: History,
     baselines: untimed::LoopBaselines,
     timed_waits: timed_waits::TimedWaits,
@@ -55,6 +57,7 @@ impl Detectors {
             upstream: upstream::UpstreamConfig::default(),
             queueing: queueing::QueueingConfig::default(),
             stalled: stalled::StalledConfig::default(),
+            jvm: jvm_pause::JvmPauses::default(),
             baselines: untimed::LoopBaselines::default(),
             timed_waits: timed_waits::TimedWaits::default(),
         }
@@ -119,6 +122,29 @@ impl Detectors {
     ) -> Vec<SaturatedPool> {
         let signals = pool::SleepSignals { waiting_requests, timed_waits: &self.timed_waits };
         saturated_pools(&self.history, blocks, now, now_mono_ns, &self.pool, &self.event_loop, &signals)
+    }
+
+    /// JVMs pausing now, each with how the kernel saw its pauses in the window: HotSpot's VM
+    /// thread ending untimed waits among `blocks` (`untimed::pause_releases`). Other releases of
+    /// several threads at once are left out here: a dispatcher handing work to two idle workers
+    /// looks the same.
+    pub fn jvm_pauses(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<jvm_pause::PausedJvm> {
+        let window_ns = u64::try_from(self.jvm.config.window.as_nanos()).unwrap_or(u64::MAX);
+        let since = now_mono_ns.saturating_sub(window_ns);
+        // Threads stopped at a safepoint wait for its end untimed. A timer that expires while a
+        // thread of the process runs is reported as woken by it: timed waits would add noise.
+        let untimed = blocks.iter().filter(|b| b.reason == reason::FUTEX);
+        let releases =
+            untimed::pause_releases(untimed, |tgid, tid| self.history.thread(tgid, tid).map(|t| t.name.as_str()));
+        self.jvm.paused(now, |pid| {
+            let mine = releases
+                .iter()
+                .filter(|r| r.tgid == pid && r.by_vm_thread && r.blocks.iter().any(|b| b.timestamp_ns >= since));
+            mine.fold(jvm_pause::KernelView::default(), |view, r| jvm_pause::KernelView {
+                releases: view.releases + 1,
+                most_threads_released: view.most_threads_released.max(r.threads()),
+            })
+        })
     }
 
     /// Every event loop with its utilization over the window.

@@ -153,21 +153,37 @@ fn is_hotspot_vm_thread(name: &str) -> bool {
     name.strip_prefix(HOTSPOT_VM_THREAD).is_some_and(|rest| rest.is_empty() || rest.starts_with('#'))
 }
 
-/// Blocks (as (tid, end timestamp)) that ended when one waker released at least
-/// `PAUSE_MIN_THREADS` threads of a process within `PAUSE_RELEASE_SPREAD_NS`, or that HotSpot's
-/// VM thread ended: a stop-the-world pause, whatever each thread was doing when it was stopped.
-/// `name_of` names a thread of a process (tgid, tid) if it is followed.
-pub fn paused_blocks<'a>(blocks: &[Block], name_of: impl Fn(u32, u32) -> Option<&'a str>) -> HashSet<(u32, u64)> {
+/// Threads of one process that one waker released together: a stop-the-world pause ending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PauseRelease<'a> {
+    pub tgid: u32,
+    pub waker_tid: u32,
+    /// The waker is HotSpot's VM thread, which ends every safepoint.
+    pub by_vm_thread: bool,
+    /// The waits it ended, oldest end first.
+    pub blocks: Vec<&'a Block>,
+}
+
+impl PauseRelease<'_> {
+    pub fn threads(&self) -> usize {
+        self.blocks.iter().map(|b| b.tid).collect::<HashSet<u32>>().len()
+    }
+}
+
+/// Releases that ended a stop-the-world pause: a waker that released at least
+/// `PAUSE_MIN_THREADS` threads of a process within `PAUSE_RELEASE_SPREAD_NS`, or HotSpot's VM
+/// thread releasing any. `name_of` names a thread of a process (tgid, tid) if it is followed.
+pub fn pause_releases<'a, 'n>(
+    blocks: impl IntoIterator<Item = &'a Block>,
+    name_of: impl Fn(u32, u32) -> Option<&'n str>,
+) -> Vec<PauseRelease<'a>> {
     let mut by_waker: HashMap<(u32, u32), Vec<&Block>> = HashMap::new();
-    for block in blocks.iter().filter(|b| b.waker_tid != 0) {
+    for block in blocks.into_iter().filter(|b| b.waker_tid != 0) {
         by_waker.entry((block.tgid, block.waker_tid)).or_default().push(block);
     }
-    let mut paused: HashSet<(u32, u64)> = blocks
-        .iter()
-        .filter(|b| b.waker_tid != 0 && name_of(b.tgid, b.waker_tid).is_some_and(is_hotspot_vm_thread))
-        .map(|b| (b.tid, b.timestamp_ns))
-        .collect();
-    for mut released in by_waker.into_values() {
+    let mut releases = Vec::new();
+    for ((tgid, waker_tid), mut released) in by_waker {
+        let vm_thread = name_of(tgid, waker_tid).is_some_and(is_hotspot_vm_thread);
         released.sort_by_key(|b| b.timestamp_ns);
         let mut start = 0;
         while start < released.len() {
@@ -176,15 +192,21 @@ pub fn paused_blocks<'a>(blocks: &[Block], name_of: impl Fn(u32, u32) -> Option<
                 .iter()
                 .position(|b| b.timestamp_ns > first + PAUSE_RELEASE_SPREAD_NS)
                 .map_or(released.len(), |n| start + n);
-            let cluster = &released[start..end];
-            let threads: HashSet<u32> = cluster.iter().map(|b| b.tid).collect();
-            if threads.len() >= PAUSE_MIN_THREADS {
-                paused.extend(cluster.iter().map(|b| (b.tid, b.timestamp_ns)));
+            let release =
+                PauseRelease { tgid, waker_tid, by_vm_thread: vm_thread, blocks: released[start..end].to_vec() };
+            if vm_thread || release.threads() >= PAUSE_MIN_THREADS {
+                releases.push(release);
             }
             start = end;
         }
     }
-    paused
+    releases
+}
+
+/// Blocks (as (tid, end timestamp)) that a pause release ended (`pause_releases`): stopped with
+/// the rest of their process, whatever each thread was doing when it was stopped.
+pub fn paused_blocks<'n>(blocks: &[Block], name_of: impl Fn(u32, u32) -> Option<&'n str>) -> HashSet<(u32, u64)> {
+    pause_releases(blocks, name_of).iter().flat_map(|r| r.blocks.iter().map(|b| (b.tid, b.timestamp_ns))).collect()
 }
 
 #[cfg(test)]

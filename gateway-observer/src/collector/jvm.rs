@@ -1,0 +1,74 @@
+//! The collector's JVM side: at each tick, the HotSpot counters of every target that has an
+//! hsperfdata file go to the `JvmPause` detector, and its totals to the metrics.
+
+use std::collections::HashSet;
+
+use crate::{
+    detect::Detectors, hsperfdata::JvmFiles, sinks::prometheus::Exposition, state::counters::DeltaCounters,
+    state::threads::ThreadNames,
+};
+
+#[derive(Debug, Default)]
+pub struct JvmWatch {
+    files: JvmFiles,
+    /// pid → process comm: stop-the-world time, safepoints and long pauses since first read.
+    stopped_ns: DeltaCounters<u32, String>,
+    safepoints: DeltaCounters<u32, String>,
+    long_pauses: DeltaCounters<u32, String>,
+    pids: HashSet<u32>,
+}
+
+impl JvmWatch {
+    /// Reads the counters of the JVMs among `targets` (at collection `tick`) into the detector.
+    pub fn tick(
+        &mut self,
+        targets: &HashSet<u32>,
+        tick: u64,
+        now: std::time::Instant,
+        names: &mut ThreadNames,
+        detectors: &mut Detectors,
+    ) {
+        for (pid, counters) in self.files.read(targets, tick) {
+            detectors.jvm.record(pid, names.process(pid), counters, now);
+        }
+        detectors.jvm.retain(targets);
+        let mut seen = HashSet::new();
+        for (pid, comm, totals) in detectors.jvm.totals() {
+            seen.insert(pid);
+            self.stopped_ns.observe(pid, totals.stopped_ns, comm.to_owned());
+            self.safepoints.observe(pid, totals.safepoints, comm.to_owned());
+            self.long_pauses.observe(pid, totals.long_pauses, comm.to_owned());
+        }
+        for gone in self.pids.difference(&seen) {
+            self.stopped_ns.forget(gone);
+            self.safepoints.forget(gone);
+            self.long_pauses.forget(gone);
+        }
+        self.pids = seen;
+    }
+
+    pub fn render(&self, e: &mut Exposition, threshold: std::time::Duration) {
+        let name = "gateway_observer_jvm_pause_seconds_total";
+        e.family(name, "counter", "Time JVMs held every Java thread stopped (safepoints: GC and other VM operations), from HotSpot's hsperfdata counters.");
+        for (process, ns) in self.stopped_ns.totals() {
+            e.sample(name, &[("process", process.as_str())], *ns as f64 / 1e9);
+        }
+        let name = "gateway_observer_jvm_pauses_total";
+        e.family(name, "counter", "Stop-the-world pauses (safepoints) of JVMs, from HotSpot's hsperfdata counters.");
+        for (process, count) in self.safepoints.totals() {
+            e.sample(name, &[("process", process.as_str())], *count as f64);
+        }
+        let name = "gateway_observer_jvm_long_pauses_total";
+        let help = format!(
+            "JVM pauses of {} ms or more (the JvmPause threshold), at most one counted per collection interval.",
+            threshold.as_millis()
+        );
+        e.family(name, "counter", &help);
+        for (process, count) in self.long_pauses.totals() {
+            e.sample(name, &[("process", process.as_str())], *count as f64);
+        }
+        let name = "gateway_observer_jvm_counter_read_errors_total";
+        e.family(name, "counter", "Reads of a JVM's hsperfdata file that failed (gone, or malformed).");
+        e.sample(name, &[], self.files.read_errors as f64);
+    }
+}
