@@ -469,6 +469,22 @@ fn jvm_httpserver_untimed_get_on_the_dispatcher_is_a_blocked_loop() {
     let before = scenario.fault("untimed-get");
     let (alert, detected) = scenario.detected("EventLoopBlocked", &before);
     assert_eq!(alert["subject"], "HTTP-Dispatcher", "{alert:#}");
+    // The untimed waits judged blocking are in the loop's blocked-time counter too, as much as
+    // the alert's window holds (each is a 50 ms wait, well past the 10 ms block threshold).
+    let in_alert = alert["evidence"]["blocked_seconds_by_reason"]["futex"].as_f64().unwrap_or(0.0);
+    let samples = metrics::parse(&scenario.observer().metrics());
+    let counted = metrics::sum(
+        &samples,
+        "gateway_observer_event_loop_blocked_seconds_total",
+        &[("thread", "HTTP-Dispatcher"), ("reason", "futex")],
+    );
+    eprintln!(
+        "httpserver inline untimed-get: futex blocked {counted:.2} s counted, {in_alert:.2} s in the alert's window"
+    );
+    assert!(
+        in_alert > 0.5 && counted >= in_alert * 0.8,
+        "event_loop_blocked_seconds_total{{reason=\"futex\"}} {counted:.2} s, the alert's window {in_alert:.2} s"
+    );
     let resolved = scenario.healed("EventLoopBlocked");
     eprintln!(
         "SUMMARY httpserver inline untimed-get: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}"

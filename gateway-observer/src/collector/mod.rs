@@ -103,6 +103,8 @@ pub struct Collector {
     paused_jvms: Vec<PausedJvm>,
     /// (tid, reason) → (process, thread, reason): blocked time of event loops.
     loop_blocked: DeltaCounters<(u32, u32), (String, String, u32)>,
+    /// Per loop thread, its untimed waits judged blocking so far (ns).
+    untimed_loop_ns: HashMap<u32, u64>,
     /// HTTP requests from the socket ring buffer.
     requests: RequestTracker,
     /// Ports in the kernel's LISTEN_PORTS, and the targets they were read for.
@@ -151,6 +153,7 @@ impl Collector {
             jvm: jvm::JvmWatch::default(),
             paused_jvms: Vec::new(),
             loop_blocked: DeltaCounters::default(),
+            untimed_loop_ns: HashMap::new(),
             requests: RequestTracker::default(),
             listen_ports: BTreeSet::new(),
             listen_ports_of: HashSet::new(),
@@ -391,9 +394,10 @@ impl Collector {
             }
             self.hist_sum.forget(&(tid, kind));
         }
-        for code in BLOCKING_REASONS {
+        for code in BLOCKING_REASONS.into_iter().chain([reason::FUTEX]) {
             self.loop_blocked.forget(&(tid, code));
         }
+        self.untimed_loop_ns.remove(&tid);
         self.names.forget_thread(tid);
         self.detectors.forget(tid);
         self.probes.release_thread(slot, tid)
@@ -450,6 +454,18 @@ impl Collector {
         self.exit_names.retain(|_, (_, at)| now.saturating_sub(*at) < EXIT_NAME_TICKS);
     }
 
+    /// Adds the loops' untimed waits judged blocking since the last tick to their blocked time
+    /// (reason `futex`): the totals cannot tell them from idle parking.
+    fn count_untimed_loop_blocks(&mut self, blocks: &[Block], now: Instant) {
+        for (tid, ns) in self.detectors.new_untimed_blocks(blocks, now) {
+            let Some(status) = self.loops.iter().find(|l| l.thread.tid == tid) else { continue };
+            let total = self.untimed_loop_ns.entry(tid).or_insert(0);
+            *total += ns;
+            let label = (status.thread.comm.clone(), status.thread.name.clone(), reason::FUTEX);
+            self.loop_blocked.observe((tid, reason::FUTEX), *total, label);
+        }
+    }
+
     /// Event loops, their utilization and blocked time, and which are blocked now.
     fn run_detectors(&mut self, now: Instant, latest: &HashMap<u32, [u64; reason::COUNT as usize]>) {
         self.loops = self.detectors.loops(now);
@@ -463,6 +479,7 @@ impl Collector {
         let blocks: Vec<Block> = self.recent_blocks.iter().cloned().collect();
         let now_mono = monotonic_ns();
         self.blocked_loops = self.detectors.blocked_loops(&blocks, now, now_mono);
+        self.count_untimed_loop_blocks(&blocks, now);
         let min_age = u64::try_from(self.detectors.pool.sleep_pressure_age.as_nanos()).unwrap_or(u64::MAX);
         let waiting = self.requests.waiting_inbound(now_mono, min_age);
         self.saturated_pools = self.detectors.saturated_pools(&blocks, now, now_mono, &waiting);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use gateway_observer_common::reason;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{
     history::{History, ThreadInfo, WindowDelta},
@@ -138,18 +138,11 @@ pub fn blocked_loops(
     baselines: &LoopBaselines,
 ) -> Vec<BlockedLoop> {
     let window_start_ns = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
-    let loops: HashMap<u32, &ThreadInfo> = history.event_loops(now, config).map(|t| (t.tid, t)).collect();
-    let paused = untimed::paused_blocks(blocks, |tgid, tid| history.thread(tgid, tid).map(|t| t.name.as_str()));
-    // A stop-the-world pause (a JVM safepoint) is not the loop's block, whatever the wait's kind.
-    let blocking = |thread: &ThreadInfo, b: &Block| -> bool {
-        (BLOCKING_REASONS.contains(&b.reason) && !paused.contains(&(b.tid, b.timestamp_ns)))
-            || (b.reason == reason::FUTEX
-                && untimed::classify(thread, b, &loops, &paused, baselines, |tgid, tid| {
-                    history.thread(tgid, tid).map(|t| t.group.as_str())
-                }) == UntimedWait::Blocking)
-    };
+    let judge = BlockJudge::new(history, blocks, now, config, baselines);
+    let paused = &judge.paused;
+    let blocking = |thread: &ThreadInfo, b: &Block| judge.blocking(thread, b);
     let mut found = Vec::new();
-    for thread in loops.values().copied() {
+    for thread in judge.loops.values().copied() {
         let Some(mut delta) = history.delta(thread.tid, config.window).filter(|d| d.elapsed * 2 >= config.window)
         else {
             continue; // too little history yet to judge
@@ -189,6 +182,61 @@ pub fn blocked_loops(
     }
     found.sort_by_key(|a| (a.thread.tgid, a.thread.tid));
     found
+}
+
+/// Whether a loop's long block was blocking, with what the untimed rules need.
+struct BlockJudge<'a> {
+    history: &'a History,
+    loops: HashMap<u32, &'a ThreadInfo>,
+    /// Blocks (tid, end) that ended in a stop-the-world pause.
+    paused: HashSet<(u32, u64)>,
+    baselines: &'a LoopBaselines,
+}
+
+impl<'a> BlockJudge<'a> {
+    fn new(
+        history: &'a History,
+        blocks: &[Block],
+        now: Instant,
+        config: &'a EventLoopConfig,
+        baselines: &'a LoopBaselines,
+    ) -> Self {
+        let loops = history.event_loops(now, config).map(|t| (t.tid, t)).collect();
+        let paused = untimed::paused_blocks(blocks, |tgid, tid| history.thread(tgid, tid).map(|t| t.name.as_str()));
+        Self { history, loops, paused, baselines }
+    }
+
+    /// A stop-the-world pause (a JVM safepoint) is not the loop's block, whatever the wait's
+    /// kind; an untimed wait blocks as `untimed::classify` decides.
+    fn blocking(&self, thread: &ThreadInfo, b: &Block) -> bool {
+        let group_of = |tgid, tid| self.history.thread(tgid, tid).map(|t| t.group.as_str());
+        (BLOCKING_REASONS.contains(&b.reason) && !self.paused.contains(&(b.tid, b.timestamp_ns)))
+            || (b.reason == reason::FUTEX
+                && untimed::classify(thread, b, &self.loops, &self.paused, self.baselines, group_of)
+                    == UntimedWait::Blocking)
+    }
+}
+
+/// Long untimed waits of event loops that ended after `since_ns` and were blocking, as (tid,
+/// wait ns): the untimed part of `event_loop_blocked_seconds_total`, which the per-reason totals
+/// cannot give (they hold idle parking too).
+pub fn untimed_blocks(
+    history: &History,
+    blocks: &[Block],
+    now: Instant,
+    since_ns: u64,
+    config: &EventLoopConfig,
+    baselines: &LoopBaselines,
+) -> Vec<(u32, u64)> {
+    let judge = BlockJudge::new(history, blocks, now, config, baselines);
+    blocks
+        .iter()
+        .filter(|b| b.reason == reason::FUTEX && b.timestamp_ns > since_ns)
+        .filter_map(|b| {
+            let thread = judge.loops.get(&b.tid)?;
+            judge.blocking(thread, b).then_some((b.tid, b.wait_ns))
+        })
+        .collect()
 }
 
 /// Untimed futex time over `delta` that was blocking: long waits (`blocks`, this thread's) whose

@@ -38,6 +38,8 @@ pub struct Detectors {
     history: History,
     baselines: untimed::LoopBaselines,
     timed_waits: timed_waits::TimedWaits,
+    /// Untimed loop blocks up to this timestamp were counted (`new_untimed_blocks`).
+    untimed_counted_until_ns: u64,
 }
 
 /// One event loop's state over the last window, for metrics and the snapshot.
@@ -60,6 +62,7 @@ impl Detectors {
             jvm: jvm_pause::JvmPauses::default(),
             baselines: untimed::LoopBaselines::default(),
             timed_waits: timed_waits::TimedWaits::default(),
+            untimed_counted_until_ns: 0,
         }
     }
 
@@ -101,6 +104,15 @@ impl Detectors {
     pub fn blocked_loops(&mut self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<BlockedLoop> {
         self.baselines.learn(&self.history, blocks, now, &self.event_loop);
         blocked_loops(&self.history, blocks, now, now_mono_ns, &self.event_loop, &self.baselines)
+    }
+
+    /// Long untimed waits of event loops judged blocking that ended since the last call, as
+    /// (tid, wait ns). Call after `blocked_loops`, which learns what they are judged by.
+    pub fn new_untimed_blocks(&mut self, blocks: &[Block], now: Instant) -> Vec<(u32, u64)> {
+        let since = self.untimed_counted_until_ns;
+        let found = event_loop::untimed_blocks(&self.history, blocks, now, since, &self.event_loop, &self.baselines);
+        self.untimed_counted_until_ns = blocks.iter().map(|b| b.timestamp_ns).fold(since, u64::max);
+        found
     }
 
     pub fn busy_loops(
