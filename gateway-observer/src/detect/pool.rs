@@ -66,7 +66,7 @@ impl Default for PoolConfig {
             min_threads: 4,
             saturated_share: 0.90,
             growth_threads: 16,
-            sleep_pressure_age: Duration::from_millis(500),
+            sleep_pressure_age: Duration::from_millis(250),
         }
     }
 }
