@@ -277,6 +277,52 @@ impl Scenario {
     }
 }
 
+// --- 0. A cold start under load ---------------------------------------------------------------
+
+/// The observer watches the gateway from its first request and the load starts cold, with no
+/// warm-up: class loading, the interpreter and the JIT's first compilations run in the loop
+/// threads, with young GCs and safepoints all the while. A cold start is not an incident:
+/// nothing may fire.
+#[test]
+fn jvm_netty_cold_start_under_load_is_quiet() {
+    let test = module_path!();
+    if !privileged(test) || !jvm::available(test) {
+        return;
+    }
+    let _serial = serial();
+    let Some(redis) = Redis::start() else { return };
+    let redis_port = redis.port.to_string();
+    let gateway = JvmGateway::start("NettyGateway", &[&redis_port], &["-Xmx256m"]);
+    let observer = Observer::start(gateway.pid());
+    let load = Load::start(gateway.port, "/api/x", Shape { clients: 16, pause: Duration::from_millis(1) });
+    assert_quiet(&observer, COLD_START);
+    let served = load.finish();
+    eprintln!("SUMMARY netty cold start: quiet for {COLD_START:?} from the first request, {served} requests");
+    assert!(served > 500, "the load barely ran: {served} requests");
+    drop(redis);
+}
+
+/// The same for the JDK's HttpServer serving on its dispatcher thread, which once ran a 180 ms
+/// iteration while cold: one long iteration is a metric, not an incident.
+#[test]
+fn jvm_httpserver_cold_start_under_load_is_quiet() {
+    let test = module_path!();
+    if !privileged(test) || !jvm::available(test) {
+        return;
+    }
+    let _serial = serial();
+    let gateway = JvmGateway::start("JdkHttpGateway", &["inline"], &["-Xmx256m"]);
+    let observer = Observer::start(gateway.pid());
+    let load = Load::start(gateway.port, "/api/x", Shape { clients: 8, pause: Duration::from_millis(1) });
+    assert_quiet(&observer, COLD_START);
+    let served = load.finish();
+    eprintln!("SUMMARY httpserver cold start: quiet for {COLD_START:?} from the first request, {served} requests");
+    assert!(served > 500, "the load barely ran: {served} requests");
+}
+
+/// How long a cold start is watched: past the JIT's first tier-4 compilations of the serving path.
+const COLD_START: Duration = Duration::from_secs(12);
+
 // --- 1. Netty, with a Redis client on its own event loops --------------------------------------
 
 /// Four reactor-http-nio loops; the access check's Redis GET goes through a Netty Redis client
