@@ -3,8 +3,14 @@
 //! monotonic per-label counters, frees the slots of threads that exited (so nothing leaks), and
 //! renders the metrics (`metrics`). It is the only module that holds a `Probes`.
 
+mod findings;
 mod jvm;
 mod metrics;
+mod slots;
+mod snapshot;
+
+pub use slots::monotonic_ns;
+use slots::{BLOCKED, exit_name, thread_state_label, with_open_span};
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
@@ -489,130 +495,6 @@ impl Collector {
         self.paused_jvms = self.detectors.jvm_pauses(&blocks, now, now_mono);
     }
 
-    /// What holds now, for the alert book. Blocked loops carry the user stack of their longest
-    /// block, symbolized, when the kernel captured one.
-    pub fn findings(&mut self) -> Vec<crate::alerts::Finding> {
-        let config = &self.detectors.event_loop;
-        let mut blocked: Vec<crate::alerts::Finding> = Vec::new();
-        for found in &self.blocked_loops {
-            let mut finding = crate::detect::findings::event_loop_blocked(found, config);
-            if let Some(ips) = found.blocks.stack_id.and_then(|id| self.probes.user_stack(id)) {
-                let frames = self.symbolizer.symbolize(found.thread.tgid, &ips);
-                finding.evidence["stack"] =
-                    serde_json::json!(frames.into_iter().take(STACK_FRAMES).collect::<Vec<_>>());
-            }
-            blocked.push(finding);
-        }
-        let config = &self.detectors.event_loop;
-        let loops = blocked.into_iter();
-        let pools = self.saturated_pools.iter().map(crate::detect::findings::pool_saturated);
-        let busy = self.busy_loops.iter().map(|found| crate::detect::findings::event_loop_busy(found, config));
-        let jvm = &self.detectors.jvm.config;
-        let paused = self.paused_jvms.iter().map(|found| crate::detect::findings::jvm_pause(found, jvm));
-        let mut findings: Vec<crate::alerts::Finding> = loops.chain(busy).chain(pools).chain(paused).collect();
-        self.add_client_impact(&mut findings);
-        let peers = self.requests.peer_facts(monotonic_ns());
-        let upstream = &self.detectors.upstream;
-        findings.extend(crate::detect::upstream::upstream_no_response(&peers, upstream));
-        findings.extend(crate::detect::upstream::one_way_stall(&peers, upstream));
-        findings.extend(crate::detect::queueing::request_queueing(&self.request_queues.last, &self.detectors.queueing));
-        crate::detect::queueing::add_likely_causes(&mut findings, &self.request_queues.last);
-        let mut stalled = self.requests_stalled(&findings);
-        self.add_client_impact(&mut stalled);
-        findings.extend(stalled);
-        findings
-    }
-
-    /// Processes whose read requests stall; `others` are this tick's other findings.
-    fn requests_stalled(&self, others: &[crate::alerts::Finding]) -> Vec<crate::alerts::Finding> {
-        let config = &self.detectors.stalled;
-        let mut facts = self.requests.stall_facts(monotonic_ns(), config);
-        for facts in &mut facts {
-            facts.cpu_cores = self.cpu_cores.get(&facts.pid).copied();
-            for waiting in &mut facts.waiting {
-                waiting.reader_blocked_in_work = self.blocked_in_work.contains(&waiting.tid);
-            }
-        }
-        crate::detect::stalled::requests_stalled(&facts, others, config)
-    }
-
-    /// What the process's clients went through during a finding's window: requests delayed in
-    /// the socket (they waited while the loop was blocked) and refusals.
-    fn add_client_impact(&self, findings: &mut [crate::alerts::Finding]) {
-        let now = monotonic_ns();
-        let window = u64::try_from(self.detectors.event_loop.window.as_nanos()).unwrap_or(u64::MAX);
-        let since = now.saturating_sub(window);
-        for finding in findings {
-            let impact = self.requests.stats.impact_since(finding.pid, since);
-            let in_flight = self
-                .requests
-                .in_flight(now)
-                .remove(&finding.pid)
-                .map(|(n, oldest)| (n, oldest.first().map(|r| r.age_seconds)));
-            finding.evidence["requests"] = serde_json::json!({
-                "window_seconds": window as f64 / 1e9,
-                "completed": impact.requests,
-                "delayed_in_socket": impact.delayed_in_socket,
-                "delayed_threshold_seconds": crate::requests::stats::DELAYED_QUEUE_NS as f64 / 1e9,
-                "max_socket_queue_seconds": impact.max_socket_queue_seconds,
-                "in_flight": in_flight.map_or(0, |(n, _)| n),
-                "oldest_in_flight_seconds": in_flight.and_then(|(_, age)| age),
-            });
-            finding.evidence["refusals"] = serde_json::json!(impact.refused);
-        }
-    }
-
-    /// The current per-process state that `/api/v1/snapshot` serves (version 1).
-    pub fn snapshot(&self) -> serde_json::Value {
-        let loops: Vec<serde_json::Value> = self
-            .loops
-            .iter()
-            .map(|l| {
-                serde_json::json!({
-                    "pid": l.thread.tgid, "comm": l.thread.comm, "thread": l.thread.name,
-                    "tid": l.thread.tid, "utilization": l.utilization,
-                })
-            })
-            .collect();
-        let now = monotonic_ns();
-        // Every target, with or without HTTP traffic.
-        let mut per_process = self.requests.per_process(now);
-        for pid in self.cpu_seen.keys() {
-            per_process.entry(*pid).or_default();
-        }
-        let processes: Vec<serde_json::Value> = per_process
-            .into_iter()
-            .map(|(pid, requests)| {
-                let in_flight: Vec<serde_json::Value> = requests
-                    .in_flight_oldest
-                    .iter()
-                    .map(|r| {
-                        let mut value = serde_json::json!(r);
-                        value["thread_name"] = serde_json::json!(procfs::thread_comm(pid, r.thread));
-                        value
-                    })
-                    .collect();
-                let comm = procfs::comm(pid).unwrap_or_default();
-                let groups = self.thread_groups_of(&comm);
-                serde_json::json!({
-                    "pid": pid, "comm": comm, "cpu": self.cpu_cores.get(&pid), "thread_groups": groups,
-                    "inbound": requests.inbound,
-                    "outbound": requests.outbound, "in_flight": requests.in_flight,
-                    "in_flight_oldest": in_flight, "upstreams": requests.upstreams,
-                    "listeners": self.request_queues.listeners_of(pid),
-                })
-            })
-            .collect();
-        serde_json::json!({
-            "version": 1,
-            "targets": self.map_entries.get("targets").copied().unwrap_or(0),
-            "threads": self.map_entries.get("threads").copied().unwrap_or(0),
-            "event_loops": loops,
-            "processes": processes,
-            "slowest_requests": self.requests.slowest.list(),
-        })
-    }
-
     /// Cores each target used since the last tick (user + system, from /proc).
     fn measure_cpu(&mut self, targets: &HashSet<u32>, now: Instant) {
         self.cpu_seen.retain(|pid, _| targets.contains(pid));
@@ -626,26 +508,6 @@ impl Collector {
                 }
             }
         }
-    }
-
-    /// Thread groups of processes named `comm`, by state now (as in `pool_threads`).
-    fn thread_groups_of(&self, comm: &str) -> Vec<serde_json::Value> {
-        let mut groups: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
-        for ((process, group, state), count) in &self.thread_states {
-            if process == comm {
-                *groups.entry(group).or_default().entry(state).or_default() += count;
-            }
-        }
-        groups
-            .into_iter()
-            .map(|(name, states)| {
-                let get = |s: &str| states.get(s).copied().unwrap_or(0);
-                serde_json::json!({
-                    "name": name, "threads": states.values().sum::<usize>(), "running": get("running"),
-                    "runnable": get("runnable"), "blocked": get("blocked"), "idle": get("idle"),
-                })
-            })
-            .collect()
     }
 
     /// `totals` are the thread's off-CPU totals with its open span (`with_open_span`): a thread
@@ -674,92 +536,5 @@ impl Collector {
             }
             self.hist_sum.observe((tid, kind), sum, (process.to_owned(), kind));
         }
-    }
-}
-
-/// The state of a thread off the CPU in work (sleep, socket, I/O, disk), not waiting for it.
-const BLOCKED: &str = "blocked";
-
-/// What a thread is doing right now, from its slot: on CPU, waiting for a CPU, waiting for work
-/// (futex, timed futex, poll: the pool detector's idea of idle), or blocked in work.
-fn thread_state_label(state: &ThreadState) -> &'static str {
-    if state.offcpu_start_ns == 0 {
-        "running"
-    } else if state.offcpu_reason == reason::RUNQUEUE || state.wakeup_ns != 0 {
-        "runnable"
-    } else if matches!(state.offcpu_reason, reason::FUTEX | reason::FUTEX_TIMED | reason::POLL) {
-        "idle"
-    } else {
-        BLOCKED
-    }
-}
-
-/// The name the kernel recorded when the thread exited, if it has.
-fn exit_name(state: &ThreadState) -> Option<String> {
-    let len = state.exit_comm.iter().position(|b| *b == 0).unwrap_or(state.exit_comm.len());
-    (state.exited != 0 && len > 0).then(|| String::from_utf8_lossy(&state.exit_comm[..len]).into_owned())
-}
-
-/// The thread's off-CPU totals including the span it is in right now, which the kernel only adds
-/// at switch-in: a thread stuck for minutes must count as stuck while it is stuck. Reading a slot
-/// while the kernel closes a span can see the span in neither place: a detector's next window
-/// absorbs that, and the exported counters ignore a value lower than the last
-/// (`DeltaCounters::observe_with_estimate`).
-fn with_open_span(state: &ThreadState, now_mono: u64) -> [u64; reason::COUNT as usize] {
-    let mut totals = state.offcpu_ns;
-    let start = state.offcpu_start_ns;
-    if start == 0 || now_mono <= start {
-        return totals;
-    }
-    let (wait, runqueue) = gateway_observer_common::split_span(state.offcpu_reason, start, state.wakeup_ns, now_mono);
-    if let Some(slot) = totals.get_mut(state.offcpu_reason as usize) {
-        *slot += wait;
-    }
-    totals[reason::RUNQUEUE as usize] += runqueue;
-    totals
-}
-
-/// CLOCK_MONOTONIC, the clock of kernel event timestamps (bpf_ktime_get_ns).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use gateway_observer_common::{ThreadState, reason};
-
-    use super::with_open_span;
-
-    #[test]
-    fn thread_states_from_slots() {
-        use super::thread_state_label;
-        let mut state = ThreadState { tid: 1, tgid: 1, ..ThreadState::default() };
-        assert_eq!(thread_state_label(&state), "running");
-        state.offcpu_start_ns = 5;
-        state.offcpu_reason = reason::SLEEP;
-        assert_eq!(thread_state_label(&state), "blocked");
-        state.offcpu_reason = reason::FUTEX_TIMED;
-        assert_eq!(thread_state_label(&state), "idle");
-        state.wakeup_ns = 9;
-        assert_eq!(thread_state_label(&state), "runnable");
-    }
-
-    #[test]
-    fn an_open_span_counts_up_to_now_and_splits_at_the_wakeup() {
-        let mut state = ThreadState { tid: 1, tgid: 1, ..ThreadState::default() };
-        state.offcpu_ns[reason::SLEEP as usize] = 100;
-        assert_eq!(with_open_span(&state, 5_000), state.offcpu_ns, "on CPU: nothing open");
-        state.offcpu_start_ns = 1_000;
-        state.offcpu_reason = reason::FUTEX_TIMED;
-        let open = with_open_span(&state, 5_000);
-        assert_eq!(open[reason::FUTEX_TIMED as usize], 4_000);
-        assert_eq!(open[reason::SLEEP as usize], 100);
-        state.wakeup_ns = 4_000;
-        let split = with_open_span(&state, 5_000);
-        assert_eq!(split[reason::FUTEX_TIMED as usize], 3_000);
-        assert_eq!(split[reason::RUNQUEUE as usize], 1_000);
     }
 }

@@ -1,0 +1,79 @@
+//! What holds now, for the alert book: every detector's findings with the evidence only the
+//! collector has (stacks, the requests clients saw meanwhile).
+
+use super::{Collector, STACK_FRAMES, monotonic_ns};
+
+impl Collector {
+    /// What holds now, for the alert book. Blocked loops carry the user stack of their longest
+    /// block, symbolized, when the kernel captured one.
+    pub fn findings(&mut self) -> Vec<crate::alerts::Finding> {
+        let config = &self.detectors.event_loop;
+        let mut blocked: Vec<crate::alerts::Finding> = Vec::new();
+        for found in &self.blocked_loops {
+            let mut finding = crate::detect::findings::event_loop_blocked(found, config);
+            if let Some(ips) = found.blocks.stack_id.and_then(|id| self.probes.user_stack(id)) {
+                let frames = self.symbolizer.symbolize(found.thread.tgid, &ips);
+                finding.evidence["stack"] =
+                    serde_json::json!(frames.into_iter().take(STACK_FRAMES).collect::<Vec<_>>());
+            }
+            blocked.push(finding);
+        }
+        let config = &self.detectors.event_loop;
+        let loops = blocked.into_iter();
+        let pools = self.saturated_pools.iter().map(crate::detect::findings::pool_saturated);
+        let busy = self.busy_loops.iter().map(|found| crate::detect::findings::event_loop_busy(found, config));
+        let jvm = &self.detectors.jvm.config;
+        let paused = self.paused_jvms.iter().map(|found| crate::detect::findings::jvm_pause(found, jvm));
+        let mut findings: Vec<crate::alerts::Finding> = loops.chain(busy).chain(pools).chain(paused).collect();
+        self.add_client_impact(&mut findings);
+        let peers = self.requests.peer_facts(monotonic_ns());
+        let upstream = &self.detectors.upstream;
+        findings.extend(crate::detect::upstream::upstream_no_response(&peers, upstream));
+        findings.extend(crate::detect::upstream::one_way_stall(&peers, upstream));
+        findings.extend(crate::detect::queueing::request_queueing(&self.request_queues.last, &self.detectors.queueing));
+        crate::detect::queueing::add_likely_causes(&mut findings, &self.request_queues.last);
+        let mut stalled = self.requests_stalled(&findings);
+        self.add_client_impact(&mut stalled);
+        findings.extend(stalled);
+        findings
+    }
+
+    /// Processes whose read requests stall; `others` are this tick's other findings.
+    fn requests_stalled(&self, others: &[crate::alerts::Finding]) -> Vec<crate::alerts::Finding> {
+        let config = &self.detectors.stalled;
+        let mut facts = self.requests.stall_facts(monotonic_ns(), config);
+        for facts in &mut facts {
+            facts.cpu_cores = self.cpu_cores.get(&facts.pid).copied();
+            for waiting in &mut facts.waiting {
+                waiting.reader_blocked_in_work = self.blocked_in_work.contains(&waiting.tid);
+            }
+        }
+        crate::detect::stalled::requests_stalled(&facts, others, config)
+    }
+
+    /// What the process's clients went through during a finding's window: requests delayed in
+    /// the socket (they waited while the loop was blocked) and refusals.
+    fn add_client_impact(&self, findings: &mut [crate::alerts::Finding]) {
+        let now = monotonic_ns();
+        let window = u64::try_from(self.detectors.event_loop.window.as_nanos()).unwrap_or(u64::MAX);
+        let since = now.saturating_sub(window);
+        for finding in findings {
+            let impact = self.requests.stats.impact_since(finding.pid, since);
+            let in_flight = self
+                .requests
+                .in_flight(now)
+                .remove(&finding.pid)
+                .map(|(n, oldest)| (n, oldest.first().map(|r| r.age_seconds)));
+            finding.evidence["requests"] = serde_json::json!({
+                "window_seconds": window as f64 / 1e9,
+                "completed": impact.requests,
+                "delayed_in_socket": impact.delayed_in_socket,
+                "delayed_threshold_seconds": crate::requests::stats::DELAYED_QUEUE_NS as f64 / 1e9,
+                "max_socket_queue_seconds": impact.max_socket_queue_seconds,
+                "in_flight": in_flight.map_or(0, |(n, _)| n),
+                "oldest_in_flight_seconds": in_flight.and_then(|(_, age)| age),
+            });
+            finding.evidence["refusals"] = serde_json::json!(impact.refused);
+        }
+    }
+}
