@@ -33,7 +33,11 @@ pub mod reason {
     /// with a wake from another thread. The outcome of a wait is only known when it ends, so the
     /// previous one on the same word stands for the current one.
     pub const FUTEX_SLEEP: u32 = 10;
-    pub const COUNT: u32 = 11;
+    /// epoll wait on another epoll set than the one the thread mostly waits on: a private,
+    /// nested loop (Node's `execSync` runs one until the child exits). For an event loop that is
+    /// blocking, not idling.
+    pub const POLL_OTHER: u32 = 11;
+    pub const COUNT: u32 = 12;
 }
 
 /// The class of a syscall, as userspace writes it into `SYSCALL_CLASS[nr]`.
@@ -50,6 +54,13 @@ pub mod syscall_class {
     pub const SOCKET: u8 = 6;
     pub const IO: u8 = 7;
     pub const OTHER: u8 = 8;
+    /// epoll_wait, epoll_pwait, epoll_pwait2: a poll whose first argument is the epoll set.
+    pub const EPOLL: u8 = 9;
+
+    /// Whether a thread in `class` waits for events (an event loop idling).
+    pub const fn polls(class: u8) -> bool {
+        class == POLL || class == EPOLL
+    }
     /// `SYSCALL_CLASS` values pack the class in the low four bits and the syscall's
     /// `data_shape::*` in the high four.
     pub const CLASS_MASK: u8 = 0x0f;
@@ -102,7 +113,7 @@ pub const fn reason_for_syscall(class: u8, futex_timed: bool, last_timed_out: bo
             }
         }
         syscall_class::SLEEP => reason::SLEEP,
-        syscall_class::POLL => reason::POLL,
+        syscall_class::POLL | syscall_class::EPOLL => reason::POLL,
         syscall_class::SOCKET => reason::SOCKET,
         syscall_class::IO => reason::IO,
         syscall_class::OTHER => reason::OTHER_SYSCALL,
@@ -275,8 +286,12 @@ pub struct ThreadState {
     /// wait on it is woken: a thread sleeps on its own word (the JVM's per-thread sleep event),
     /// and waits for work on another (its parker, a queue's condition).
     pub futex_sleep_uaddr: u64,
+    /// The epoll set the thread waits on most (a majority vote over its epoll waits: `votes`
+    /// rises on a wait on it, falls on another, and another takes over at zero).
+    pub home_epoll_fd: u32,
+    pub home_epoll_votes: u32,
 }
-pub const THREAD_STATE_SIZE: usize = 736;
+pub const THREAD_STATE_SIZE: usize = 752;
 const _: () = assert!(size_of::<ThreadState>() == THREAD_STATE_SIZE);
 
 impl Default for ThreadState {
@@ -314,6 +329,8 @@ impl Default for ThreadState {
             futex_timeout_ns: 0,
             futex_woken_ns: 0,
             futex_sleep_uaddr: 0,
+            home_epoll_fd: 0,
+            home_epoll_votes: 0,
         }
     }
 }

@@ -71,6 +71,12 @@ fn offcpu_reason(state: &ThreadState, prev_state: u32) -> u32 {
     if prev_state & TASK_UNINTERRUPTIBLE != 0 {
         return reason::DISK;
     }
+    if state.syscall_class == syscall_class::EPOLL
+        && state.home_epoll_votes > 0
+        && state.syscall_arg0 != u64::from(state.home_epoll_fd)
+    {
+        return reason::POLL_OTHER;
+    }
     let sleep_word = state.syscall_arg0 != 0 && state.syscall_arg0 == state.futex_sleep_uaddr;
     reason_for_syscall(state.syscall_class, state.futex_timed != 0, sleep_word)
 }

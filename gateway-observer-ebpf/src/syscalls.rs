@@ -33,7 +33,7 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
     let class = packed & syscall_class::CLASS_MASK;
     enter_data_syscall(state, packed >> syscall_class::SHAPE_SHIFT, regs);
     let cfg = config();
-    if class == syscall_class::POLL && state.iter_start_ns != 0 {
+    if syscall_class::polls(class) && state.iter_start_ns != 0 {
         end_iteration(state, tid, cfg.busy_iteration_ns);
     }
     state.syscall_nr = nr as i32;
@@ -50,6 +50,11 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> u32 {
             (btf_field::<u64>(regs, cfg.regs_arg0_offset), btf_field::<u64>(regs, cfg.regs_arg4_offset))
         }
         syscall_class::FUTEX_WAITV => (0, btf_field::<u64>(regs, cfg.regs_arg3_offset)),
+        syscall_class::EPOLL => {
+            let epfd = btf_field::<u64>(regs, cfg.regs_arg0_offset);
+            vote_home_epoll(state, epfd as u32);
+            (epfd, 0)
+        }
         _ => (0, 0),
     };
     state.syscall_arg0 = uaddr;
@@ -98,7 +103,7 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> u32 {
         }
     }
     state.futex_timed_pending_ns = 0;
-    if state.syscall_class == syscall_class::POLL {
+    if syscall_class::polls(state.syscall_class) {
         // Back from waiting for events: an event-loop iteration starts.
         state.iter_start_ns = now_ns();
         state.iter_offcpu_base_ns = offcpu_total(state);
@@ -108,6 +113,24 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> u32 {
     state.futex_timed = 0;
     0
 }
+
+/// One vote of the thread's epoll waits for its home set (Boyer-Moore majority): a loop's own
+/// set, waited on at every iteration, stays home through a nested loop's few waits.
+#[inline(always)]
+fn vote_home_epoll(state: &mut ThreadState, epfd: u32) {
+    if state.home_epoll_votes == 0 {
+        state.home_epoll_fd = epfd;
+    }
+    if state.home_epoll_fd == epfd {
+        state.home_epoll_votes = state.home_epoll_votes.saturating_add(1).min(HOME_EPOLL_MAX_VOTES);
+    } else {
+        state.home_epoll_votes -= 1;
+    }
+}
+
+/// A cap on the votes, so a loop that moves to a new epoll set (a runtime restarting its loop)
+/// has it as home after as many waits.
+const HOME_EPOLL_MAX_VOTES: u32 = 64;
 
 /// A thread in a syscall is on CPU: an off-CPU span still open means its switch-in was missed.
 #[inline(always)]

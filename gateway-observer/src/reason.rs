@@ -8,6 +8,7 @@ pub fn reason_label(code: u32) -> &'static str {
         reason::FUTEX => "futex",
         reason::FUTEX_TIMED => "futex_timed",
         reason::FUTEX_SLEEP => "futex_sleep",
+        reason::POLL_OTHER => "poll_other",
         reason::SLEEP => "sleep",
         reason::POLL => "poll",
         reason::SOCKET => "socket",

@@ -26,18 +26,18 @@ const X86_64: &[(u32, &str, u8)] = &[
     (61, "wait4", syscall_class::OTHER),
     (202, "futex", syscall_class::FUTEX),
     (230, "clock_nanosleep", syscall_class::SLEEP),
-    (232, "epoll_wait", syscall_class::POLL),
+    (232, "epoll_wait", syscall_class::EPOLL),
     (270, "pselect6", syscall_class::POLL),
     (271, "ppoll", syscall_class::POLL),
     (275, "splice", syscall_class::IO),
-    (281, "epoll_pwait", syscall_class::POLL),
+    (281, "epoll_pwait", syscall_class::EPOLL),
     (288, "accept4", syscall_class::SOCKET),
     (295, "preadv", syscall_class::IO),
     (296, "pwritev", syscall_class::IO),
     (299, "recvmmsg", syscall_class::SOCKET),
     (307, "sendmmsg", syscall_class::SOCKET),
     (426, "io_uring_enter", syscall_class::POLL),
-    (441, "epoll_pwait2", syscall_class::POLL),
+    (441, "epoll_pwait2", syscall_class::EPOLL),
     (449, "futex_waitv", syscall_class::FUTEX_WAITV),
     (455, "futex_wait", syscall_class::FUTEX_WAIT2),
 ];
@@ -111,7 +111,8 @@ mod tests {
         assert_eq!(class_of(202), syscall_class::FUTEX);
         assert_eq!(class_of(35), syscall_class::SLEEP);
         assert_eq!(class_of(230), syscall_class::SLEEP);
-        assert_eq!(class_of(232), syscall_class::POLL);
+        assert_eq!(class_of(232), syscall_class::EPOLL);
+        assert_eq!(class_of(7), syscall_class::POLL);
         assert_eq!(class_of(45), syscall_class::SOCKET);
         assert_eq!(class_of(0), syscall_class::IO);
         assert_eq!(class_of(39), syscall_class::OTHER, "getpid is an unnamed syscall");

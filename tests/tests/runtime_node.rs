@@ -43,7 +43,6 @@ fn node_atomics_wait_without_a_timeout_is_a_blocked_loop() {
 /// The loop thread waits for the child in epoll_pwait on spawnSync's own epoll instance, not on
 /// the loop's.
 #[test]
-#[ignore = "not detected yet: execSync waits in epoll_pwait on a private epoll fd, charged as the loop idling in poll (issue 13)"]
 fn node_exec_sync_is_a_blocked_loop() {
     blocked_loop_is_named(module_path!(), "exec-sync");
 }

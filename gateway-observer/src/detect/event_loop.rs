@@ -86,9 +86,10 @@ impl EventLoopConfig {
 }
 
 /// Reasons that mean "blocked in work" for an event loop.
-pub const BLOCKING_REASONS: [u32; 7] = [
+pub const BLOCKING_REASONS: [u32; 8] = [
     reason::FUTEX_TIMED,
     reason::FUTEX_SLEEP,
+    reason::POLL_OTHER,
     reason::SLEEP,
     reason::SOCKET,
     reason::IO,

@@ -11,9 +11,10 @@ use gateway_observer_common::reason;
 pub type ReasonTotals = [u64; reason::COUNT as usize];
 
 /// Off-CPU reasons that keep a known event loop counted as one while it does not poll.
-const STUCK_REASONS: [u32; 7] = [
+const STUCK_REASONS: [u32; 8] = [
     reason::FUTEX_TIMED,
     reason::FUTEX_SLEEP,
+    reason::POLL_OTHER,
     reason::SLEEP,
     reason::SOCKET,
     reason::IO,

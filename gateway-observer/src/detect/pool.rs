@@ -32,8 +32,8 @@ use super::{history::History, timed_waits::TimedWaits};
 use crate::{events::Block, reason::reason_label};
 
 /// Off-CPU reasons that mean a pool thread is occupied by work.
-const POOL_BLOCKING_REASONS: [u32; 5] =
-    [reason::SLEEP, reason::SOCKET, reason::IO, reason::OTHER_SYSCALL, reason::DISK];
+const POOL_BLOCKING_REASONS: [u32; 6] =
+    [reason::SLEEP, reason::POLL_OTHER, reason::SOCKET, reason::IO, reason::OTHER_SYSCALL, reason::DISK];
 /// Off-CPU reasons that mean a pool thread waits for work.
 const POOL_IDLE_REASONS: [u32; 3] = [reason::FUTEX, reason::FUTEX_TIMED, reason::POLL];
 /// Timed waits that run to their timeout: work while requests wait, idle otherwise.
