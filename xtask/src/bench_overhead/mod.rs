@@ -150,7 +150,7 @@ fn bench(opts: &Options, bins: &Binaries, dir: &Path) -> Result<()> {
     let proxies = start_proxies(dir, &bins.gateway, opts.workers, &mut procs)?;
     println!(
         "closed loop: wrk -t{} -c{} -d{}s --latency, {} pairs (off/on, order swapped each pair), {} worker(s) per \
-         gateway; kernel.bpf_stats_enabled=1 throughout (its timing is part of the 'on' cost)",
+         gateway; kernel.bpf_stats_enabled=1 (its timing is part of the 'on' cost) but in the syscall pairs",
         opts.wrk.threads, opts.wrk.connections, opts.wrk.seconds, opts.pairs, opts.workers
     );
     for &gateway in &opts.gateways {

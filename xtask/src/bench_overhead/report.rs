@@ -162,7 +162,7 @@ fn table_line(row: &Row) -> String {
         _ => "-".to_owned(),
     };
     let goal = row.goal.as_ref().map_or(String::new(), |g| g.text.clone());
-    format!("{:48} {med:>12} {spread:>21} {:>4}   {goal}", row.label, finite.len())
+    format!("{:48} {med:>12} {spread:>21} {:>4}   {goal}", row.label, finite.len()).trim_end().to_owned()
 }
 
 fn format_value(v: f64, unit: Unit) -> String {

@@ -72,8 +72,8 @@ fn phase_on(spec: WrkSpec, target: &Target, observer: &Path, pair: usize) -> Res
 }
 
 fn print_phase(pair: usize, p: &Phase) {
-    let cost = p.observer.map_or(String::new(), |(kernel, daemon, _)| {
-        format!("  CPU/request: kernel programs {kernel:.0} ns, daemon {daemon:.0} ns")
+    let cost = p.observer.map_or(String::new(), |(kernel, daemon, rss)| {
+        format!("  CPU/request: kernel programs {kernel:.0} ns, daemon {daemon:.0} ns; daemon peak RSS {rss:.1} MiB")
     });
     println!(
         "pair {pair:2} {:3} {:>9.0} req/s  p50 {:>7.3} ms  p99 {:>7.3} ms{cost}{}",
