@@ -9,10 +9,12 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+
+use crate::wrk::{self, WrkResult, WrkSpec};
 
 struct Options {
     rounds: usize,
@@ -63,10 +65,20 @@ pub(crate) struct Procs(Vec<(String, Child)>);
 impl Procs {
     /// Starts `cmd` and returns its pid.
     pub(crate) fn spawn(&mut self, name: &str, cmd: &mut Command) -> Result<u32> {
+        Ok(self.spawn_child(name, cmd)?.id())
+    }
+
+    /// Starts `cmd` with its stdout piped; returns its pid and that pipe.
+    pub(crate) fn spawn_with_stdout(&mut self, name: &str, cmd: &mut Command) -> Result<(u32, ChildStdout)> {
+        let child = self.spawn_child(name, cmd.stdout(Stdio::piped()))?;
+        let stdout = child.stdout.take().with_context(|| format!("{name} has no stdout"))?;
+        Ok((child.id(), stdout))
+    }
+
+    fn spawn_child(&mut self, name: &str, cmd: &mut Command) -> Result<&mut Child> {
         let child = cmd.spawn().with_context(|| format!("failed to start {name}"))?;
-        let pid = child.id();
         self.0.push((name.to_owned(), child));
-        Ok(pid)
+        Ok(&mut self.0.last_mut().expect("just pushed").1)
     }
 
     pub(crate) fn check_alive(&mut self) -> Result<()> {
@@ -98,12 +110,6 @@ impl Drop for Procs {
             let _ = child.wait();
         }
     }
-}
-
-struct Sample {
-    rps: f64,
-    p99_ms: f64,
-    errors: String,
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -223,19 +229,20 @@ fn bench(opts: &Options, gateway_bin: &Path, dir: &Path) -> Result<()> {
         opts.wrk_threads, opts.connections, opts.duration_s, opts.rounds, opts.workers
     );
     let targets = [("reference-gateway", gw_port), ("nginx", nginx_port)];
-    let mut results: [Vec<Sample>; 2] = [Vec::new(), Vec::new()];
+    let spec = WrkSpec { threads: opts.wrk_threads, connections: opts.connections, seconds: opts.duration_s };
+    let mut results: [Vec<WrkResult>; 2] = [Vec::new(), Vec::new()];
     for round in 0..opts.rounds {
         // Alternate who goes first so neither always runs on a warmer (or hotter) machine.
         let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for i in order {
             let (name, port) = targets[i];
             procs.check_alive()?;
-            let s = wrk(opts, port).with_context(|| format!("wrk against {name} failed"))?;
+            let s = wrk::run(spec, port).with_context(|| format!("wrk against {name} failed"))?;
             println!("round {} {:<18} {:>10.0} req/s  p99 {:>7.2} ms{}", round + 1, name, s.rps, s.p99_ms, s.errors);
             results[i].push(s);
         }
     }
-    let med = |v: &[Sample], f: fn(&Sample) -> f64| median(v.iter().map(f).collect());
+    let med = |v: &[WrkResult], f: fn(&WrkResult) -> f64| median(v.iter().map(f).collect());
     let (g_rps, n_rps) = (med(&results[0], |s| s.rps), med(&results[1], |s| s.rps));
     let (g_p99, n_p99) = (med(&results[0], |s| s.p99_ms), med(&results[1], |s| s.p99_ms));
     println!("median reference-gateway {g_rps:>10.0} req/s  p99 {g_p99:>7.2} ms");
@@ -263,49 +270,6 @@ http {{
 }}
 "#
     )
-}
-
-fn wrk(opts: &Options, port: u16) -> Result<Sample> {
-    let out = Command::new("wrk")
-        .args([
-            format!("-t{}", opts.wrk_threads),
-            format!("-c{}", opts.connections),
-            format!("-d{}s", opts.duration_s),
-            "--latency".to_owned(),
-            format!("http://127.0.0.1:{port}/"),
-        ])
-        .output()
-        .context("failed to run wrk")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!("wrk exited with {}: {text}{}", out.status, String::from_utf8_lossy(&out.stderr));
-    }
-    parse_wrk(&text).with_context(|| format!("unexpected wrk output:\n{text}"))
-}
-
-fn parse_wrk(text: &str) -> Option<Sample> {
-    let rps = text.lines().find_map(|l| l.trim().strip_prefix("Requests/sec:"))?.trim().parse().ok()?;
-    let p99 = text.lines().find_map(|l| l.trim().strip_prefix("99%"))?.trim();
-    let p99_ms = duration_ms(p99)?;
-    let errors: String = text
-        .lines()
-        .filter(|l| l.contains("Non-2xx") || l.contains("Socket errors"))
-        .map(|l| format!("  [{}]", l.trim()))
-        .collect();
-    Some(Sample { rps, p99_ms, errors })
-}
-
-fn duration_ms(s: &str) -> Option<f64> {
-    let split = s.find(|c: char| c.is_ascii_alphabetic())?;
-    let (n, unit) = s.split_at(split);
-    let n: f64 = n.parse().ok()?;
-    Some(match unit {
-        "us" => n / 1000.0,
-        "ms" => n,
-        "s" => n * 1000.0,
-        "m" => n * 60_000.0,
-        _ => return None,
-    })
 }
 
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
@@ -359,12 +323,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_wrk_latency_and_rate() {
-        let text = "  Latency Distribution\n     50%  612.00us\n     99%    2.31ms\n  Requests/sec:  98765.43\n";
-        let s = parse_wrk(text).unwrap();
-        assert_eq!(s.rps, 98765.43);
-        assert!((s.p99_ms - 2.31).abs() < 1e-9);
-        assert_eq!(duration_ms("1.50s"), Some(1500.0));
+    fn median_of_odd_and_even_counts() {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(vec![]).is_nan());
     }
 }

@@ -29,8 +29,18 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 /// Runs `f` with kernel.bpf_stats_enabled=1 (the kernel then times every program run), and puts
 /// the previous value back afterwards, also when `f` fails.
 pub(crate) fn with_bpf_stats<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    with_bpf_stats_set("1", f)
+}
+
+/// Runs `f` with kernel.bpf_stats_enabled=0: where no program is timed, so runs cost what they
+/// cost a user. The previous value is put back afterwards.
+pub(crate) fn without_bpf_stats<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    with_bpf_stats_set("0", f)
+}
+
+fn with_bpf_stats_set<T>(value: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     let previous = std::fs::read_to_string(STATS_SYSCTL).context("cannot read bpf_stats_enabled (root?)")?;
-    std::fs::write(STATS_SYSCTL, "1").context("cannot enable kernel.bpf_stats_enabled (run as root)")?;
+    std::fs::write(STATS_SYSCTL, value).context("cannot set kernel.bpf_stats_enabled (run as root)")?;
     let result = f();
     let _ = std::fs::write(STATS_SYSCTL, previous.trim());
     result

@@ -6,17 +6,20 @@ mod bench_gateway;
 mod bench_overhead;
 mod bench_parser;
 mod bench_probes;
+mod bpf_progs;
 mod demo;
 mod fuzz;
 mod lint;
 mod loadgen;
+mod procstat;
 mod setup;
 mod util;
 mod without_bpf_linker;
+mod wrk;
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--rounds N] [--duration S] [--rate R] [--connections N] [--gateway reference|nginx|both] | bench parser | demo [--phase-seconds N] [--keep]>";
+const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--pairs N] [--duration S] [--gateway reference|nginx|both] [--rate R] | bench parser | demo [--phase-seconds N] [--keep]>";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
