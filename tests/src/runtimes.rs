@@ -19,7 +19,12 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{free_port, http_client::try_request, observer::Observer};
+use crate::{
+    free_port,
+    http_client::try_request,
+    observer::Observer,
+    summary::{Start, Summary},
+};
 
 /// How long a fixture may take to print `ready` (Node and Python start in well under a second;
 /// the margin is for a loaded 2-core machine).
@@ -40,6 +45,8 @@ pub struct RuntimeGateway {
     lines: mpsc::Receiver<String>,
     pub port: u16,
     what: String,
+    /// The runtime, as `SUMMARY` lines name it: `node`, `python asyncio`, `go`.
+    pub runtime: &'static str,
 }
 
 impl RuntimeGateway {
@@ -48,7 +55,7 @@ impl RuntimeGateway {
         let port = free_port();
         let mut command = Command::new("node");
         command.arg(fixture_dir().join("node").join(script)).arg(port.to_string());
-        Self::spawn(command, port, &format!("node {script}"))
+        Self::spawn(command, port, &format!("node {script}"), "node")
     }
 
     /// `python3 tests/fixtures/python/SCRIPT PORT` (unbuffered, so `ready` is seen at once).
@@ -56,7 +63,7 @@ impl RuntimeGateway {
         let port = free_port();
         let mut command = Command::new("python3");
         command.arg("-u").arg(fixture_dir().join("python").join(script)).arg(port.to_string());
-        Self::spawn(command, port, &format!("python3 {script}"))
+        Self::spawn(command, port, &format!("python3 {script}"), "python asyncio")
     }
 
     /// The binary built from `tests/fixtures/go/SOURCE` (named after it without `.go`; see
@@ -65,10 +72,10 @@ impl RuntimeGateway {
         let port = free_port();
         let mut command = Command::new(go_binary(source));
         command.arg(port.to_string());
-        Self::spawn(command, port, &format!("go {source}"))
+        Self::spawn(command, port, &format!("go {source}"), "go")
     }
 
-    fn spawn(mut command: Command, port: u16, what: &str) -> RuntimeGateway {
+    fn spawn(mut command: Command, port: u16, what: &str, runtime: &'static str) -> RuntimeGateway {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -90,7 +97,7 @@ impl RuntimeGateway {
                 }
             })
             .expect("spawn a stdout reader");
-        let mut gateway = RuntimeGateway { child, stdin, lines, port, what: what.to_owned() };
+        let mut gateway = RuntimeGateway { child, stdin, lines, port, what: what.to_owned(), runtime };
         let line = gateway.expect_line(READY_WITHIN, "ready");
         assert_eq!(line, format!("ready {port}"), "{what} said {line:?}");
         eprintln!("{what}: pid {} ready on port {port}", gateway.pid());
@@ -477,6 +484,14 @@ pub fn blocked_loop_is_named(
     let resolved = scenario.healed("EventLoopBlocked", RESOLVE_WITHIN);
     let after_heal = scenario.gateway.timed_get("/");
     assert!(after_heal < slow, "healed, yet a request took {after_heal:?}");
-    eprintln!("SUMMARY {test} {fault}: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}");
+    Summary {
+        runtime: scenario.gateway.runtime,
+        fault,
+        kind: "EventLoopBlocked",
+        start: Start::Watching,
+        detected,
+        resolved: Some(resolved),
+    }
+    .report();
     assert!(scenario.finish() > 50, "the load barely ran");
 }

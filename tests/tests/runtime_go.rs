@@ -21,6 +21,7 @@ use tests::{
     privileged,
     runtimes::{LOAD_AT_MOST, RuntimeGateway, Scenario, snapshot_of},
     serial,
+    summary::{Start, Summary},
 };
 
 const HEALTHY: Duration = Duration::from_secs(6);
@@ -85,7 +86,15 @@ fn go_requests_queued_behind_a_mutex_are_named_stalled() {
         "{EXPECTED} stopped firing while the fault is on"
     );
     let resolved = scenario.healed(EXPECTED, RESOLVE_WITHIN);
-    eprintln!("SUMMARY go mutex: {EXPECTED} detected {detected:.2?}, resolved {resolved:.2?}");
+    Summary {
+        runtime: "go",
+        fault: "mutex",
+        kind: EXPECTED,
+        start: Start::Watching,
+        detected,
+        resolved: Some(resolved),
+    }
+    .report();
     assert!(scenario.finish() > 50, "the load barely ran");
 }
 
@@ -120,7 +129,15 @@ fn go_requests_stalled_before_the_observer_attached_are_named() {
     assert!(alert["evidence"]["waiting"].as_u64().is_some_and(|n| n >= 4), "{alert:#}");
     gateway.heal();
     let resolved = wait_resolved(&observer, EXPECTED, RESOLVE_WITHIN);
-    eprintln!("SUMMARY go mutex, attached mid-fault: {EXPECTED} detected {detected:.2?}, resolved {resolved:.2?}");
+    Summary {
+        runtime: "go",
+        fault: "mutex",
+        kind: EXPECTED,
+        start: Start::Attached,
+        detected,
+        resolved: Some(resolved),
+    }
+    .report();
     stop(&done);
     let served: usize = clients.into_iter().map(|c| c.join().unwrap_or(0)).sum();
     assert!(served > 20, "the load barely ran: {served} requests");

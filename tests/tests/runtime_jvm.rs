@@ -27,7 +27,9 @@ use tests::{
     observer::Observer,
     privileged,
     redis_server::Redis,
-    serial, temp_dir,
+    serial,
+    summary::{Start, Summary},
+    temp_dir,
 };
 
 const HEALTHY: Duration = Duration::from_secs(6);
@@ -325,7 +327,8 @@ fn netty_loop_blocked(test: &str, fault: &str) {
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
     eprintln!("netty {fault}: evidence {}", alert["evidence"]);
     let resolved = scenario.healed("EventLoopBlocked");
-    eprintln!("SUMMARY netty {fault}: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}");
+    let kind = "EventLoopBlocked";
+    Summary { runtime: "jvm netty", fault, kind, start: Start::Watching, detected, resolved: Some(resolved) }.report();
     stop(&slow);
     let _ = pauser.join();
     assert!(scenario.finish() > 50, "the load barely ran");
@@ -397,7 +400,16 @@ fn pool_saturated(test: &str, mode: &str) {
     assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
     let resolved = scenario.healed("PoolSaturated");
-    eprintln!("SUMMARY ratelimit {mode} pool: PoolSaturated detected {detected:.2?}, resolved {resolved:.2?}");
+    let fault = format!("ratelimit, {mode} pool");
+    Summary {
+        runtime: "jvm httpserver",
+        fault: &fault,
+        kind: "PoolSaturated",
+        start: Start::Watching,
+        detected,
+        resolved: Some(resolved),
+    }
+    .report();
     assert!(scenario.finish() > 200, "the load barely ran");
 }
 
@@ -445,9 +457,15 @@ fn jvm_rate_limiter_pool_already_saturated_when_the_observer_attaches() {
     assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
     gateway.heal();
     let resolved = wait_resolved(&observer, "PoolSaturated", RESOLVE_WITHIN);
-    eprintln!(
-        "SUMMARY ratelimit pool, observer attached mid-incident: PoolSaturated detected {detected:.2?} after attaching, resolved {resolved:.2?}"
-    );
+    Summary {
+        runtime: "jvm httpserver",
+        fault: "ratelimit, growing pool",
+        kind: "PoolSaturated",
+        start: Start::Attached,
+        detected,
+        resolved: Some(resolved),
+    }
+    .report();
     assert!(load.finish() > 100, "the load barely ran");
 }
 
@@ -470,9 +488,15 @@ fn jvm_httpserver_untimed_get_on_the_dispatcher_is_a_blocked_loop() {
     let (alert, detected) = scenario.detected("EventLoopBlocked", &before);
     assert_eq!(alert["subject"], "HTTP-Dispatcher", "{alert:#}");
     let resolved = scenario.healed("EventLoopBlocked");
-    eprintln!(
-        "SUMMARY httpserver inline untimed-get: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}"
-    );
+    Summary {
+        runtime: "jvm httpserver",
+        fault: "untimed-get on the dispatcher",
+        kind: "EventLoopBlocked",
+        start: Start::Watching,
+        detected,
+        resolved: Some(resolved),
+    }
+    .report();
     assert!(scenario.finish() > 50, "the load barely ran");
 }
 
@@ -569,6 +593,16 @@ fn jvm_full_gc_pauses_are_a_jvm_pause_not_blocked_loops() {
         alert["summary"], alert["evidence"]
     );
     let resolved = scenario.healed("JvmPause");
-    eprintln!("SUMMARY gc pause: JvmPause detected {detected:.2?}, resolved {resolved:.2?}; full GCs {full:?} ms");
+    eprintln!("gc pause: full GCs {full:?} ms");
+    let kind = "JvmPause";
+    Summary {
+        runtime: "jvm httpserver",
+        fault: "full gc",
+        kind,
+        start: Start::Watching,
+        detected,
+        resolved: Some(resolved),
+    }
+    .report();
     assert!(scenario.finish() > 50, "the load barely ran");
 }
