@@ -23,7 +23,7 @@ use crate::{
     free_port,
     http_client::try_request,
     observer::Observer,
-    summary::{Start, Summary},
+    summary::{Detection, Start},
 };
 
 /// How long a fixture may take to print `ready` (Node and Python start in well under a second;
@@ -475,23 +475,19 @@ pub fn blocked_loop_is_named(
         return;
     }
     let _serial = crate::serial();
-    let mut scenario = Scenario::healthy(start(), 4, Duration::from_millis(5), HEALTHY);
+    let gateway = start();
+    let kind = "EventLoopBlocked";
+    let detection = Detection { runtime: gateway.runtime, fault, kind, start: Start::Watching };
+    detection.declare();
+    let mut scenario = Scenario::healthy(gateway, 4, Duration::from_millis(5), HEALTHY);
     let latency = scenario.fault(fault);
     assert!(latency >= slow, "{fault}: a request took {latency:?}, the fault is not in effect");
-    let (alert, detected) = scenario.detected("EventLoopBlocked", DETECT_WITHIN);
+    let (alert, detected) = scenario.detected(kind, DETECT_WITHIN);
     assert_eq!(alert["subject"], loop_thread, "the loop thread is the one blocked: {alert:#}");
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
-    let resolved = scenario.healed("EventLoopBlocked", RESOLVE_WITHIN);
+    let resolved = scenario.healed(kind, RESOLVE_WITHIN);
     let after_heal = scenario.gateway.timed_get("/");
     assert!(after_heal < slow, "healed, yet a request took {after_heal:?}");
-    Summary {
-        runtime: scenario.gateway.runtime,
-        fault,
-        kind: "EventLoopBlocked",
-        start: Start::Watching,
-        detected,
-        resolved: Some(resolved),
-    }
-    .report();
+    detection.report(detected, Some(resolved));
     assert!(scenario.finish() > 50, "the load barely ran");
 }

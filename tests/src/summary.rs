@@ -1,6 +1,7 @@
 //! What a scenario measured, in one line a machine reads (`cargo xtask bench detect` builds its
-//! detection matrix from them): `SUMMARY {json}` after the same in words, and `FALSE_ALERTS
-//! {json}` when a healthy phase sees an alert. Each line goes out in one write, so that the
+//! detection matrix from them): `SCENARIO {json}` naming it before it runs, `SUMMARY {json}`
+//! after the same in words once measured, and `FALSE_ALERTS {json}` when a healthy phase sees
+//! an alert. Each line goes out in one write, so that the
 //! output of the processes a test runs (they share its stderr) cannot split it.
 
 use std::{io::Write as _, time::Duration};
@@ -23,43 +24,48 @@ impl Start {
     }
 }
 
-/// One fault and the alert it must raise.
-pub struct Summary<'a> {
+/// One fault and the alert it must raise: what a row of the matrix is.
+pub struct Detection<'a> {
     /// The gateway and its runtime: `node`, `jvm netty`, `nginx`.
     pub runtime: &'a str,
     pub fault: &'a str,
     /// The alert kind the fault must raise.
     pub kind: &'a str,
     pub start: Start,
-    /// From the fault's start (watching) or from the observer being ready (attached) to firing.
-    pub detected: Duration,
-    /// From the fix to resolved; None when the scenario does not fix the fault.
-    pub resolved: Option<Duration>,
 }
 
-impl Summary<'_> {
-    pub fn report(&self) {
-        let resolved = self.resolved.map_or("not measured".to_owned(), |r| format!("{:.2}s", r.as_secs_f64()));
+impl Detection<'_> {
+    /// Names the scenario before it runs (`SCENARIO {json}`), so that a run failing before its
+    /// summary is still reported as this scenario.
+    pub fn declare(&self) {
+        line(&format!("SCENARIO {}", self.json()));
+    }
+
+    /// What was measured: `detected`, from the fault's start (watching) or from the observer
+    /// being ready (attached) to firing; `resolved`, from the fix to resolved (None when the
+    /// scenario does not fix its fault).
+    pub fn report(&self, detected: Duration, resolved: Option<Duration>) {
+        let resolved_text = resolved.map_or("not measured".to_owned(), |r| format!("{:.2}s", r.as_secs_f64()));
         line(&format!(
-            "SUMMARY {} {}: {} detected {:.2}s ({}), resolved {resolved}",
+            "SUMMARY {} {}: {} detected {:.2}s ({}), resolved {resolved_text}",
             self.runtime,
             self.fault,
             self.kind,
-            self.detected.as_secs_f64(),
+            detected.as_secs_f64(),
             self.start.as_str()
         ));
-        line(&format!("SUMMARY {}", self.json()));
+        line(&format!("SUMMARY {}", self.measured(detected, resolved)));
+    }
+
+    fn measured(&self, detected: Duration, resolved: Option<Duration>) -> Value {
+        let mut json = self.json();
+        json["detected_s"] = seconds(detected).into();
+        json["resolved_s"] = resolved.map(seconds).into();
+        json
     }
 
     fn json(&self) -> Value {
-        json!({
-            "runtime": self.runtime,
-            "fault": self.fault,
-            "kind": self.kind,
-            "start": self.start.as_str(),
-            "detected_s": seconds(self.detected),
-            "resolved_s": self.resolved.map(seconds),
-        })
+        json!({ "runtime": self.runtime, "fault": self.fault, "kind": self.kind, "start": self.start.as_str() })
     }
 }
 
@@ -100,17 +106,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_summary_is_one_json_object_in_seconds() {
-        let summary = Summary {
-            runtime: "node",
-            fault: "atomics-timed",
-            kind: "EventLoopBlocked",
-            start: Start::Attached,
-            detected: Duration::from_micros(1_234_567),
-            resolved: None,
-        };
+    fn a_detection_is_one_json_object_in_seconds() {
+        let detection =
+            Detection { runtime: "node", fault: "atomics-timed", kind: "EventLoopBlocked", start: Start::Attached };
         assert_eq!(
-            summary.json().to_string(),
+            detection.json().to_string(),
+            r#"{"fault":"atomics-timed","kind":"EventLoopBlocked","runtime":"node","start":"attached"}"#
+        );
+        assert_eq!(
+            detection.measured(Duration::from_micros(1_234_567), None).to_string(),
             r#"{"detected_s":1.235,"fault":"atomics-timed","kind":"EventLoopBlocked","resolved_s":null,"runtime":"node","start":"attached"}"#
         );
     }

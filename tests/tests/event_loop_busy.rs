@@ -10,7 +10,7 @@ use tests::{
     metrics::{self, sum},
     observer::Observer,
     privileged, serial,
-    summary::{Start, Summary},
+    summary::{Detection, Start},
     wait_for,
 };
 
@@ -35,8 +35,8 @@ fn busy_alert(args: &[&str], within: Duration) -> (Value, Fixture, Observer, std
 /// fault is not fixed (the fixture ends with it).
 fn report_busy(fault: &str, loop_started: std::time::Instant) {
     let detected = loop_started.elapsed().saturating_sub(Duration::from_millis(200));
-    let (runtime, kind) = ("busy-loop (epoll)", "EventLoopBusy");
-    Summary { runtime, fault, kind, start: Start::Watching, detected, resolved: None }.report();
+    Detection { runtime: "busy-loop (epoll)", fault, kind: "EventLoopBusy", start: Start::Watching }
+        .report(detected, None);
 }
 
 #[test]

@@ -22,7 +22,7 @@ use tests::{
     observer::Observer,
     privileged,
     reference_gateway::Gateway,
-    summary::{Start, Summary},
+    summary::{Detection, Start},
     upstream::{Behavior, Upstream},
 };
 
@@ -124,8 +124,8 @@ fn run_scenario(runtime: &str, observer: &Observer, port: u16, ns: &NetNs, healt
     for (kind, detected, resolved) in
         [("UpstreamNoResponse", no_response_after, resolved), ("OneWayStall", one_way_after, resolved_one_way)]
     {
-        let fault = "return path dropped";
-        Summary { runtime, fault, kind, start: Start::Watching, detected, resolved: Some(resolved) }.report();
+        Detection { runtime, fault: "return path dropped", kind, start: Start::Watching }
+            .report(detected, Some(resolved));
     }
     assert_nothing_about(observer, healthy_peer);
     stop(&good_load);
@@ -144,8 +144,8 @@ fn assert_silent_upstream_is_no_response_only(runtime: &str, observer: &Observer
     let fired = wait_all_firing(observer, &["UpstreamNoResponse"], &peer, DETECT_WITHIN);
     let (alert, after) = &fired[0];
     eprintln!("silent upstream: UpstreamNoResponse after {after:?}");
-    let (fault, kind) = ("upstream never answers", "UpstreamNoResponse");
-    Summary { runtime, fault, kind, start: Start::Watching, detected: *after, resolved: None }.report();
+    Detection { runtime, fault: "upstream never answers", kind: "UpstreamNoResponse", start: Start::Watching }
+        .report(*after, None);
     assert_eq!(alert["evidence"]["retransmits"], 0, "{alert:#}");
     let one_way: Vec<Value> =
         observer.alerts().into_iter().filter(|a| a["kind"] == "OneWayStall" && a["subject"] == peer.as_str()).collect();

@@ -15,7 +15,7 @@ use tests::{
     observer::Observer,
     privileged,
     python::{PythonServer, SLOW_SECONDS},
-    summary::{Start, Summary},
+    summary::{Detection, Start},
 };
 
 /// Clients sending `path` one request at a time until `stop`, each returning the latencies it
@@ -137,13 +137,6 @@ fn a_server_that_stops_reading_is_named_with_how_long_requests_waited() {
     wait_resolved(&observer, "RequestQueueing", Duration::from_secs(20));
     let resolved = stopped.elapsed();
     eprintln!("RequestQueueing resolved {:.1}s after the slow requests stopped", resolved.as_secs_f64());
-    Summary {
-        runtime: "python http.server",
-        fault: "slow handler",
-        kind: "RequestQueueing",
-        start: Start::Watching,
-        detected: after,
-        resolved: Some(resolved),
-    }
-    .report();
+    Detection { runtime: "python http.server", fault: "slow handler", kind: "RequestQueueing", start: Start::Watching }
+        .report(after, Some(resolved));
 }

@@ -28,7 +28,7 @@ use tests::{
     privileged,
     redis_server::Redis,
     serial,
-    summary::{Start, Summary},
+    summary::{Detection, Start},
     temp_dir,
 };
 
@@ -327,8 +327,8 @@ fn netty_loop_blocked(test: &str, fault: &str) {
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
     eprintln!("netty {fault}: evidence {}", alert["evidence"]);
     let resolved = scenario.healed("EventLoopBlocked");
-    let kind = "EventLoopBlocked";
-    Summary { runtime: "jvm netty", fault, kind, start: Start::Watching, detected, resolved: Some(resolved) }.report();
+    Detection { runtime: "jvm netty", fault, kind: "EventLoopBlocked", start: Start::Watching }
+        .report(detected, Some(resolved));
     stop(&slow);
     let _ = pauser.join();
     assert!(scenario.finish() > 50, "the load barely ran");
@@ -401,15 +401,8 @@ fn pool_saturated(test: &str, mode: &str) {
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
     let resolved = scenario.healed("PoolSaturated");
     let fault = format!("ratelimit, {mode} pool");
-    Summary {
-        runtime: "jvm httpserver",
-        fault: &fault,
-        kind: "PoolSaturated",
-        start: Start::Watching,
-        detected,
-        resolved: Some(resolved),
-    }
-    .report();
+    Detection { runtime: "jvm httpserver", fault: &fault, kind: "PoolSaturated", start: Start::Watching }
+        .report(detected, Some(resolved));
     assert!(scenario.finish() > 200, "the load barely ran");
 }
 
@@ -457,15 +450,13 @@ fn jvm_rate_limiter_pool_already_saturated_when_the_observer_attaches() {
     assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
     gateway.heal();
     let resolved = wait_resolved(&observer, "PoolSaturated", RESOLVE_WITHIN);
-    Summary {
+    Detection {
         runtime: "jvm httpserver",
         fault: "ratelimit, growing pool",
         kind: "PoolSaturated",
         start: Start::Attached,
-        detected,
-        resolved: Some(resolved),
     }
-    .report();
+    .report(detected, Some(resolved));
     assert!(load.finish() > 100, "the load barely ran");
 }
 
@@ -488,15 +479,13 @@ fn jvm_httpserver_untimed_get_on_the_dispatcher_is_a_blocked_loop() {
     let (alert, detected) = scenario.detected("EventLoopBlocked", &before);
     assert_eq!(alert["subject"], "HTTP-Dispatcher", "{alert:#}");
     let resolved = scenario.healed("EventLoopBlocked");
-    Summary {
+    Detection {
         runtime: "jvm httpserver",
         fault: "untimed-get on the dispatcher",
         kind: "EventLoopBlocked",
         start: Start::Watching,
-        detected,
-        resolved: Some(resolved),
     }
-    .report();
+    .report(detected, Some(resolved));
     assert!(scenario.finish() > 50, "the load barely ran");
 }
 
@@ -594,15 +583,7 @@ fn jvm_full_gc_pauses_are_a_jvm_pause_not_blocked_loops() {
     );
     let resolved = scenario.healed("JvmPause");
     eprintln!("gc pause: full GCs {full:?} ms");
-    let kind = "JvmPause";
-    Summary {
-        runtime: "jvm httpserver",
-        fault: "full gc",
-        kind,
-        start: Start::Watching,
-        detected,
-        resolved: Some(resolved),
-    }
-    .report();
+    Detection { runtime: "jvm httpserver", fault: "full gc", kind: "JvmPause", start: Start::Watching }
+        .report(detected, Some(resolved));
     assert!(scenario.finish() > 50, "the load barely ran");
 }

@@ -23,7 +23,7 @@ pub struct Run {
 #[derive(Debug, PartialEq)]
 pub struct Row {
     pub test: String,
-    /// None when the test reported no scenario in any round (it failed before its summary).
+    /// None when the test named no scenario in any round (it failed before it said which).
     pub scenario: Option<Scenario>,
     pub rounds: usize,
     pub detected: Vec<f64>,
@@ -47,9 +47,11 @@ pub fn rows(runs: &[Run]) -> Vec<Row> {
     for test in tests {
         let runs: Vec<&Run> = runs.iter().filter(|r| r.test == test).collect();
         let mut scenarios: Vec<Option<&Scenario>> = Vec::new();
-        for m in runs.iter().flat_map(|r| &r.output.measured) {
-            if !scenarios.contains(&Some(&m.scenario)) {
-                scenarios.push(Some(&m.scenario));
+        let named =
+            runs.iter().flat_map(|r| r.output.declared.iter().chain(r.output.measured.iter().map(|m| &m.scenario)));
+        for scenario in named {
+            if !scenarios.contains(&Some(scenario)) {
+                scenarios.push(Some(scenario));
             }
         }
         if scenarios.is_empty() {
@@ -242,6 +244,18 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].detected, [1.0]);
         assert_eq!(rows[0].misses(), ["failed in 1/2 rounds: no PoolSaturated firing 15s into the fault (x.rs:1:1)"]);
+    }
+
+    #[test]
+    fn a_declared_scenario_that_failed_keeps_its_name() {
+        let text = "SCENARIO {\"runtime\":\"node\",\"fault\":\"exec-sync\",\"kind\":\"EventLoopBlocked\",\"start\":\"watching\"}\n";
+        let rows = rows(&[run("node::exec", Some("MISSED (r.rs:1:1)"), text)]);
+        assert_eq!(rows.len(), 1);
+        let table = render(&rows);
+        assert!(
+            table.contains("| node | exec-sync | EventLoopBlocked | watching | — | — | 0/1 | **FAIL**: failed in 1/1 rounds: MISSED (r.rs:1:1) |"),
+            "{table}"
+        );
     }
 
     #[test]

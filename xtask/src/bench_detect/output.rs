@@ -1,5 +1,5 @@
-//! What one end-to-end test run printed, read back: its `SUMMARY {json}` lines (written by
-//! `tests::summary`), the alert kinds of a healthy phase that saw alerts (`FALSE_ALERTS {json}`),
+//! What one end-to-end test run printed, read back: its `SCENARIO {json}` and `SUMMARY {json}`
+//! lines (written by `tests::summary`), the alert kinds of a healthy phase that saw alerts (`FALSE_ALERTS {json}`),
 //! and its first panic. Pure: text in, values out.
 
 use serde_json::Value;
@@ -28,16 +28,19 @@ pub struct Scenario {
 /// Everything read from one run's output.
 #[derive(Debug, Default, PartialEq)]
 pub struct RunOutput {
+    /// Scenarios named before they ran (`SCENARIO`), measured or not.
+    pub declared: Vec<Scenario>,
     pub measured: Vec<Measured>,
     /// Whether a healthy phase saw alerts, and their kinds.
     pub healthy_broken: bool,
     pub false_alert_kinds: Vec<String>,
     /// The first panic: its message's first line, after where it panicked.
     pub panic: Option<String>,
-    /// `SUMMARY {` lines that did not read as a summary.
+    /// `SCENARIO {` and `SUMMARY {` lines that did not read as one.
     pub unreadable: Vec<String>,
 }
 
+const SCENARIO: &str = "SCENARIO {";
 const SUMMARY: &str = "SUMMARY {";
 const FALSE_ALERTS: &str = "FALSE_ALERTS {";
 
@@ -47,7 +50,12 @@ pub fn parse(text: &str) -> RunOutput {
     let mut out = RunOutput::default();
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
-        if let Some(json) = after_marker(line, SUMMARY) {
+        if let Some(json) = after_marker(line, SCENARIO) {
+            match serde_json::from_str(json).ok().as_ref().and_then(scenario) {
+                Some(s) => out.declared.push(s),
+                None => out.unreadable.push(line.trim().to_owned()),
+            }
+        } else if let Some(json) = after_marker(line, SUMMARY) {
             match measured(json) {
                 Some(m) => out.measured.push(m),
                 None => out.unreadable.push(line.trim().to_owned()),
@@ -74,11 +82,14 @@ fn after_marker<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
     line.find(marker).map(|i| line[i + marker.len() - 1..].trim_end())
 }
 
+fn scenario(v: &Value) -> Option<Scenario> {
+    let text = |key: &str| v[key].as_str().map(str::to_owned);
+    Some(Scenario { runtime: text("runtime")?, fault: text("fault")?, kind: text("kind"), start: text("start")? })
+}
+
 fn measured(json: &str) -> Option<Measured> {
     let v: Value = serde_json::from_str(json).ok()?;
-    let text = |key: &str| v[key].as_str().map(str::to_owned);
-    let scenario =
-        Scenario { runtime: text("runtime")?, fault: text("fault")?, kind: text("kind"), start: text("start")? };
+    let scenario = scenario(&v)?;
     let detected_s = v["detected_s"].as_f64();
     if scenario.kind.is_some() && detected_s.is_none() {
         return None;
@@ -125,6 +136,16 @@ SUMMARY {\"detected_s\":0.612,\"fault\":\"atomics-timed\",\"kind\":\"EventLoopBl
             }]
         );
         assert!(!out.healthy_broken && out.panic.is_none() && out.unreadable.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn a_declared_scenario_is_named_without_a_measurement() {
+        let text = "SCENARIO {\"fault\":\"exec-sync\",\"kind\":\"EventLoopBlocked\",\"runtime\":\"node\",\"start\":\"watching\"}\nSCENARIO {\"fault\":1}\n";
+        let out = parse(text);
+        assert_eq!(out.declared.len(), 1, "{out:?}");
+        assert_eq!(out.declared[0].fault, "exec-sync");
+        assert!(out.measured.is_empty());
+        assert_eq!(out.unreadable, ["SCENARIO {\"fault\":1}"]);
     }
 
     #[test]
