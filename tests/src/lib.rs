@@ -19,6 +19,7 @@ pub mod python;
 pub mod redis_server;
 pub mod reference_gateway;
 pub mod runtimes;
+pub mod summary;
 pub mod upstream;
 
 use std::{

@@ -19,7 +19,12 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{free_port, http_client::try_request, observer::Observer};
+use crate::{
+    free_port,
+    http_client::try_request,
+    observer::Observer,
+    summary::{Detection, Start},
+};
 
 /// How long a fixture may take to print `ready` (Node and Python start in well under a second;
 /// the margin is for a loaded 2-core machine).
@@ -40,6 +45,8 @@ pub struct RuntimeGateway {
     lines: mpsc::Receiver<String>,
     pub port: u16,
     what: String,
+    /// The runtime, as `SUMMARY` lines name it: `node`, `python asyncio`, `go`.
+    pub runtime: &'static str,
 }
 
 impl RuntimeGateway {
@@ -48,7 +55,7 @@ impl RuntimeGateway {
         let port = free_port();
         let mut command = Command::new("node");
         command.arg(fixture_dir().join("node").join(script)).arg(port.to_string());
-        Self::spawn(command, port, &format!("node {script}"))
+        Self::spawn(command, port, &format!("node {script}"), "node")
     }
 
     /// `python3 tests/fixtures/python/SCRIPT PORT` (unbuffered, so `ready` is seen at once).
@@ -56,7 +63,7 @@ impl RuntimeGateway {
         let port = free_port();
         let mut command = Command::new("python3");
         command.arg("-u").arg(fixture_dir().join("python").join(script)).arg(port.to_string());
-        Self::spawn(command, port, &format!("python3 {script}"))
+        Self::spawn(command, port, &format!("python3 {script}"), "python asyncio")
     }
 
     /// The binary built from `tests/fixtures/go/SOURCE` (named after it without `.go`; see
@@ -65,10 +72,10 @@ impl RuntimeGateway {
         let port = free_port();
         let mut command = Command::new(go_binary(source));
         command.arg(port.to_string());
-        Self::spawn(command, port, &format!("go {source}"))
+        Self::spawn(command, port, &format!("go {source}"), "go")
     }
 
-    fn spawn(mut command: Command, port: u16, what: &str) -> RuntimeGateway {
+    fn spawn(mut command: Command, port: u16, what: &str, runtime: &'static str) -> RuntimeGateway {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -90,7 +97,7 @@ impl RuntimeGateway {
                 }
             })
             .expect("spawn a stdout reader");
-        let mut gateway = RuntimeGateway { child, stdin, lines, port, what: what.to_owned() };
+        let mut gateway = RuntimeGateway { child, stdin, lines, port, what: what.to_owned(), runtime };
         let line = gateway.expect_line(READY_WITHIN, "ready");
         assert_eq!(line, format!("ready {port}"), "{what} said {line:?}");
         eprintln!("{what}: pid {} ready on port {port}", gateway.pid());
@@ -468,15 +475,19 @@ pub fn blocked_loop_is_named(
         return;
     }
     let _serial = crate::serial();
-    let mut scenario = Scenario::healthy(start(), 4, Duration::from_millis(5), HEALTHY);
+    let gateway = start();
+    let kind = "EventLoopBlocked";
+    let detection = Detection { runtime: gateway.runtime, fault, kind, start: Start::Watching };
+    detection.declare();
+    let mut scenario = Scenario::healthy(gateway, 4, Duration::from_millis(5), HEALTHY);
     let latency = scenario.fault(fault);
     assert!(latency >= slow, "{fault}: a request took {latency:?}, the fault is not in effect");
-    let (alert, detected) = scenario.detected("EventLoopBlocked", DETECT_WITHIN);
+    let (alert, detected) = scenario.detected(kind, DETECT_WITHIN);
     assert_eq!(alert["subject"], loop_thread, "the loop thread is the one blocked: {alert:#}");
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
-    let resolved = scenario.healed("EventLoopBlocked", RESOLVE_WITHIN);
+    let resolved = scenario.healed(kind, RESOLVE_WITHIN);
     let after_heal = scenario.gateway.timed_get("/");
     assert!(after_heal < slow, "healed, yet a request took {after_heal:?}");
-    eprintln!("SUMMARY {test} {fault}: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}");
+    detection.report(detected, Some(resolved));
     assert!(scenario.finish() > 50, "the load barely ran");
 }

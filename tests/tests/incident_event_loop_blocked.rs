@@ -18,6 +18,7 @@ use tests::{
     privileged,
     redis_server::Redis,
     reference_gateway::{Gateway, access_config},
+    summary::{Detection, Start},
     upstream::{Behavior, Upstream},
 };
 
@@ -97,6 +98,13 @@ fn a_slow_redis_behind_a_blocking_client_is_named_within_seconds() {
     let _ = slow_redis.join();
     let resolved_after = wait_resolved(&observer, "EventLoopBlocked", Duration::from_secs(20));
     eprintln!("resolved {resolved_after:?} after Redis was fast again");
+    Detection {
+        runtime: "reference-gateway (tokio)",
+        fault: "slow redis, blocking client",
+        kind: "EventLoopBlocked",
+        start: Start::Watching,
+    }
+    .report(detected_after, Some(resolved_after));
     stop(&done);
     let served: usize = clients.into_iter().map(|c| c.join().unwrap_or(0)).sum();
     assert!(served > 100, "the load made only {served} requests");

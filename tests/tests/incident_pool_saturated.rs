@@ -10,6 +10,7 @@ use tests::{
     load::{load, stop, stop_flag},
     observer::Observer,
     privileged,
+    summary::{Detection, Start},
 };
 
 /// The refusals the firing PoolSaturated alert's evidence counts, once there are some (5 s at most:
@@ -100,6 +101,13 @@ fn a_rate_limiter_that_parks_every_worker_is_named_within_seconds() {
     stop(&fault);
     let resolved_after = wait_resolved(&observer, "PoolSaturated", Duration::from_secs(40));
     eprintln!("resolved {resolved_after:?} after the load stopped");
+    Detection {
+        runtime: "reference-gateway (tokio)",
+        fault: "rate limiter, bounded pool",
+        kind: "PoolSaturated",
+        start: Start::Watching,
+    }
+    .report(detected_after, Some(resolved_after));
     for c in clients {
         let _ = c.join();
     }

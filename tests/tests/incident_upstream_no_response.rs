@@ -14,7 +14,7 @@ use std::{
 
 use serde_json::Value;
 use tests::{
-    alerts::{alerts_of, wait_resolved},
+    alerts::{alerts_of, assert_quiet, wait_resolved},
     free_port,
     load::{load, load_paced, stop, stop_flag},
     netns::NetNs,
@@ -22,6 +22,7 @@ use tests::{
     observer::Observer,
     privileged,
     reference_gateway::Gateway,
+    summary::{Detection, Start},
     upstream::{Behavior, Upstream},
 };
 
@@ -82,16 +83,15 @@ fn assert_nothing_about(observer: &Observer, peer: &str) {
 }
 
 /// Healthy load on both routes, then the fault: both alerts for the namespace's peer, none for
-/// the healthy one; then the fix: both resolve.
-fn run_scenario(observer: &Observer, port: u16, ns: &NetNs, healthy_peer: &str) {
+/// the healthy one; then the fix: both resolve. `runtime` names the gateway in `SUMMARY` lines.
+fn run_scenario(runtime: &str, observer: &Observer, port: u16, ns: &NetNs, healthy_peer: &str) {
     let bad_peer = format!("{}:{UPSTREAM_PORT}", ns.ns_ip);
     let until = Instant::now() + Duration::from_secs(90);
     let (good_load, bad_load) = (stop_flag(), stop_flag());
     // A steady few hundred requests a second: the point is the broken peer, not throughput.
     let good = load_paced(port, "/api/x", 4, Duration::from_millis(5), good_load.clone(), until);
     let bad = load_paced(port, "/bad/x", 8, Duration::from_millis(5), bad_load.clone(), until);
-    thread::sleep(Duration::from_secs(3));
-    assert!(observer.alerts().is_empty(), "alerts before the fault: {:#?}", observer.alerts());
+    assert_quiet(observer, Duration::from_secs(3));
 
     ns.drop_replies_from(UPSTREAM_PORT);
     let fired = wait_all_firing(observer, &["UpstreamNoResponse", "OneWayStall"], &bad_peer, DETECT_WITHIN);
@@ -115,9 +115,18 @@ fn run_scenario(observer: &Observer, port: u16, ns: &NetNs, healthy_peer: &str) 
     assert_nothing_about(observer, healthy_peer);
 
     ns.restore_replies();
-    let resolved = wait_resolved(observer, "UpstreamNoResponse", Duration::from_secs(40));
-    let resolved_one_way = wait_resolved(observer, "OneWayStall", Duration::from_secs(40));
+    let restored = Instant::now();
+    wait_resolved(observer, "UpstreamNoResponse", Duration::from_secs(40));
+    let resolved = restored.elapsed();
+    wait_resolved(observer, "OneWayStall", Duration::from_secs(40));
+    let resolved_one_way = restored.elapsed();
     eprintln!("resolved {resolved:?} / {resolved_one_way:?} after the rule was removed");
+    for (kind, detected, resolved) in
+        [("UpstreamNoResponse", no_response_after, resolved), ("OneWayStall", one_way_after, resolved_one_way)]
+    {
+        Detection { runtime, fault: "return path dropped", kind, start: Start::Watching }
+            .report(detected, Some(resolved));
+    }
     assert_nothing_about(observer, healthy_peer);
     stop(&good_load);
     stop(&bad_load);
@@ -127,13 +136,16 @@ fn run_scenario(observer: &Observer, port: u16, ns: &NetNs, healthy_peer: &str) 
 }
 
 /// A loopback upstream that reads requests and never answers: silence without a network fault.
-fn assert_silent_upstream_is_no_response_only(observer: &Observer, port: u16, hole: &Upstream) {
+/// Not fixed: the test ends with it.
+fn assert_silent_upstream_is_no_response_only(runtime: &str, observer: &Observer, port: u16, hole: &Upstream) {
     let peer = hole.addr();
     let flag = stop_flag();
     let clients = load(port, "/hole/x", 3, flag.clone(), Instant::now() + Duration::from_secs(20));
     let fired = wait_all_firing(observer, &["UpstreamNoResponse"], &peer, DETECT_WITHIN);
     let (alert, after) = &fired[0];
     eprintln!("silent upstream: UpstreamNoResponse after {after:?}");
+    Detection { runtime, fault: "upstream never answers", kind: "UpstreamNoResponse", start: Start::Watching }
+        .report(*after, None);
     assert_eq!(alert["evidence"]["retransmits"], 0, "{alert:#}");
     let one_way: Vec<Value> =
         observer.alerts().into_iter().filter(|a| a["kind"] == "OneWayStall" && a["subject"] == peer.as_str()).collect();
@@ -164,8 +176,9 @@ fn reference_gateway_with_a_silent_return_path() {
         hole.addr()
     ));
     let observer = Observer::start(gw.pid());
-    run_scenario(&observer, gw.port, &ns, &good.addr());
-    assert_silent_upstream_is_no_response_only(&observer, gw.port, &hole);
+    let runtime = "reference-gateway (tokio)";
+    run_scenario(runtime, &observer, gw.port, &ns, &good.addr());
+    assert_silent_upstream_is_no_response_only(runtime, &observer, gw.port, &hole);
 }
 
 #[test]
@@ -189,5 +202,5 @@ fn nginx_with_a_silent_return_path() {
          location / { proxy_pass http://good; proxy_http_version 1.1; proxy_set_header Connection \"\"; }",
     );
     let observer = Observer::start(nginx.pid());
-    run_scenario(&observer, port, &ns, &good.addr());
+    run_scenario("nginx", &observer, port, &ns, &good.addr());
 }

@@ -15,6 +15,7 @@ use tests::{
     observer::Observer,
     privileged,
     python::{PythonServer, SLOW_SECONDS},
+    summary::{Detection, Start},
 };
 
 /// Clients sending `path` one request at a time until `stop`, each returning the latencies it
@@ -110,6 +111,7 @@ fn a_server_that_stops_reading_is_named_with_how_long_requests_waited() {
         thread::sleep(Duration::from_millis(100));
     }
     stop(&done);
+    let stopped = Instant::now();
     let slow: Vec<f64> = slow.into_iter().flat_map(|c| c.join().expect("slow client")).collect();
     let fast: Vec<f64> = fast.into_iter().flat_map(|c| c.join().expect("fast client")).collect();
     thread::sleep(Duration::from_secs(2));
@@ -132,6 +134,9 @@ fn a_server_that_stops_reading_is_named_with_how_long_requests_waited() {
         "observer {observed:.3}s vs clients {measured:.3}s (±{tolerance:.3})"
     );
 
-    let resolved = wait_resolved(&observer, "RequestQueueing", Duration::from_secs(20));
+    wait_resolved(&observer, "RequestQueueing", Duration::from_secs(20));
+    let resolved = stopped.elapsed();
     eprintln!("RequestQueueing resolved {:.1}s after the slow requests stopped", resolved.as_secs_f64());
+    Detection { runtime: "python http.server", fault: "slow handler", kind: "RequestQueueing", start: Start::Watching }
+        .report(after, Some(resolved));
 }

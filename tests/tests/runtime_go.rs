@@ -21,6 +21,7 @@ use tests::{
     privileged,
     runtimes::{LOAD_AT_MOST, RuntimeGateway, Scenario, snapshot_of},
     serial,
+    summary::{Detection, Start},
 };
 
 const HEALTHY: Duration = Duration::from_secs(6);
@@ -43,6 +44,8 @@ fn go_requests_queued_behind_a_mutex_are_named_stalled() {
         return;
     }
     let _serial = serial();
+    let detection = Detection { runtime: "go", fault: "mutex", kind: EXPECTED, start: Start::Watching };
+    detection.declare();
     let gateway = RuntimeGateway::go("gateway.go");
     let mut scenario = Scenario::healthy(gateway, CLIENTS, Duration::from_millis(20), HEALTHY);
 
@@ -85,7 +88,7 @@ fn go_requests_queued_behind_a_mutex_are_named_stalled() {
         "{EXPECTED} stopped firing while the fault is on"
     );
     let resolved = scenario.healed(EXPECTED, RESOLVE_WITHIN);
-    eprintln!("SUMMARY go mutex: {EXPECTED} detected {detected:.2?}, resolved {resolved:.2?}");
+    detection.report(detected, Some(resolved));
     assert!(scenario.finish() > 50, "the load barely ran");
 }
 
@@ -120,7 +123,8 @@ fn go_requests_stalled_before_the_observer_attached_are_named() {
     assert!(alert["evidence"]["waiting"].as_u64().is_some_and(|n| n >= 4), "{alert:#}");
     gateway.heal();
     let resolved = wait_resolved(&observer, EXPECTED, RESOLVE_WITHIN);
-    eprintln!("SUMMARY go mutex, attached mid-fault: {EXPECTED} detected {detected:.2?}, resolved {resolved:.2?}");
+    Detection { runtime: "go", fault: "mutex", kind: EXPECTED, start: Start::Attached }
+        .report(detected, Some(resolved));
     stop(&done);
     let served: usize = clients.into_iter().map(|c| c.join().unwrap_or(0)).sum();
     assert!(served > 20, "the load barely ran: {served} requests");

@@ -27,7 +27,9 @@ use tests::{
     observer::Observer,
     privileged,
     redis_server::Redis,
-    serial, temp_dir,
+    serial,
+    summary::{Detection, Start},
+    temp_dir,
 };
 
 const HEALTHY: Duration = Duration::from_secs(6);
@@ -297,7 +299,8 @@ fn jvm_netty_cold_start_under_load_is_quiet() {
     let load = Load::start(gateway.port, "/api/x", Shape { clients: 16, pause: Duration::from_millis(1) });
     assert_quiet(&observer, COLD_START);
     let served = load.finish();
-    eprintln!("SUMMARY netty cold start: quiet for {COLD_START:?} from the first request, {served} requests");
+    tests::summary::quiet("jvm netty", "cold start under load", COLD_START);
+    eprintln!("netty cold start: {served} requests");
     assert!(served > 500, "the load barely ran: {served} requests");
     drop(redis);
 }
@@ -316,7 +319,8 @@ fn jvm_httpserver_cold_start_under_load_is_quiet() {
     let load = Load::start(gateway.port, "/api/x", Shape { clients: 8, pause: Duration::from_millis(1) });
     assert_quiet(&observer, COLD_START);
     let served = load.finish();
-    eprintln!("SUMMARY httpserver cold start: quiet for {COLD_START:?} from the first request, {served} requests");
+    tests::summary::quiet("jvm httpserver", "cold start under load", COLD_START);
+    eprintln!("httpserver cold start: {served} requests");
     assert!(served > 500, "the load barely ran: {served} requests");
 }
 
@@ -371,7 +375,8 @@ fn netty_loop_blocked(test: &str, fault: &str) {
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
     eprintln!("netty {fault}: evidence {}", alert["evidence"]);
     let resolved = scenario.healed("EventLoopBlocked");
-    eprintln!("SUMMARY netty {fault}: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}");
+    Detection { runtime: "jvm netty", fault, kind: "EventLoopBlocked", start: Start::Watching }
+        .report(detected, Some(resolved));
     stop(&slow);
     let _ = pauser.join();
     assert!(scenario.finish() > 50, "the load barely ran");
@@ -443,7 +448,9 @@ fn pool_saturated(test: &str, mode: &str) {
     assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
     let resolved = scenario.healed("PoolSaturated");
-    eprintln!("SUMMARY ratelimit {mode} pool: PoolSaturated detected {detected:.2?}, resolved {resolved:.2?}");
+    let fault = format!("ratelimit, {mode} pool");
+    Detection { runtime: "jvm httpserver", fault: &fault, kind: "PoolSaturated", start: Start::Watching }
+        .report(detected, Some(resolved));
     assert!(scenario.finish() > 200, "the load barely ran");
 }
 
@@ -491,9 +498,13 @@ fn jvm_rate_limiter_pool_already_saturated_when_the_observer_attaches() {
     assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
     gateway.heal();
     let resolved = wait_resolved(&observer, "PoolSaturated", RESOLVE_WITHIN);
-    eprintln!(
-        "SUMMARY ratelimit pool, observer attached mid-incident: PoolSaturated detected {detected:.2?} after attaching, resolved {resolved:.2?}"
-    );
+    Detection {
+        runtime: "jvm httpserver",
+        fault: "ratelimit, growing pool",
+        kind: "PoolSaturated",
+        start: Start::Attached,
+    }
+    .report(detected, Some(resolved));
     assert!(load.finish() > 100, "the load barely ran");
 }
 
@@ -532,9 +543,13 @@ fn jvm_httpserver_untimed_get_on_the_dispatcher_is_a_blocked_loop() {
         "event_loop_blocked_seconds_total{{reason=\"futex\"}} {counted:.2} s, the alert's window {in_alert:.2} s"
     );
     let resolved = scenario.healed("EventLoopBlocked");
-    eprintln!(
-        "SUMMARY httpserver inline untimed-get: EventLoopBlocked detected {detected:.2?}, resolved {resolved:.2?}"
-    );
+    Detection {
+        runtime: "jvm httpserver",
+        fault: "untimed-get on the dispatcher",
+        kind: "EventLoopBlocked",
+        start: Start::Watching,
+    }
+    .report(detected, Some(resolved));
     assert!(scenario.finish() > 50, "the load barely ran");
 }
 
@@ -606,6 +621,7 @@ fn jvm_full_gc_pauses_are_a_jvm_pause_not_blocked_loops() {
         return;
     }
     let _serial = serial();
+    Detection { runtime: "jvm httpserver", fault: "full gc", kind: "JvmPause", start: Start::Watching }.declare();
     let dir = temp_dir("jvm-gc");
     let log = dir.join("gc.log");
     let log_opt = format!("-Xlog:gc,safepoint:file={}:uptime", log.display());
@@ -699,10 +715,9 @@ fn jvm_full_gc_pauses_are_a_jvm_pause_not_blocked_loops() {
     let logged: f64 = GcLog::read(&log).since(&logged_before).safepoints.iter().sum::<f64>() / 1e3;
     eprintln!("gc pause: stop-the-world {stopped:.3}s by the observer's counter, {logged:.3}s by the JVM's log");
     assert!((stopped - logged).abs() <= 0.1 + 0.05 * logged, "stopped {stopped:.3}s, logged {logged:.3}s");
-    eprintln!(
-        "SUMMARY gc pause: JvmPause detected {detected:.2?}, resolved {resolved:.2?}; full GCs {:?} ms",
-        during.full
-    );
+    eprintln!("gc pause: full GCs {:?} ms", during.full);
+    Detection { runtime: "jvm httpserver", fault: "full gc", kind: "JvmPause", start: Start::Watching }
+        .report(detected, Some(resolved));
     assert!(scenario.finish() > 50, "the load barely ran");
 }
 

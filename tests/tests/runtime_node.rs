@@ -58,6 +58,6 @@ fn node_under_full_load_raises_nothing() {
     let gateway = RuntimeGateway::node("gateway.js");
     let started = Instant::now();
     let scenario = Scenario::healthy(gateway, 12, Duration::ZERO, Duration::from_secs(15));
-    eprintln!("SUMMARY node full load: quiet for {:.1?}", started.elapsed());
+    tests::summary::quiet("node", "full load, no fault", started.elapsed());
     assert!(scenario.finish() > 500, "the load barely ran");
 }

@@ -1,7 +1,8 @@
-//! `cargo xtask setup | build | lint | test | bench probes|gateway|overhead|parser | demo`: the
+//! `cargo xtask setup | build | lint | test | bench probes|gateway|overhead|parser|detect | demo`: the
 //! project's own commands. Each installs what it needs first, so a fresh machine goes from clone to
 //! green with `cargo xtask test`.
 
+mod bench_detect;
 mod bench_gateway;
 mod bench_overhead;
 mod bench_parser;
@@ -19,7 +20,7 @@ mod wrk;
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--pairs N] [--duration S] [--gateway reference|nginx|both] [--rate R] | bench parser | demo [--phase-seconds N] [--keep]>";
+const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--pairs N] [--duration S] [--gateway reference|nginx|both] [--rate R] | bench parser | bench detect [--rounds N] [--filter SUBSTR] [--timeout S] | demo [--phase-seconds N] [--keep]>";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -54,6 +55,7 @@ fn main() -> anyhow::Result<()> {
                 Some("gateway") => bench_gateway::run(&rest[1..]),
                 Some("overhead") => bench_overhead::run(&rest[1..]),
                 Some("parser") => bench_parser::run(&rest[1..]),
+                Some("detect") => bench_detect::run(&rest[1..]),
                 _ => bail!("{USAGE}"),
             }
         }
