@@ -9,7 +9,8 @@
 //!   a sibling loop (same process, same thread group, itself a loop) handing over work means the
 //!   waiter was idle, and marks the thread, and its group, as ones that park for work for good;
 //!   in such a group, a wake by any sibling is a hand-over too (Go's Ms all poll at times, and
-//!   the one waking a parked M may not have polled lately); any other waker (a Redis client's I/O
+//!   the one waking a parked M may not have polled lately), and so it is for a loop not yet seen
+//!   idling in poll alone (an observer that just attached to Go); any other waker (a Redis client's I/O
 //!   thread, the thread that held the lock, a timer thread) means it was blocked on that thread's
 //!   work. This needs no history: an observer attached mid-incident sees it at the first long
 //!   wait;
@@ -132,7 +133,7 @@ pub fn classify<'a>(
     if paused.contains(&(block.tid, block.timestamp_ns)) {
         UntimedWait::Pause
     } else if woken_by_sibling_loop(thread, block.waker_tid, loops)
-        || (baselines.group_parks_for_work(thread) && woken_by_sibling())
+        || (woken_by_sibling() && (baselines.group_parks_for_work(thread) || !baselines.short_waits_block(thread.tid)))
     {
         UntimedWait::Idle
     } else {
@@ -251,7 +252,7 @@ mod tests {
         let judge = |b: &Block, paused: &HashSet<(u32, u64)>| classify(&threads[0], b, &loops, paused, &fresh, name_of);
         assert_eq!(judge(&untimed(1, 2, 5), &none), UntimedWait::Idle);
         assert_eq!(judge(&untimed(1, 3, 5), &none), UntimedWait::Blocking, "another group");
-        assert_eq!(judge(&untimed(1, 77, 5), &none), UntimedWait::Blocking, "a sibling, not a loop");
+        assert_eq!(judge(&untimed(1, 77, 5), &none), UntimedWait::Idle, "a sibling, before the loop is known");
         assert_eq!(judge(&untimed(1, 1, 5), &none), UntimedWait::Blocking, "itself");
         let paused = HashSet::from([(1, 5)]);
         assert_eq!(judge(&untimed(1, 3, 5), &paused), UntimedWait::Pause);
@@ -268,6 +269,8 @@ mod tests {
             78 => Some("redis-client"),
             _ => None,
         };
+        // A loop seen idling in poll alone for a few ticks: a sibling's wake is blocking it.
+        baselines.threads.entry(1).or_default().poll_only_ticks = POLL_ONLY_TICKS;
         let before = classify(&threads[0], &untimed(1, 77, 5), &loops, &HashSet::new(), &baselines, name_of);
         assert_eq!(before, UntimedWait::Blocking);
         // What `learn` records once a sibling loop woke thread 1.
