@@ -86,16 +86,7 @@ impl EventLoopConfig {
 }
 
 /// Reasons that mean "blocked in work" for an event loop.
-pub const BLOCKING_REASONS: [u32; 8] = [
-    reason::FUTEX_TIMED,
-    reason::FUTEX_SLEEP,
-    reason::POLL_OTHER,
-    reason::SLEEP,
-    reason::SOCKET,
-    reason::IO,
-    reason::OTHER_SYSCALL,
-    reason::DISK,
-];
+pub const BLOCKING_REASONS: [u32; 8] = super::history::LOOP_BLOCKING_REASONS;
 
 /// One blocked event loop, with its evidence.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,8 +10,9 @@ use gateway_observer_common::reason;
 
 pub type ReasonTotals = [u64; reason::COUNT as usize];
 
-/// Off-CPU reasons that keep a known event loop counted as one while it does not poll.
-const STUCK_REASONS: [u32; 8] = [
+/// Off-CPU reasons that mean an event loop is blocked in work (`event_loop::BLOCKING_REASONS`),
+/// and that keep a known loop counted as one while it does not poll.
+pub const LOOP_BLOCKING_REASONS: [u32; 8] = [
     reason::FUTEX_TIMED,
     reason::FUTEX_SLEEP,
     reason::POLL_OTHER,
@@ -128,7 +129,7 @@ impl History {
             let grew = |r: u32| totals[r as usize] > previous[r as usize];
             // Polled: an event loop. A known loop that is blocked in work instead stays one: a
             // loop stuck in one call for minutes must not stop being judged as a loop.
-            let stuck = track.last_polled.is_some() && STUCK_REASONS.iter().any(|r| grew(*r));
+            let stuck = track.last_polled.is_some() && LOOP_BLOCKING_REASONS.iter().any(|r| grew(*r));
             if grew(reason::POLL) || stuck {
                 track.last_polled = Some(now);
             }

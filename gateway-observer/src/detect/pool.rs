@@ -28,7 +28,10 @@ use std::{
 
 use gateway_observer_common::reason;
 
-use super::{history::History, timed_waits::TimedWaits};
+use super::{
+    history::{History, WindowDelta},
+    timed_waits::TimedWaits,
+};
 use crate::{events::Block, reason::reason_label};
 
 /// Off-CPU reasons that mean a pool thread is occupied by work.
@@ -102,16 +105,44 @@ struct GroupTotals {
     comm: String,
     threads: usize,
     created: usize,
-    elapsed_ns: u128,
-    offcpu_ns: [u64; reason::COUNT as usize],
     tids: Vec<u32>,
-    /// The same over the last `confirm`, and over the last tick.
-    recent_elapsed_ns: u128,
-    recent_offcpu_ns: [u64; reason::COUNT as usize],
-    last_elapsed_ns: u128,
-    last_offcpu_ns: [u64; reason::COUNT as usize],
+    /// The group's thread time over the window, the last `confirm`, and the last tick.
+    window: Period,
+    recent: Period,
+    last: Period,
     /// How the group's timed waits ended lately.
     timed_waits: super::timed_waits::Outcomes,
+}
+
+/// A group's thread time over one stretch: its threads' summed lengths and off-CPU time by reason.
+#[derive(Default)]
+struct Period {
+    elapsed_ns: u128,
+    offcpu_ns: [u64; reason::COUNT as usize],
+}
+
+impl Period {
+    fn add(&mut self, delta: &WindowDelta) {
+        self.elapsed_ns += delta.elapsed.as_nanos();
+        for (sum, ns) in self.offcpu_ns.iter_mut().zip(delta.offcpu_ns) {
+            *sum += ns;
+        }
+    }
+
+    /// Timed waits of a group taken to be asleep are sleeps.
+    fn count_timed_waits_as_sleep(&mut self) {
+        self.offcpu_ns[POOL_SLEEP_REASON as usize] += std::mem::take(&mut self.offcpu_ns[reason::FUTEX_TIMED as usize]);
+    }
+
+    /// Share of the stretch that was on CPU, blocked in work (sleeps too, while `waiting`
+    /// requests make them work) or waiting for a CPU; 0 for an empty stretch.
+    fn saturation(&self, threads: usize, waiting: usize) -> f64 {
+        if self.elapsed_ns == 0 {
+            return 0.0;
+        }
+        let sleep_counts = sleep_is_work(threads, self.elapsed_ns, &self.offcpu_ns, waiting);
+        saturated_ns(self.elapsed_ns, &self.offcpu_ns, sleep_counts) / self.elapsed_ns as f64
+    }
 }
 
 /// What tells sleeping in work from idling, besides the threads' own time.
@@ -149,21 +180,13 @@ pub fn saturated_pools(
         }
         totals.timed_waits.add(timed_waits.of(thread.tid));
         if let Some(recent) = history.delta(thread.tid, config.confirm) {
-            totals.recent_elapsed_ns += recent.elapsed.as_nanos();
-            for (sum, ns) in totals.recent_offcpu_ns.iter_mut().zip(recent.offcpu_ns) {
-                *sum += ns;
-            }
+            totals.recent.add(&recent);
         }
         if let Some(last) = history.last_delta(thread.tid) {
-            totals.last_elapsed_ns += last.elapsed.as_nanos();
-            for (sum, ns) in totals.last_offcpu_ns.iter_mut().zip(last.offcpu_ns) {
-                *sum += ns;
-            }
+            totals.last.add(&last);
         }
-        let Some(delta) = history.delta(thread.tid, config.window) else { continue };
-        totals.elapsed_ns += delta.elapsed.as_nanos();
-        for (sum, ns) in totals.offcpu_ns.iter_mut().zip(delta.offcpu_ns) {
-            *sum += ns;
+        if let Some(window) = history.delta(thread.tid, config.window) {
+            totals.window.add(&window);
         }
     }
     let window_start_ns = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
@@ -196,41 +219,33 @@ fn judge(
 ) -> Option<SaturatedPool> {
     let mut t = t;
     if t.timed_waits.asleep(MIN_TIMEOUTS_FOR_A_SLEEPING_GROUP) {
-        for totals in [&mut t.offcpu_ns, &mut t.recent_offcpu_ns, &mut t.last_offcpu_ns] {
-            totals[POOL_SLEEP_REASON as usize] += std::mem::take(&mut totals[reason::FUTEX_TIMED as usize]);
+        for period in [&mut t.window, &mut t.recent, &mut t.last] {
+            period.count_timed_waits_as_sleep();
         }
     }
     let growing = t.created >= config.growth_threads;
-    if t.threads < config.min_threads || (t.elapsed_ns == 0 && !growing) {
+    let elapsed_ns = t.window.elapsed_ns;
+    if t.threads < config.min_threads || (elapsed_ns == 0 && !growing) {
         return None;
     }
-    let total = (t.elapsed_ns as f64).max(1.0);
-    let ns = |r: u32| t.offcpu_ns[r as usize] as f64;
-    let sleep_counts = sleep_is_work(t.threads, t.elapsed_ns, &t.offcpu_ns, waiting);
+    let total = (elapsed_ns as f64).max(1.0);
+    let ns = |r: u32| t.window.offcpu_ns[r as usize] as f64;
+    let sleep_counts = sleep_is_work(t.threads, elapsed_ns, &t.window.offcpu_ns, waiting);
     let sleep = ns(POOL_SLEEP_REASON);
     let idle: f64 = POOL_IDLE_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + if sleep_counts { 0.0 } else { sleep };
     let blocked: f64 =
         POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + if sleep_counts { sleep } else { 0.0 };
     let runqueue = ns(reason::RUNQUEUE);
-    let busy = (total - t.offcpu_ns.iter().map(|v| *v as f64).sum::<f64>()).max(0.0);
+    let busy = (total - t.window.offcpu_ns.iter().map(|v| *v as f64).sum::<f64>()).max(0.0);
     // Without history (only new threads) there is no share to speak of: all zero, idle whole.
-    let share = |ns: f64| if t.elapsed_ns == 0 { 0.0 } else { ns / total };
-    let sleep_counts_recently = sleep_is_work(t.threads, t.recent_elapsed_ns, &t.recent_offcpu_ns, waiting);
-    let recent_saturation = if t.recent_elapsed_ns == 0 {
-        0.0
-    } else {
-        saturated_ns(t.recent_elapsed_ns, &t.recent_offcpu_ns, sleep_counts_recently) / t.recent_elapsed_ns as f64
-    };
+    let share = |ns: f64| if elapsed_ns == 0 { 0.0 } else { ns / total };
     // Judge the share only on enough history (half of `confirm` per thread on average); before
     // that, only growth can tell, and the shares are evidence.
-    let enough_history = t.recent_elapsed_ns * 2 >= config.confirm.as_nanos() * t.threads as u128;
-    if !(growing || (enough_history && recent_saturation >= config.saturated_share)) {
+    let enough_history = t.recent.elapsed_ns * 2 >= config.confirm.as_nanos() * t.threads as u128;
+    if !(growing || (enough_history && t.recent.saturation(t.threads, waiting) >= config.saturated_share)) {
         return None;
     }
-    let sleep_counts_last_tick = sleep_is_work(t.threads, t.last_elapsed_ns, &t.last_offcpu_ns, waiting);
-    let saturated_last_tick = t.last_elapsed_ns > 0
-        && saturated_ns(t.last_elapsed_ns, &t.last_offcpu_ns, sleep_counts_last_tick) / t.last_elapsed_ns as f64
-            >= config.saturated_share;
+    let saturated_last_tick = t.last.saturation(t.threads, waiting) >= config.saturated_share;
     // Growth is judged over the window and is recent by itself: a pool that filled in half a
     // second and stays full is still an incident after it stopped growing.
     let active = saturated_last_tick || growing;
@@ -256,7 +271,7 @@ fn judge(
         busy_share: share(busy),
         blocked_share: share(blocked),
         runqueue_share: share(runqueue),
-        idle_share: if t.elapsed_ns == 0 { 1.0 } else { share(idle) },
+        idle_share: if elapsed_ns == 0 { 1.0 } else { share(idle) },
         blocked_by_reason: POOL_BLOCKING_REASONS
             .iter()
             .chain(&[POOL_SLEEP_REASON, reason::FUTEX_TIMED])
@@ -265,7 +280,7 @@ fn judge(
             .collect(),
         waiting_requests: waiting,
         hot_futexes,
-        cpu_cores: if t.elapsed_ns == 0 { 0.0 } else { busy / 1e9 / config.window.as_secs_f64() },
+        cpu_cores: if elapsed_ns == 0 { 0.0 } else { busy / 1e9 / config.window.as_secs_f64() },
         active,
     })
 }
