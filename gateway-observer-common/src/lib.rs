@@ -69,6 +69,9 @@ pub mod syscall_class {
 
 /// Where a socket data syscall keeps its bytes, so the kernel can copy their first and last ones
 /// without knowing syscall numbers. Odd shapes read, even shapes write.
+/// `DataEvent::fd` when the hook that saw the transfer does not know the descriptor.
+pub const DATA_FD_UNKNOWN: u32 = u32::MAX;
+
 pub mod data_shape {
     pub const NONE: u8 = 0;
     /// read, recvfrom: argument 1 is the buffer.
@@ -83,6 +86,10 @@ pub mod data_shape {
     pub const WRITE_MSG: u8 = 6;
     /// sendfile, splice: bytes go to the socket from a file or pipe; only their count is known.
     pub const WRITE_LEN_ONLY: u8 = 8;
+    /// Seen inside `tcp_recvmsg`/`tcp_sendmsg`: the buffer is an iovec array the kernel already
+    /// copied into its own memory (readv, writev, recvmsg, sendmsg).
+    pub const READ_KERNEL_IOV: u8 = 9;
+    pub const WRITE_KERNEL_IOV: u8 = 10;
 
     pub const fn is_read(shape: u8) -> bool {
         shape % 2 == 1
@@ -502,8 +509,21 @@ pub struct ProbeConfig {
     /// of `ns.inum`: a socket's network namespace, as /proc/PID/ns/net names it.
     pub sock_net_offset: u32,
     pub net_inum_offset: u32,
+    /// pt_regs offset of `orig_ax`: the syscall number of a task inside a syscall.
+    pub regs_syscall_nr_offset: u32,
+    /// Offsets in `struct msghdr` of its `msg_iter`'s type, user buffer (or iovec array: the
+    /// same union), byte count and iovec count.
+    pub msg_iter_type_offset: u32,
+    pub msg_iter_buf_offset: u32,
+    pub msg_iter_count_offset: u32,
+    pub msg_iter_segs_offset: u32,
+    /// `enum iter_type` values of a single user buffer and of an iovec array (they differ
+    /// between kernel versions).
+    pub iter_type_ubuf: u8,
+    pub iter_type_iovec: u8,
+    pub _pad: [u8; 10],
 }
-const _: () = assert!(size_of::<ProbeConfig>() == 96);
+const _: () = assert!(size_of::<ProbeConfig>() == 128);
 
 /// Key of `LISTEN_PORTS`: a port in one network namespace.
 pub fn listen_key(netns_inum: u32, port: u16) -> u64 {

@@ -10,10 +10,13 @@
 #![allow(clippy::needless_borrows_for_generic_args, reason = "keys stay in place on the BPF stack")]
 
 mod lifecycle;
+mod loop_iterations;
 mod maps;
 mod offcpu;
+mod socket_data;
 mod sockets;
 mod syscalls;
+mod waits;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -39,6 +39,14 @@ static PROBE_CONFIG: ProbeConfig = ProbeConfig {
     sock_state_offset: 0,
     sock_net_offset: 0,
     net_inum_offset: 0,
+    regs_syscall_nr_offset: 0,
+    msg_iter_type_offset: 0,
+    msg_iter_buf_offset: 0,
+    msg_iter_count_offset: 0,
+    msg_iter_segs_offset: 0,
+    iter_type_ubuf: 0,
+    iter_type_iovec: 0,
+    _pad: [0; 10],
 };
 
 #[inline(always)]

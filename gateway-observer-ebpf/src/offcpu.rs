@@ -1,12 +1,16 @@
 //! Off-CPU spans of target threads: `sched_switch` opens and closes them, `sched_wakeup` splits
-//! them into the wait itself and the run-queue delay that follows.
+//! them into the wait itself and the run-queue delay that follows. A thread that goes to sleep
+//! has the syscall it sleeps in read from its registers there, for the span's reason.
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use gateway_observer_common::{
     Event, ThreadState, drop_index, event_kind, reason, reason_for_syscall, split_span, syscall_class,
 };
 
-use crate::maps::{btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state};
+use crate::{
+    maps::{btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state},
+    syscalls::note_syscall_from_regs,
+};
 
 /// `TASK_UNINTERRUPTIBLE` in `prev_state`.
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -29,6 +33,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
         // between setting TASK_INTERRUPTIBLE and calling schedule()).
         let preempt: u64 = ctx.arg(0);
         let prev_state: u32 = if preempt & 1 != 0 { 0 } else { ctx.arg(3) };
+        if prev_state != 0 {
+            note_syscall_from_regs(state, ctx.arg(1));
+        }
         switch_out(state, prev_state, now);
     }
     if let Some(state) = next {

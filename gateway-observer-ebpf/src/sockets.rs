@@ -1,25 +1,22 @@
 //! TCP connections of targets and the bytes they move, for request timing in userspace.
 //!
-//! The socket layer's own tracepoints tell which syscalls touch a TCP socket and which one:
-//! `sock_recv_length`/`sock_send_length` fire inside read/write/recv*/send* of any socket, in the
-//! caller's context, with the `struct sock`. sys_enter noted the syscall's buffer; sys_exit copies
-//! the first and last bytes moved into the socket ring buffer. `sk_data_ready` (softirq) notes when
+//! The bytes themselves are `socket_data.rs`'s. `sk_data_ready` (softirq) notes when
 //! unread bytes first arrived, so the read that takes them knows how long they queued.
 //! `inet_sock_set_state` follows connections from connect or accept to close, so `SOCKS` holds
 //! only live connections.
 
 use aya_ebpf::{
-    helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user},
+    helpers::generated::bpf_probe_read_kernel,
     macros::{btf_tracepoint, map},
     maps::{HashMap, RingBuf},
     programs::BtfTracePointContext,
 };
 use gateway_observer_common::{
-    ConnEvent, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FlowEvent, MAX_LISTEN_PORTS, MAX_SOCKETS,
-    SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index, event_kind, listen_key,
+    ConnEvent, FlowEvent, MAX_LISTEN_PORTS, MAX_SOCKETS, SOCKET_RINGBUF_BYTES, SockState, conn_role, drop_index,
+    event_kind, listen_key,
 };
 
-use crate::maps::{TARGETS, btf_field, config, count_drop, current_ids, now_ns, thread_state};
+use crate::maps::{TARGETS, btf_field, config, count_drop, current_ids, now_ns};
 
 /// Live TCP connections of targets, by `struct sock` address.
 #[map]
@@ -37,7 +34,6 @@ pub static SOCKET_EVENTS: RingBuf = RingBuf::with_byte_size(SOCKET_RINGBUF_BYTES
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
 const IPPROTO_TCP: u16 = 6;
-const MSG_PEEK: i32 = 2;
 const TCP_ESTABLISHED: i32 = 1;
 const TCP_SYN_SENT: i32 = 2;
 const TCP_SYN_RECV: i32 = 3;
@@ -52,96 +48,8 @@ const BPF_RB_AVAIL_DATA: u64 = 0;
 const WAKE_AT_BYTES: u64 = SOCKET_RINGBUF_BYTES as u64 / 4;
 
 #[inline(always)]
-fn submit_flags() -> u64 {
+pub fn submit_flags() -> u64 {
     if SOCKET_EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKE_AT_BYTES { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP }
-}
-
-/// Readv/writev of more buffers than this are not looked into (UIO_MAXIOV is 1024).
-const MAX_IOV: u64 = 1024;
-/// Buffers of a readv/writev searched for the one holding the last byte moved.
-const TAIL_IOV_SCAN: u64 = 8;
-
-/// sock_recv_length(struct sock *sk, int ret, int flags)
-#[btf_tracepoint(function = "sock_recv_length")]
-pub fn sock_recv_length(ctx: BtfTracePointContext) -> u32 {
-    on_transfer(&ctx, true);
-    0
-}
-
-/// sock_send_length(struct sock *sk, int ret, int flags)
-#[btf_tracepoint(function = "sock_send_length")]
-pub fn sock_send_length(ctx: BtfTracePointContext) -> u32 {
-    on_transfer(&ctx, false);
-    0
-}
-
-/// A target thread in a data syscall moved bytes on socket `sk`: remember which socket, and for a
-/// read, since when its bytes were waiting.
-#[inline(always)]
-fn on_transfer(ctx: &BtfTracePointContext, recv: bool) {
-    let (tid, tgid) = current_ids();
-    let Some(state) = thread_state(tid) else { return };
-    let sk: *const u8 = ctx.arg(0);
-    let key = sk as u64;
-    let ret: i32 = ctx.arg(1);
-    let flags: i32 = ctx.arg(2);
-    if state.data_shape == data_shape::NONE || state.data_sk != 0 || data_shape::is_read(state.data_shape) != recv {
-        // Not a transfer we report (splice, io_uring, a second socket in one call), but a read
-        // still takes the bytes that marked the socket unread.
-        if recv && ret > 0 && flags & MSG_PEEK == 0 {
-            clear_unread(key);
-        }
-        return;
-    }
-    if ret <= 0 {
-        // An error or end of stream moves no bytes (and may come after the connection closed).
-        // Reading the end of stream takes the FIN that marked the socket unread.
-        if ret == 0 && recv {
-            clear_unread(key);
-        }
-        return;
-    }
-    if recv && flags & MSG_PEEK != 0 {
-        // A peek leaves the bytes in the socket (nginx checks idle upstream connections this
-        // way): the read that takes them is the one to report.
-        return;
-    }
-    match SOCKS.get_ptr_mut(&key) {
-        Some(sock) => {
-            // SAFETY: a map value pointer, valid for this program run.
-            let sock = unsafe { &mut *sock };
-            if recv {
-                state.data_queued_ns = sock.unread_since_ns;
-                sock.unread_since_ns = 0;
-            }
-            if sock.tgid == 0 {
-                sock.tgid = tgid;
-            }
-        }
-        None => {
-            // A connection older than us (or not TCP, which we leave alone). One already closed
-            // (its last bytes read after a reset) is not followed again: its close was seen.
-            if !is_tcp(sk) || is_closed_or_listening(sk) {
-                return;
-            }
-            let sock = SockState { tgid, role: conn_role::UNKNOWN, ..SockState::default() };
-            if SOCKS.insert(&key, &sock, 0).is_err() {
-                count_drop(drop_index::SOCKS_FULL);
-                return;
-            }
-            emit_conn(event_kind::SOCKET_OPEN, sk, tgid, conn_role::UNKNOWN);
-        }
-    }
-    state.data_sk = key;
-}
-
-/// The bytes that made a followed socket unread were read.
-#[inline(always)]
-fn clear_unread(key: u64) {
-    if let Some(sock) = SOCKS.get_ptr_mut(&key) {
-        // SAFETY: a map value pointer, valid for this program run.
-        unsafe { (*sock).unread_since_ns = 0 };
-    }
 }
 
 /// sk_data_ready(const struct sock *sk): bytes arrived; runs for every socket on the host.
@@ -282,7 +190,7 @@ fn read_kernel(sk: *const u8, offset: u32) -> u32 {
 }
 
 #[inline(always)]
-fn is_tcp(sk: *const u8) -> bool {
+pub fn is_tcp(sk: *const u8) -> bool {
     let cfg = config();
     let family: u16 = btf_field(sk, cfg.sock_family_offset);
     let protocol: u16 = btf_field(sk, cfg.sock_protocol_offset);
@@ -290,7 +198,7 @@ fn is_tcp(sk: *const u8) -> bool {
 }
 
 #[inline(always)]
-fn is_closed_or_listening(sk: *const u8) -> bool {
+pub fn is_closed_or_listening(sk: *const u8) -> bool {
     let state: u8 = btf_field(sk, config().sock_state_offset);
     state == TCP_CLOSE as u8 || state == TCP_LISTEN
 }
@@ -312,7 +220,7 @@ fn sock_netns(sk: *const u8) -> u32 {
 
 /// Announces a connection with its addresses (read once per connection, not per transfer).
 #[inline(always)]
-fn emit_conn(kind: u32, sk: *const u8, tgid: u32, role: u32) {
+pub fn emit_conn(kind: u32, sk: *const u8, tgid: u32, role: u32) {
     let Some(mut entry) = SOCKET_EVENTS.reserve::<ConnEvent>(0) else {
         count_drop(drop_index::SOCKET_RINGBUF);
         return;
@@ -354,138 +262,5 @@ fn emit_conn(kind: u32, sk: *const u8, tgid: u32, role: u32) {
         event.remote_addr[..4].copy_from_slice(&remote.to_ne_bytes());
     }
     entry.write(event);
-    entry.submit(submit_flags());
-}
-
-/// sys_enter of a data syscall: note where its bytes are.
-#[inline(always)]
-pub fn enter_data_syscall(state: &mut ThreadState, shape: u8, regs: *const u8) {
-    state.data_shape = shape;
-    state.data_sk = 0;
-    state.data_queued_ns = 0;
-    if shape != data_shape::NONE {
-        let cfg = config();
-        state.data_fd = btf_field::<u64>(regs, cfg.regs_arg0_offset) as u32;
-        state.data_buf = btf_field(regs, cfg.regs_arg1_offset);
-        state.data_count = btf_field(regs, cfg.regs_arg2_offset);
-    }
-}
-
-/// sys_exit of a data syscall that moved `ret` bytes on a followed socket: send them on.
-#[inline(always)]
-pub fn exit_data_syscall(state: &mut ThreadState, tid: u32, ret: i64) {
-    if state.data_sk != 0 && ret > 0 {
-        emit_data(state, tid, ret as u64);
-    }
-    state.data_shape = data_shape::NONE;
-    state.data_sk = 0;
-}
-
-/// Where the bytes moved are: (first buffer, its bytes moved, end of the last bytes moved or 0
-/// when unknown, how many of those last bytes are in that one buffer).
-#[inline(always)]
-fn buffers(state: &ThreadState, len: u64) -> (u64, u64, u64, u64) {
-    match state.data_shape {
-        data_shape::READ_BUF | data_shape::WRITE_BUF => (state.data_buf, len, state.data_buf + len, len),
-        data_shape::READ_IOV | data_shape::WRITE_IOV => iov_buffers(state.data_buf, state.data_count, len),
-        data_shape::READ_MSG | data_shape::WRITE_MSG => {
-            // struct msghdr (x86-64 user ABI): msg_iov at 16, msg_iovlen at 24.
-            let iov: u64 = read_user(state.data_buf + 16);
-            let count: u64 = read_user(state.data_buf + 24);
-            iov_buffers(iov, count, len)
-        }
-        _ => (0, 0, 0, 0),
-    }
-}
-
-/// The first iovec holds the head; the tail is in the iovec where the bytes moved end, looked
-/// for among the first few (headers + body + chunk trailer is the common shape of a response).
-#[inline(always)]
-fn iov_buffers(iov: u64, count: u64, len: u64) -> (u64, u64, u64, u64) {
-    if iov == 0 || count == 0 || count > MAX_IOV {
-        return (0, 0, 0, 0);
-    }
-    let base: u64 = read_user(iov);
-    let first_len: u64 = read_user(iov + 8);
-    if first_len >= len {
-        return (base, len, base + len, len);
-    }
-    let mut before = first_len;
-    let mut index = 1u64;
-    while index < TAIL_IOV_SCAN && index < count {
-        let entry = iov + index * 16;
-        let buf_len: u64 = read_user(entry + 8);
-        if before + buf_len >= len {
-            let buf: u64 = read_user(entry);
-            return (base, first_len, buf + (len - before), len - before);
-        }
-        before += buf_len;
-        index += 1;
-    }
-    (base, first_len, 0, 0)
-}
-
-#[inline(always)]
-fn read_user<T: Default>(addr: u64) -> T {
-    let mut value = T::default();
-    // SAFETY: copies size_of::<T>() bytes of user memory into a local; a fault leaves the default.
-    unsafe {
-        bpf_probe_read_user((&mut value as *mut T).cast(), core::mem::size_of::<T>() as u32, addr as *const _);
-    }
-    value
-}
-
-#[inline(always)]
-fn emit_data(state: &ThreadState, tid: u32, len: u64) {
-    let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
-        count_drop(drop_index::SOCKET_RINGBUF);
-        return;
-    };
-    let event = entry.as_mut_ptr();
-    let (head_base, head_avail, tail_end, tail_avail) = buffers(state, len);
-    let head_len = if head_avail < DATA_HEAD_BYTES as u64 { head_avail as u32 } else { DATA_HEAD_BYTES as u32 };
-    // Only bytes of the buffer the transfer ended in: the one before it may lie anywhere.
-    let tail_len = if tail_end == 0 {
-        0
-    } else if tail_avail < DATA_TAIL_BYTES as u64 {
-        tail_avail as u32
-    } else {
-        DATA_TAIL_BYTES as u32
-    };
-    // SAFETY: `event` points at a reserved ring-buffer record of size_of::<DataEvent>() bytes;
-    // every field is written before submit (the byte arrays as far as their valid length).
-    unsafe {
-        (*event).kind = event_kind::SOCKET_DATA;
-        (*event).tid = tid;
-        (*event).tgid = state.tgid;
-        (*event).fd = state.data_fd;
-        (*event).sk = state.data_sk;
-        (*event).timestamp_ns = now_ns();
-        (*event).len = len;
-        (*event).queued_since_ns = state.data_queued_ns;
-        (*event).shape = state.data_shape;
-        (*event)._pad = 0;
-        (*event)._pad2 = 0;
-        let mut copied = 0u16;
-        if head_len > 0
-            && head_len <= DATA_HEAD_BYTES as u32
-            && bpf_probe_read_user((*event).head.as_mut_ptr().cast(), head_len, head_base as *const _) == 0
-        {
-            copied = head_len as u16;
-        }
-        (*event).head_len = copied;
-        let mut tail_copied = 0u16;
-        if tail_len > 0
-            && tail_len <= DATA_TAIL_BYTES as u32
-            && bpf_probe_read_user(
-                (*event).tail.as_mut_ptr().cast(),
-                tail_len,
-                (tail_end - u64::from(tail_len)) as *const _,
-            ) == 0
-        {
-            tail_copied = tail_len as u16;
-        }
-        (*event).tail_len = tail_copied;
-    }
     entry.submit(submit_flags());
 }

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use crate::probes::{
-    PROGRAMS, ProbeSettings, Probes,
+    HookPath, ProbeSettings, Probes,
+    hooks::{CORE_HOOKS, Hook},
     kernel_offsets::{KernelOffsets, VMLINUX_BTF},
 };
 
@@ -29,13 +30,24 @@ pub fn check() -> bool {
     match Probes::load(ProbeSettings::default()) {
         Ok(mut probes) => {
             lines.push(line("eBPF object and maps", true, "loaded; ring buffer and hash maps created".into()));
-            for (program, tracepoint) in PROGRAMS {
-                let requirement = format!("tracepoint {tracepoint} (tp_btf)");
-                lines.push(match probes.attach(program, tracepoint) {
-                    Ok(()) => line(&requirement, true, "attached".into()),
-                    Err(e) => line(&requirement, false, error_chain(&e)),
-                });
-            }
+            let attach = |probes: &mut Probes, hook: &Hook| match probes.attach_hook(hook) {
+                Ok(()) => line(&hook.describe(), true, "attached".into()),
+                Err(e) => line(&hook.describe(), false, error_chain(&e)),
+            };
+            lines.extend(CORE_HOOKS.iter().map(|hook| attach(&mut probes, hook)));
+            // The function hooks are the default; a kernel without them works on the fallback,
+            // so only the path as a whole is a requirement.
+            let functions: Vec<Line> =
+                HookPath::Functions.hooks().iter().map(|hook| attach(&mut probes, hook)).collect();
+            let functions_ok = functions.iter().all(|l| l.ok);
+            lines.extend(functions.into_iter().map(|l| Line { ok: true, ..l }));
+            let path = if functions_ok {
+                HookPath::Functions
+            } else {
+                lines.extend(HookPath::Syscalls.hooks().iter().map(|hook| attach(&mut probes, hook)));
+                HookPath::Syscalls
+            };
+            lines.push(line("hook path", true, path.cost().into()));
         }
         Err(e) => lines.push(line("eBPF object and maps", false, error_chain(&e))),
     }

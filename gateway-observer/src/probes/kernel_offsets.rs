@@ -43,6 +43,16 @@ pub struct KernelOffsets {
     pub sock_state: u32,
     pub sock_net: u32,
     pub net_inum: u32,
+    /// pt_regs `orig_ax`: the syscall number of a task inside a syscall.
+    pub regs_syscall_nr: u32,
+    /// Fields of `struct msghdr`'s `msg_iter` (a `struct iov_iter`) the data hooks read.
+    pub msg_iter_type: u32,
+    pub msg_iter_buf: u32,
+    pub msg_iter_count: u32,
+    pub msg_iter_segs: u32,
+    /// `enum iter_type` values (reordered between 6.1 and 6.5).
+    pub iter_type_ubuf: u8,
+    pub iter_type_iovec: u8,
 }
 
 impl KernelOffsets {
@@ -70,8 +80,36 @@ impl KernelOffsets {
             sock_state: sock_common_offset(&btf, "skc_state")?,
             sock_net: sock_common_offset(&btf, "skc_net")?,
             net_inum: field_offset(&btf, "net", "ns")? + field_offset(&btf, "ns_common", "inum")?,
+            regs_syscall_nr: field_offset(&btf, "pt_regs", "orig_ax")?,
+            msg_iter_type: msg_iter_offset(&btf, "iter_type")?,
+            // `ubuf` shares its union with the iovec array pointer (`__iov`, `iov` before 6.4).
+            msg_iter_buf: msg_iter_offset(&btf, "ubuf")?,
+            msg_iter_count: msg_iter_offset(&btf, "count")?,
+            msg_iter_segs: msg_iter_offset(&btf, "nr_segs")?,
+            iter_type_ubuf: enum_value(&btf, "iter_type", "ITER_UBUF")?,
+            iter_type_iovec: enum_value(&btf, "iter_type", "ITER_IOVEC")?,
         })
     }
+}
+
+/// Offset in `struct msghdr` of a field of its `msg_iter`.
+fn msg_iter_offset(btf: &Btf, field: &str) -> Result<u32, OffsetError> {
+    Ok(field_offset(btf, "msghdr", "msg_iter")? + field_offset(btf, "iov_iter", field)?)
+}
+
+/// The value of an enumerator that fits a byte (`enum iter_type`'s do).
+fn enum_value(btf: &Btf, name: &str, enumerator: &str) -> Result<u8, OffsetError> {
+    let types = btf.resolve_types_by_name(name).map_err(|_| OffsetError::NoStruct(name.into()))?;
+    types
+        .iter()
+        .filter_map(|t| match t {
+            Type::Enum(e) => Some(e),
+            _ => None,
+        })
+        .flat_map(|e| e.members.iter())
+        .find(|m| btf.resolve_name(*m).is_ok_and(|n| n == enumerator))
+        .and_then(|m| u8::try_from(m.val()).ok())
+        .ok_or_else(|| OffsetError::NoField { name: name.into(), field: enumerator.into() })
 }
 
 /// Offset in `struct sock` of a field of its `__sk_common` (a `struct sock_common`).
@@ -138,6 +176,11 @@ mod tests {
         assert_eq!(offsets.regs_arg3, 56);
         assert_eq!(offsets.regs_arg4, 72);
         assert_eq!(offsets.regs_arg2, 96);
+        assert_eq!(offsets.regs_syscall_nr, 120);
+        // struct iov_iter opens with its one-byte type; the user buffer comes after the offset.
+        assert_eq!(offsets.msg_iter_type, 16, "msg_iter follows msg_name, msg_namelen and msg_inq");
+        assert!(offsets.msg_iter_buf > offsets.msg_iter_type && offsets.msg_iter_segs > offsets.msg_iter_buf);
+        assert_ne!(offsets.iter_type_ubuf, offsets.iter_type_iovec);
         assert_eq!(offsets.task_tgid, offsets.task_pid + 4, "pid and tgid are adjacent pid_t fields");
         // struct sock_common opens with the address pair, then the port pair (include/net/sock.h).
         assert_eq!((offsets.sock_remote_addr, offsets.sock_local_addr), (0, 4));

@@ -6,32 +6,16 @@ use std::time::Duration;
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, Queue, RingBuf},
-    programs::BtfTracePoint,
+    programs::{BtfTracePoint, FEntry, FExit},
 };
 use gateway_observer_common::{MAX_SYSCALL_NR, MAX_THREADS, ProbeConfig, TargetInfo, ThreadState, drop_index};
 
 use super::{
+    hooks::{AttachKind, CORE_HOOKS, Hook, HookChoice, HookPath, all_hooks},
     kernel_offsets::{KernelOffsets, OffsetError},
     thread_slots::ThreadSlots,
 };
 use crate::{procfs, syscalls};
-
-/// The kernel programs: (program name in the object, BTF tracepoint it attaches to).
-pub const PROGRAMS: &[(&str, &str)] = &[
-    ("sched_switch", "sched_switch"),
-    ("sched_wakeup", "sched_wakeup"),
-    ("sys_enter", "sys_enter"),
-    ("sys_exit", "sys_exit"),
-    ("sched_process_fork", "sched_process_fork"),
-    ("sched_process_exit", "sched_process_exit"),
-    ("sock_recv_length", "sock_recv_length"),
-    ("sock_send_length", "sock_send_length"),
-    ("sk_data_ready", "sk_data_ready"),
-    ("inet_sock_set_state", "inet_sock_set_state"),
-    ("tcp_retransmit_skb", "tcp_retransmit_skb"),
-    ("tcp_receive_reset", "tcp_receive_reset"),
-    ("tcp_send_reset", "tcp_send_reset"),
-];
 
 /// Empty programs for `calibrate`: (program, tracepoint).
 pub const BASELINE_PROGRAMS: &[(&str, &str)] =
@@ -56,8 +40,8 @@ pub enum ProbeError {
     MissingMap(&'static str),
     #[error("loading program {program} failed: {source}")]
     LoadProgram { program: &'static str, source: aya::programs::ProgramError },
-    #[error("attaching {program} to tracepoint {tracepoint} failed: {source}")]
-    Attach { program: &'static str, tracepoint: &'static str, source: aya::programs::ProgramError },
+    #[error("attaching {program} to {target} failed: {source}")]
+    Attach { program: &'static str, target: &'static str, source: aya::programs::ProgramError },
     #[error("map {map}: {source}")]
     Map { map: &'static str, source: aya::maps::MapError },
     #[error("cannot mmap the THREADS map: {0}")]
@@ -114,6 +98,7 @@ pub struct Probes {
     ebpf: Ebpf,
     btf: Btf,
     slots: ThreadSlots,
+    path: Option<HookPath>,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> ProbeError {
@@ -150,6 +135,14 @@ impl Probes {
             sock_state_offset: offsets.sock_state,
             sock_net_offset: offsets.sock_net,
             net_inum_offset: offsets.net_inum,
+            regs_syscall_nr_offset: offsets.regs_syscall_nr,
+            msg_iter_type_offset: offsets.msg_iter_type,
+            msg_iter_buf_offset: offsets.msg_iter_buf,
+            msg_iter_count_offset: offsets.msg_iter_count,
+            msg_iter_segs_offset: offsets.msg_iter_segs,
+            iter_type_ubuf: offsets.iter_type_ubuf,
+            iter_type_iovec: offsets.iter_type_iovec,
+            _pad: [0; 10],
         };
         let max_threads = settings.max_threads.max(1);
         let ebpf = EbpfLoader::new()
@@ -163,7 +156,7 @@ impl Probes {
             _ => return Err(ProbeError::MissingMap("THREADS")),
         };
         let slots = ThreadSlots::map(threads_map, max_threads).map_err(ProbeError::Mmap)?;
-        let mut probes = Self { ebpf, btf: Btf::from_sys_fs()?, slots };
+        let mut probes = Self { ebpf, btf: Btf::from_sys_fs()?, slots, path: None };
         probes.write_syscall_classes()?;
         let mut free: Queue<&mut MapData, u32> = probes.map_mut("FREE_SLOTS")?;
         for slot in 0..max_threads {
@@ -181,24 +174,90 @@ impl Probes {
         Ok(())
     }
 
-    /// Loads and attaches one program. Each is independent, so `check` can report them one by one.
+    /// Loads and attaches one program on a BTF tracepoint (the empty programs of `calibrate`).
     pub fn attach(&mut self, program: &'static str, tracepoint: &'static str) -> Result<(), ProbeError> {
-        let prog: &mut BtfTracePoint = self
-            .ebpf
-            .program_mut(program)
-            .ok_or(ProbeError::MissingProgram(program))?
-            .try_into()
-            .map_err(|source| ProbeError::LoadProgram { program, source })?;
-        prog.load(tracepoint, &self.btf).map_err(|source| ProbeError::LoadProgram { program, source })?;
-        prog.attach().map_err(|source| ProbeError::Attach { program, tracepoint, source })?;
+        self.attach_hook(&Hook { program, kind: AttachKind::TracePoint, target: tracepoint })
+    }
+
+    /// Loads and attaches one program. Each is independent, so `check` can report them one by one.
+    pub fn attach_hook(&mut self, hook: &Hook) -> Result<(), ProbeError> {
+        let Hook { program, kind, target } = *hook;
+        let load_err = |source| ProbeError::LoadProgram { program, source };
+        let attach_err = |source| ProbeError::Attach { program, target, source };
+        let prog = self.ebpf.program_mut(program).ok_or(ProbeError::MissingProgram(program))?;
+        match kind {
+            AttachKind::TracePoint => {
+                let prog: &mut BtfTracePoint = prog.try_into().map_err(load_err)?;
+                prog.load(target, &self.btf).map_err(load_err)?;
+                prog.attach().map_err(attach_err)?;
+            }
+            AttachKind::Entry => {
+                let prog: &mut FEntry = prog.try_into().map_err(load_err)?;
+                prog.load(target, &self.btf).map_err(load_err)?;
+                prog.attach().map_err(attach_err)?;
+            }
+            AttachKind::Exit => {
+                let prog: &mut FExit = prog.try_into().map_err(load_err)?;
+                prog.load(target, &self.btf).map_err(load_err)?;
+                prog.attach().map_err(attach_err)?;
+            }
+        }
         Ok(())
     }
 
-    pub fn attach_all(&mut self) -> Result<(), ProbeError> {
-        for (program, tracepoint) in PROGRAMS {
-            self.attach(program, tracepoint)?;
+    /// Unloads a program (detaching it), as if never attached.
+    fn detach_hook(&mut self, hook: &Hook) {
+        let Some(prog) = self.ebpf.program_mut(hook.program) else { return };
+        // Not loaded (it failed to) is fine: the aim is that it runs nowhere.
+        let _ = match (hook.kind, prog) {
+            (AttachKind::TracePoint, aya::programs::Program::BtfTracePoint(p)) => p.unload(),
+            (AttachKind::Entry, aya::programs::Program::FEntry(p)) => p.unload(),
+            (AttachKind::Exit, aya::programs::Program::FExit(p)) => p.unload(),
+            _ => Ok(()),
+        };
+    }
+
+    /// Attaches every program of one path; on a failure, detaches what it attached.
+    pub fn attach_path(&mut self, path: HookPath) -> Result<(), ProbeError> {
+        let hooks = path.hooks();
+        for (index, hook) in hooks.iter().enumerate() {
+            if let Err(e) = self.attach_hook(hook) {
+                for attached in &hooks[..index] {
+                    self.detach_hook(attached);
+                }
+                return Err(e);
+            }
         }
+        self.path = Some(path);
         Ok(())
+    }
+
+    /// Attaches the core hooks and the path `choice` names; `auto` falls back to the syscall
+    /// tracepoints (with a warning) when a function hook cannot attach.
+    pub fn attach_all(&mut self, choice: HookChoice) -> Result<HookPath, ProbeError> {
+        for hook in CORE_HOOKS {
+            self.attach_hook(hook)?;
+        }
+        let path = match choice {
+            HookChoice::Functions => HookPath::Functions,
+            HookChoice::Syscalls => HookPath::Syscalls,
+            HookChoice::Auto => match self.attach_path(HookPath::Functions) {
+                Ok(()) => return Ok(HookPath::Functions),
+                Err(e) => {
+                    eprintln!(
+                        "gateway-observer: function hooks unavailable ({e}); falling back to syscall tracepoints"
+                    );
+                    HookPath::Syscalls
+                }
+            },
+        };
+        self.attach_path(path)?;
+        Ok(path)
+    }
+
+    /// The path attached, once `attach_all` succeeded.
+    pub fn hook_path(&self) -> Option<HookPath> {
+        self.path
     }
 
     fn map_mut<'a, T>(&'a mut self, name: &'static str) -> Result<T, ProbeError>
@@ -370,7 +429,8 @@ impl Probes {
     /// (program, cumulative run time, run count) from the kernel's BPF stats; both stay 0 unless
     /// stats are enabled (`kernel.bpf_stats_enabled` or `aya::sys::enable_stats`).
     pub fn program_stats(&self) -> Vec<(&'static str, Duration, u64)> {
-        self.stats_of(PROGRAMS)
+        let hooks: Vec<_> = all_hooks().map(|h| (h.program, h.target)).collect();
+        self.stats_of(&hooks)
     }
 
     /// Run time and count of the given programs (those loaded).

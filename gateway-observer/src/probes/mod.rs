@@ -1,8 +1,10 @@
 //! Everything that touches aya: loading the kernel programs, attaching them, and reading and
 //! writing their maps. Nothing outside this module holds a kernel handle.
 
+pub mod hooks;
 pub mod kernel_offsets;
 mod loader;
 mod thread_slots;
 
-pub use loader::{BASELINE_PROGRAMS, PROGRAMS, ProbeError, ProbeSettings, Probes};
+pub use hooks::{HookChoice, HookPath};
+pub use loader::{BASELINE_PROGRAMS, ProbeError, ProbeSettings, Probes};

@@ -1,0 +1,329 @@
+//! The bytes targets move on followed TCP connections, for request timing in userspace: the
+//! first and last bytes of each transfer go to the socket ring buffer.
+//!
+//! By default hooked on `tcp_recvmsg`/`tcp_sendmsg` (fentry notes where the caller's bytes are,
+//! from the `msghdr`'s iterator; fexit sends what moved): only TCP callers pay. The fallback is
+//! the socket layer's tracepoints, `sock_recv_length`/`sock_send_length`, inside
+//! read/write/recv*/send* of any socket, with the buffer noted at `sys_enter` and copied at
+//! `sys_exit`.
+
+use aya_ebpf::{
+    helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user},
+    macros::{btf_tracepoint, fentry, fexit},
+    programs::{BtfTracePointContext, FEntryContext, FExitContext},
+};
+use gateway_observer_common::{
+    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, SockState, ThreadState, conn_role, data_shape,
+    drop_index, event_kind,
+};
+
+use crate::{
+    maps::{btf_field, config, count_drop, current_ids, now_ns, thread_state},
+    sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, submit_flags},
+    waits::stack_if_wanted,
+};
+
+const MSG_PEEK: i32 = 2;
+
+/// tcp_recvmsg(struct sock *sk, struct msghdr *msg, size_t len, int flags[, int *addr_len])
+#[fentry(function = "tcp_recvmsg")]
+pub fn tcp_recvmsg_enter(ctx: FEntryContext) -> u32 {
+    tcp_call_starts(&ctx, true);
+    0
+}
+
+#[fexit(function = "tcp_recvmsg")]
+pub fn tcp_recvmsg_exit(ctx: FExitContext) -> u32 {
+    tcp_call_returns(&ctx, true, ctx.arg(3));
+    0
+}
+
+/// tcp_sendmsg(struct sock *sk, struct msghdr *msg, size_t size)
+#[fentry(function = "tcp_sendmsg")]
+pub fn tcp_sendmsg_enter(ctx: FEntryContext) -> u32 {
+    tcp_call_starts(&ctx, false);
+    0
+}
+
+#[fexit(function = "tcp_sendmsg")]
+pub fn tcp_sendmsg_exit(ctx: FExitContext) -> u32 {
+    tcp_call_returns(&ctx, false, 0);
+    0
+}
+
+/// A target thread calls into TCP: note where its bytes are. The iterator is read now, before
+/// the copy advances it.
+#[inline(always)]
+fn tcp_call_starts(ctx: &FEntryContext, recv: bool) {
+    let (tid, _) = current_ids();
+    let Some(state) = thread_state(tid) else { return };
+    let msg: *const u8 = ctx.arg(1);
+    let cfg = config();
+    let iter_type: u8 = btf_field(msg, cfg.msg_iter_type_offset);
+    state.data_sk = 0;
+    state.data_queued_ns = 0;
+    state.data_fd = DATA_FD_UNKNOWN;
+    state.data_buf = btf_field(msg, cfg.msg_iter_buf_offset);
+    if iter_type == cfg.iter_type_ubuf {
+        state.data_shape = if recv { data_shape::READ_BUF } else { data_shape::WRITE_BUF };
+        state.data_count = btf_field(msg, cfg.msg_iter_count_offset);
+    } else if iter_type == cfg.iter_type_iovec {
+        state.data_shape = if recv { data_shape::READ_KERNEL_IOV } else { data_shape::WRITE_KERNEL_IOV };
+        state.data_count = btf_field(msg, cfg.msg_iter_segs_offset);
+    } else {
+        // Kernel pages (sendfile, splice): only the count is known.
+        state.data_shape = if recv { data_shape::NONE } else { data_shape::WRITE_LEN_ONLY };
+        state.data_buf = 0;
+        state.data_count = 0;
+    }
+}
+
+/// The call returns: send on what moved, and the stack of a long block in it.
+#[inline(always)]
+fn tcp_call_returns(ctx: &FExitContext, recv: bool, flags: i32) {
+    let (tid, tgid) = current_ids();
+    let Some(state) = thread_state(tid) else { return };
+    if recv {
+        stack_if_wanted(ctx, state, tid);
+    }
+    let ret = ctx.ret::<i64>().unwrap_or(0) as i32;
+    on_transfer(state, tgid, ctx.arg(0), ret, flags, recv);
+    exit_data_syscall(state, tid, i64::from(ret));
+}
+
+/// Readv/writev of more buffers than this are not looked into (UIO_MAXIOV is 1024).
+const MAX_IOV: u64 = 1024;
+/// Buffers of a readv/writev searched for the one holding the last byte moved.
+const TAIL_IOV_SCAN: u64 = 8;
+
+/// sock_recv_length(struct sock *sk, int ret, int flags): fallback path only.
+#[btf_tracepoint(function = "sock_recv_length")]
+pub fn sock_recv_length(ctx: BtfTracePointContext) -> u32 {
+    let (tid, tgid) = current_ids();
+    if let Some(state) = thread_state(tid) {
+        on_transfer(state, tgid, ctx.arg(0), ctx.arg(1), ctx.arg(2), true);
+    }
+    0
+}
+
+/// sock_send_length(struct sock *sk, int ret, int flags): fallback path only.
+#[btf_tracepoint(function = "sock_send_length")]
+pub fn sock_send_length(ctx: BtfTracePointContext) -> u32 {
+    let (tid, tgid) = current_ids();
+    if let Some(state) = thread_state(tid) {
+        on_transfer(state, tgid, ctx.arg(0), ctx.arg(1), ctx.arg(2), false);
+    }
+    0
+}
+
+/// A target thread in a data syscall moved bytes on socket `sk`: remember which socket, and for a
+/// read, since when its bytes were waiting.
+#[inline(always)]
+fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flags: i32, recv: bool) {
+    let key = sk as u64;
+    if state.data_shape == data_shape::NONE || state.data_sk != 0 || data_shape::is_read(state.data_shape) != recv {
+        // Not a transfer we report (splice, io_uring, a second socket in one call), but a read
+        // still takes the bytes that marked the socket unread.
+        if recv && ret > 0 && flags & MSG_PEEK == 0 {
+            clear_unread(key);
+        }
+        return;
+    }
+    if ret <= 0 {
+        // An error or end of stream moves no bytes (and may come after the connection closed).
+        // Reading the end of stream takes the FIN that marked the socket unread.
+        if ret == 0 && recv {
+            clear_unread(key);
+        }
+        return;
+    }
+    if recv && flags & MSG_PEEK != 0 {
+        // A peek leaves the bytes in the socket (nginx checks idle upstream connections this
+        // way): the read that takes them is the one to report.
+        return;
+    }
+    match SOCKS.get_ptr_mut(&key) {
+        Some(sock) => {
+            // SAFETY: a map value pointer, valid for this program run.
+            let sock = unsafe { &mut *sock };
+            if recv {
+                state.data_queued_ns = sock.unread_since_ns;
+                sock.unread_since_ns = 0;
+            }
+            if sock.tgid == 0 {
+                sock.tgid = tgid;
+            }
+        }
+        None => {
+            // A connection older than us (or not TCP, which we leave alone). One already closed
+            // (its last bytes read after a reset) is not followed again: its close was seen.
+            if !is_tcp(sk) || is_closed_or_listening(sk) {
+                return;
+            }
+            let sock = SockState { tgid, role: conn_role::UNKNOWN, ..SockState::default() };
+            if SOCKS.insert(&key, &sock, 0).is_err() {
+                count_drop(drop_index::SOCKS_FULL);
+                return;
+            }
+            emit_conn(event_kind::SOCKET_OPEN, sk, tgid, conn_role::UNKNOWN);
+        }
+    }
+    state.data_sk = key;
+}
+
+/// The bytes that made a followed socket unread were read.
+#[inline(always)]
+fn clear_unread(key: u64) {
+    if let Some(sock) = SOCKS.get_ptr_mut(&key) {
+        // SAFETY: a map value pointer, valid for this program run.
+        unsafe { (*sock).unread_since_ns = 0 };
+    }
+}
+
+/// sys_enter of a data syscall: note where its bytes are.
+#[inline(always)]
+pub fn enter_data_syscall(state: &mut ThreadState, shape: u8, regs: *const u8) {
+    state.data_shape = shape;
+    state.data_sk = 0;
+    state.data_queued_ns = 0;
+    if shape != data_shape::NONE {
+        let cfg = config();
+        state.data_fd = btf_field::<u64>(regs, cfg.regs_arg0_offset) as u32;
+        state.data_buf = btf_field(regs, cfg.regs_arg1_offset);
+        state.data_count = btf_field(regs, cfg.regs_arg2_offset);
+    }
+}
+
+/// sys_exit of a data syscall that moved `ret` bytes on a followed socket: send them on.
+#[inline(always)]
+pub fn exit_data_syscall(state: &mut ThreadState, tid: u32, ret: i64) {
+    if state.data_sk != 0 && ret > 0 {
+        emit_data(state, tid, ret as u64);
+    }
+    state.data_shape = data_shape::NONE;
+    state.data_sk = 0;
+}
+
+/// Where the bytes moved are: (first buffer, its bytes moved, end of the last bytes moved or 0
+/// when unknown, how many of those last bytes are in that one buffer).
+#[inline(always)]
+fn buffers(state: &ThreadState, len: u64) -> (u64, u64, u64, u64) {
+    match state.data_shape {
+        data_shape::READ_BUF | data_shape::WRITE_BUF => (state.data_buf, len, state.data_buf + len, len),
+        data_shape::READ_IOV | data_shape::WRITE_IOV => iov_buffers(state.data_buf, state.data_count, len, false),
+        data_shape::READ_KERNEL_IOV | data_shape::WRITE_KERNEL_IOV => {
+            iov_buffers(state.data_buf, state.data_count, len, true)
+        }
+        data_shape::READ_MSG | data_shape::WRITE_MSG => {
+            // struct msghdr (x86-64 user ABI): msg_iov at 16, msg_iovlen at 24.
+            let iov: u64 = read_user(state.data_buf + 16);
+            let count: u64 = read_user(state.data_buf + 24);
+            iov_buffers(iov, count, len, false)
+        }
+        _ => (0, 0, 0, 0),
+    }
+}
+
+/// The first iovec holds the head; the tail is in the iovec where the bytes moved end, looked
+/// for among the first few (headers + body + chunk trailer is the common shape of a response).
+/// The iovec array is in user memory at the syscall, in the kernel's copy inside TCP.
+#[inline(always)]
+fn iov_buffers(iov: u64, count: u64, len: u64, kernel_copy: bool) -> (u64, u64, u64, u64) {
+    if iov == 0 || count == 0 || count > MAX_IOV {
+        return (0, 0, 0, 0);
+    }
+    let read = |addr: u64| -> u64 { if kernel_copy { read_kernel(addr) } else { read_user(addr) } };
+    let base = read(iov);
+    let first_len = read(iov + 8);
+    if first_len >= len {
+        return (base, len, base + len, len);
+    }
+    let mut before = first_len;
+    let mut index = 1u64;
+    while index < TAIL_IOV_SCAN && index < count {
+        let entry = iov + index * 16;
+        let buf_len = read(entry + 8);
+        if before + buf_len >= len {
+            let buf = read(entry);
+            return (base, first_len, buf + (len - before), len - before);
+        }
+        before += buf_len;
+        index += 1;
+    }
+    (base, first_len, 0, 0)
+}
+
+#[inline(always)]
+fn read_kernel(addr: u64) -> u64 {
+    let mut value = 0u64;
+    // SAFETY: copies 8 bytes of kernel memory into a local; a fault leaves 0.
+    unsafe {
+        bpf_probe_read_kernel((&mut value as *mut u64).cast(), 8, addr as *const _);
+    }
+    value
+}
+
+#[inline(always)]
+fn read_user<T: Default>(addr: u64) -> T {
+    let mut value = T::default();
+    // SAFETY: copies size_of::<T>() bytes of user memory into a local; a fault leaves the default.
+    unsafe {
+        bpf_probe_read_user((&mut value as *mut T).cast(), core::mem::size_of::<T>() as u32, addr as *const _);
+    }
+    value
+}
+
+#[inline(always)]
+fn emit_data(state: &ThreadState, tid: u32, len: u64) {
+    let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
+        count_drop(drop_index::SOCKET_RINGBUF);
+        return;
+    };
+    let event = entry.as_mut_ptr();
+    let (head_base, head_avail, tail_end, tail_avail) = buffers(state, len);
+    let head_len = if head_avail < DATA_HEAD_BYTES as u64 { head_avail as u32 } else { DATA_HEAD_BYTES as u32 };
+    // Only bytes of the buffer the transfer ended in: the one before it may lie anywhere.
+    let tail_len = if tail_end == 0 {
+        0
+    } else if tail_avail < DATA_TAIL_BYTES as u64 {
+        tail_avail as u32
+    } else {
+        DATA_TAIL_BYTES as u32
+    };
+    // SAFETY: `event` points at a reserved ring-buffer record of size_of::<DataEvent>() bytes;
+    // every field is written before submit (the byte arrays as far as their valid length).
+    unsafe {
+        (*event).kind = event_kind::SOCKET_DATA;
+        (*event).tid = tid;
+        (*event).tgid = state.tgid;
+        (*event).fd = state.data_fd;
+        (*event).sk = state.data_sk;
+        (*event).timestamp_ns = now_ns();
+        (*event).len = len;
+        (*event).queued_since_ns = state.data_queued_ns;
+        (*event).shape = state.data_shape;
+        (*event)._pad = 0;
+        (*event)._pad2 = 0;
+        let mut copied = 0u16;
+        if head_len > 0
+            && head_len <= DATA_HEAD_BYTES as u32
+            && bpf_probe_read_user((*event).head.as_mut_ptr().cast(), head_len, head_base as *const _) == 0
+        {
+            copied = head_len as u16;
+        }
+        (*event).head_len = copied;
+        let mut tail_copied = 0u16;
+        if tail_len > 0
+            && tail_len <= DATA_TAIL_BYTES as u32
+            && bpf_probe_read_user(
+                (*event).tail.as_mut_ptr().cast(),
+                tail_len,
+                (tail_end - u64::from(tail_len)) as *const _,
+            ) == 0
+        {
+            tail_copied = tail_len as u16;
+        }
+        (*event).tail_len = tail_copied;
+    }
+    entry.submit(submit_flags());
+}
