@@ -233,23 +233,24 @@ pub struct ThreadState {
     /// 0 for a free slot.
     pub tid: u32,
     pub tgid: u32,
-    /// Syscall number the thread is in, or -1.
+    /// The syscall the thread last went to sleep in (read from its registers then), or -1.
     pub syscall_nr: i32,
     /// `reason::*` chosen when the thread left the CPU.
     pub offcpu_reason: u32,
-    /// First argument of the current syscall (futex uaddr, fd).
+    /// First argument of that syscall (futex uaddr, epoll fd, fd).
     pub syscall_arg0: u64,
     /// When the thread left the CPU; 0 while it is on CPU.
     pub offcpu_start_ns: u64,
     /// When it was woken during this off-CPU span; 0 if not yet.
     pub wakeup_ns: u64,
     pub waker_tid: u32,
-    /// `syscall_class::*` of the current syscall.
+    /// `syscall_class::*` of that syscall.
     pub syscall_class: u8,
-    /// 1 when the current syscall is a futex wait with a timeout.
+    /// 1 when that syscall is a futex wait with a timeout.
     pub futex_timed: u8,
-    /// 1 when the last off-CPU span was a long block inside a syscall: at the syscall's exit the
-    /// thread's user stack (the blocking call's caller) is captured.
+    /// 1 when the last off-CPU span was a long block inside a syscall: the thread's user stack
+    /// is captured the next time it is seen in the same call (the same syscall and first
+    /// argument): at the end of the transfer it blocked in, or when it sleeps there again.
     pub stack_wanted: u8,
     /// 1 once the thread has exited.
     pub exited: u8,
@@ -273,9 +274,10 @@ pub struct ThreadState {
     /// log2 histogram of finished iterations' on-CPU time, and its sum.
     pub iter_hist: [u32; THREAD_HIST_BUCKETS],
     pub iter_on_cpu_ns: u64,
-    /// The socket data syscall the thread is in: its buffer argument (1) and count (2), the
-    /// socket (`struct sock` address, set when the socket layer reports the transfer), and when
-    /// the bytes it reads first arrived in that socket (0 unknown).
+    /// The transfer being reported: its buffer and count (or iovec array and its length), the
+    /// socket (`struct sock` address), and when the bytes it reads first arrived in that socket
+    /// (0 unknown). Filled from the caller's registers when the socket layer reports the
+    /// transfer, or at `tcp_*msg` entry where the kernel lacks those tracepoints.
     pub data_buf: u64,
     pub data_count: u64,
     pub data_sk: u64,
@@ -283,10 +285,12 @@ pub struct ThreadState {
     pub data_fd: u32,
     /// `data_shape::*` of the current syscall, `NONE` outside data syscalls.
     pub data_shape: u8,
-    pub _pad: [u8; 3],
-    /// Waiting time of the current timed futex wait so far (its off-CPU spans), and in all, of
-    /// timed waits that ended by their timeout and of those that were woken (returned 0).
-    pub futex_timed_pending_ns: u64,
+    /// 1 when the thread's open off-CPU span, a timed futex wait, was ended by a futex wake (the
+    /// waker was inside a futex call) rather than by its timeout.
+    pub woken_by_futex: u8,
+    pub _pad: [u8; 2],
+    pub _reserved: u64,
+    /// Waiting time of timed futex waits that ended by their timeout, and of those woken.
     pub futex_timeout_ns: u64,
     pub futex_woken_ns: u64,
     /// The futex word of the thread's last timed wait that ended by its timeout, until a timed
@@ -331,8 +335,9 @@ impl Default for ThreadState {
             data_queued_ns: 0,
             data_fd: 0,
             data_shape: 0,
-            _pad: [0; 3],
-            futex_timed_pending_ns: 0,
+            woken_by_futex: 0,
+            _pad: [0; 2],
+            _reserved: 0,
             futex_timeout_ns: 0,
             futex_woken_ns: 0,
             futex_sleep_uaddr: 0,

@@ -1,75 +1,20 @@
-//! Event-loop iterations: an iteration runs from a thread's return from waiting for events to
-//! its next wait. By default hooked on the kernel's wait functions (fentry/fexit on
-//! `do_epoll_wait`, `do_sys_poll`, `core_sys_select`), so only threads that poll pay; the
-//! fallback `sys_enter`/`sys_exit` call the same helpers.
+//! Event-loop iterations: from a loop thread's return from waiting for events to its next wait,
+//! split at each socket transfer. Without a hook on the poll syscalls, a wait is seen when the
+//! thread sleeps in one (`sched_switch`), and a loop that finds events ready and never sleeps
+//! (a gateway at full load) is seen moving bytes: each transfer ends one iteration and starts the
+//! next, so only work that holds the CPU between two transfers or waits (a long callback) counts
+//! as a long iteration.
 
-use aya_ebpf::{
-    macros::{fentry, fexit},
-    programs::{FEntryContext, FExitContext},
-};
 use gateway_observer_common::{Event, ThreadState, event_kind};
 
-use crate::{
-    maps::{config, current_ids, emit, hist_add, now_ns, thread_state},
-    waits::stack_if_wanted,
-};
+use crate::maps::{config, emit, hist_add, now_ns};
 
-/// do_epoll_wait(int epfd, struct epoll_event __user *events, int maxevents, struct timespec64 *to)
-#[fentry(function = "do_epoll_wait")]
-pub fn do_epoll_wait_enter(ctx: FEntryContext) -> u32 {
-    let (tid, _) = current_ids();
-    let Some(state) = thread_state(tid) else { return 0 };
-    let epfd: i32 = ctx.arg(0);
-    vote_home_epoll(state, epfd as u32);
-    end_iteration(state, tid);
-    0
-}
-
-#[fexit(function = "do_epoll_wait")]
-pub fn do_epoll_wait_exit(ctx: FExitContext) -> u32 {
-    poll_returned(&ctx);
-    0
-}
-
-/// do_sys_poll(struct pollfd __user *ufds, unsigned int nfds, struct timespec64 *end_time)
-#[fentry(function = "do_sys_poll")]
-pub fn do_sys_poll_enter(_ctx: FEntryContext) -> u32 {
-    poll_called();
-    0
-}
-
-#[fexit(function = "do_sys_poll")]
-pub fn do_sys_poll_exit(ctx: FExitContext) -> u32 {
-    poll_returned(&ctx);
-    0
-}
-
-/// core_sys_select(int n, fd_set __user *inp, ..., struct timespec64 *end_time)
-#[fentry(function = "core_sys_select")]
-pub fn core_sys_select_enter(_ctx: FEntryContext) -> u32 {
-    poll_called();
-    0
-}
-
-#[fexit(function = "core_sys_select")]
-pub fn core_sys_select_exit(ctx: FExitContext) -> u32 {
-    poll_returned(&ctx);
-    0
-}
-
+/// A thread with an iteration open moved bytes on a socket: the iteration ends here and another
+/// begins.
 #[inline(always)]
-fn poll_called() {
-    let (tid, _) = current_ids();
-    if let Some(state) = thread_state(tid) {
+pub fn transfer_boundary(state: &mut ThreadState, tid: u32) {
+    if state.iter_start_ns != 0 {
         end_iteration(state, tid);
-    }
-}
-
-#[inline(always)]
-fn poll_returned(ctx: &FExitContext) {
-    let (tid, _) = current_ids();
-    if let Some(state) = thread_state(tid) {
-        stack_if_wanted(ctx, state, tid);
         iteration_starts(state);
     }
 }

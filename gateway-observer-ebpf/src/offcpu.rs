@@ -1,4 +1,4 @@
-//! Off-CPU spans of target threads: `sched_switch` opens and closes them, `sched_wakeup` splits
+//! Off-CPU spans of target threads: `sched_switch` opens and closes them, `sched_waking` splits
 //! them into the wait itself and the run-queue delay that follows. A thread that goes to sleep
 //! has the syscall it sleeps in read from its registers there, for the span's reason.
 
@@ -8,8 +8,10 @@ use gateway_observer_common::{
 };
 
 use crate::{
+    loop_iterations::{end_iteration, iteration_starts, vote_home_epoll},
     maps::{btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state},
-    syscalls::note_syscall_from_regs,
+    syscalls::{Call, current_in_futex_call, note_sleeping_call},
+    waits::{take_stack, timed_wait_ended},
 };
 
 /// `TASK_UNINTERRUPTIBLE` in `prev_state`.
@@ -34,7 +36,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
         let preempt: u64 = ctx.arg(0);
         let prev_state: u32 = if preempt & 1 != 0 { 0 } else { ctx.arg(3) };
         if prev_state != 0 {
-            note_syscall_from_regs(state, ctx.arg(1));
+            going_to_sleep(&ctx, state, prev_tid);
         }
         switch_out(state, prev_state, now);
     }
@@ -44,17 +46,45 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     0
 }
 
-/// sched_wakeup(struct task_struct *p)
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
+/// sched_waking(struct task_struct *p): fires in the waker's context (sched_wakeup may fire later
+/// on the wakee's CPU, from an interrupt, when the wakeup is queued there), so `current` is the
+/// waker.
+#[btf_tracepoint(function = "sched_waking")]
+pub fn sched_waking(ctx: BtfTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
     let tid: u32 = btf_field(task, config().task_pid_offset);
     let Some(state) = thread_state(tid) else { return 0 };
     if state.offcpu_start_ns != 0 && state.wakeup_ns == 0 {
         state.wakeup_ns = now_ns();
         state.waker_tid = current_ids().0;
+        if matches!(state.offcpu_reason, reason::FUTEX_TIMED | reason::FUTEX_SLEEP) {
+            // A timed wait woken by a futex wake returns 0; one its timer wakes has timed out.
+            state.woken_by_futex = current_in_futex_call() as u8;
+        }
     }
     0
+}
+
+/// A target thread goes to sleep (`current` is still that thread): note the call it sleeps in.
+/// Sleeping in a poll ends the loop's iteration; sleeping again in the call that last blocked
+/// long is where that call's user stack is taken.
+#[inline(always)]
+fn going_to_sleep(ctx: &BtfTracePointContext, state: &mut ThreadState, tid: u32) {
+    let call = Call::of_task(ctx.arg(1));
+    if state.stack_wanted != 0 {
+        if call.is_the_sleep_of(state) {
+            take_stack(ctx, state);
+        } else {
+            state.stack_wanted = 0; // another call's stack would not be that one's
+        }
+    }
+    let class = note_sleeping_call(state, &call);
+    if syscall_class::polls(class) {
+        if class == syscall_class::EPOLL {
+            vote_home_epoll(state, state.syscall_arg0 as u32);
+        }
+        end_iteration(state, tid);
+    }
 }
 
 #[inline(always)]
@@ -65,6 +95,7 @@ fn switch_out(state: &mut ThreadState, prev_state: u32, now: u64) {
     state.offcpu_start_ns = now;
     state.wakeup_ns = 0;
     state.waker_tid = 0;
+    state.woken_by_futex = 0;
     state.offcpu_reason = offcpu_reason(state, prev_state);
 }
 
@@ -88,8 +119,7 @@ fn offcpu_reason(state: &ThreadState, prev_state: u32) -> u32 {
     reason_for_syscall(state.syscall_class, state.futex_timed != 0, sleep_word)
 }
 
-/// Ends the thread's off-CPU span: at its switch-in, or at its first syscall after a switch-in
-/// our program missed.
+/// Ends the thread's off-CPU span, at its switch-in.
 #[inline(always)]
 pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
     let start = state.offcpu_start_ns;
@@ -110,9 +140,13 @@ pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
         // The futex wait as the thread lived it: blocked until it could run again.
         hist_add(&mut state.futex_hist, wait_ns + runqueue_ns);
         state.futex_wait_ns += wait_ns + runqueue_ns;
-        if state.futex_timed != 0 {
-            state.futex_timed_pending_ns += wait_ns;
+        if span_reason != reason::FUTEX && state.wakeup_ns != 0 {
+            timed_wait_ended(state, state.syscall_arg0, state.woken_by_futex == 0, wait_ns);
         }
+    }
+    if matches!(span_reason, reason::POLL | reason::POLL_OTHER) {
+        // Back from waiting for events: an event-loop iteration starts.
+        iteration_starts(state);
     }
     if wait_ns >= config().block_threshold_ns {
         state.stack_wanted = (state.syscall_nr >= 0) as u8;

@@ -1,11 +1,11 @@
 //! The bytes targets move on followed TCP connections, for request timing in userspace: the
 //! first and last bytes of each transfer go to the socket ring buffer.
 //!
-//! By default hooked on `tcp_recvmsg`/`tcp_sendmsg` (fentry notes where the caller's bytes are,
-//! from the `msghdr`'s iterator; fexit sends what moved): only TCP callers pay. The fallback is
-//! the socket layer's tracepoints, `sock_recv_length`/`sock_send_length`, inside
-//! read/write/recv*/send* of any socket, with the buffer noted at `sys_enter` and copied at
-//! `sys_exit`.
+//! The socket layer's own tracepoints, `sock_recv_length`/`sock_send_length`, fire at the end of
+//! read/write/recv*/send* of any socket, in the caller's context, with the `struct sock`: the
+//! syscall and its buffer are read from the caller's registers there. Kernels before 6.5 lack
+//! them; there `tcp_recvmsg`/`tcp_sendmsg` are hooked instead (fentry notes where the caller's
+//! bytes are, from the `msghdr`'s iterator; fexit sends what moved).
 
 use aya_ebpf::{
     helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user},
@@ -14,13 +14,15 @@ use aya_ebpf::{
 };
 use gateway_observer_common::{
     DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, SockState, ThreadState, conn_role, data_shape,
-    drop_index, event_kind,
+    drop_index, event_kind, syscall_class,
 };
 
 use crate::{
+    loop_iterations::transfer_boundary,
     maps::{btf_field, config, count_drop, current_ids, now_ns, thread_state},
     sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, submit_flags},
-    waits::stack_if_wanted,
+    syscalls::Call,
+    waits::stack_if_same_call,
 };
 
 const MSG_PEEK: i32 = 2;
@@ -83,12 +85,10 @@ fn tcp_call_starts(ctx: &FEntryContext, recv: bool) {
 fn tcp_call_returns(ctx: &FExitContext, recv: bool, flags: i32) {
     let (tid, tgid) = current_ids();
     let Some(state) = thread_state(tid) else { return };
-    if recv {
-        stack_if_wanted(ctx, state, tid);
-    }
+    stack_if_same_call(ctx, state, &Call::current());
     let ret = ctx.ret::<i64>().unwrap_or(0) as i32;
     on_transfer(state, tgid, ctx.arg(0), ret, flags, recv);
-    exit_data_syscall(state, tid, i64::from(ret));
+    finish_transfer(state, tid, ret);
 }
 
 /// Readv/writev of more buffers than this are not looked into (UIO_MAXIOV is 1024).
@@ -96,24 +96,38 @@ const MAX_IOV: u64 = 1024;
 /// Buffers of a readv/writev searched for the one holding the last byte moved.
 const TAIL_IOV_SCAN: u64 = 8;
 
-/// sock_recv_length(struct sock *sk, int ret, int flags): fallback path only.
+/// sock_recv_length(struct sock *sk, int ret, int flags)
 #[btf_tracepoint(function = "sock_recv_length")]
 pub fn sock_recv_length(ctx: BtfTracePointContext) -> u32 {
-    let (tid, tgid) = current_ids();
-    if let Some(state) = thread_state(tid) {
-        on_transfer(state, tgid, ctx.arg(0), ctx.arg(1), ctx.arg(2), true);
-    }
+    socket_layer_transfer(&ctx, true);
     0
 }
 
-/// sock_send_length(struct sock *sk, int ret, int flags): fallback path only.
+/// sock_send_length(struct sock *sk, int ret, int flags)
 #[btf_tracepoint(function = "sock_send_length")]
 pub fn sock_send_length(ctx: BtfTracePointContext) -> u32 {
-    let (tid, tgid) = current_ids();
-    if let Some(state) = thread_state(tid) {
-        on_transfer(state, tgid, ctx.arg(0), ctx.arg(1), ctx.arg(2), false);
-    }
+    socket_layer_transfer(&ctx, false);
     0
+}
+
+/// A socket transfer by a target thread ended: where its bytes are comes from the syscall's
+/// arguments, in the thread's registers.
+#[inline(always)]
+fn socket_layer_transfer(ctx: &BtfTracePointContext, recv: bool) {
+    let (tid, tgid) = current_ids();
+    let Some(state) = thread_state(tid) else { return };
+    let call = Call::current();
+    stack_if_same_call(ctx, state, &call);
+    let cfg = config();
+    state.data_shape = call.packed_class() >> syscall_class::SHAPE_SHIFT;
+    state.data_sk = 0;
+    state.data_queued_ns = 0;
+    state.data_fd = call.arg0() as u32;
+    state.data_buf = call.arg(cfg.regs_arg1_offset);
+    state.data_count = call.arg(cfg.regs_arg2_offset);
+    let ret: i32 = ctx.arg(1);
+    on_transfer(state, tgid, ctx.arg(0), ret, ctx.arg(2), recv);
+    finish_transfer(state, tid, ret);
 }
 
 /// A target thread in a data syscall moved bytes on socket `sk`: remember which socket, and for a
@@ -180,25 +194,15 @@ fn clear_unread(key: u64) {
     }
 }
 
-/// sys_enter of a data syscall: note where its bytes are.
+/// The transfer is over: send on the bytes it moved on a followed socket. Moving bytes is also
+/// an event loop's iteration boundary.
 #[inline(always)]
-pub fn enter_data_syscall(state: &mut ThreadState, shape: u8, regs: *const u8) {
-    state.data_shape = shape;
-    state.data_sk = 0;
-    state.data_queued_ns = 0;
-    if shape != data_shape::NONE {
-        let cfg = config();
-        state.data_fd = btf_field::<u64>(regs, cfg.regs_arg0_offset) as u32;
-        state.data_buf = btf_field(regs, cfg.regs_arg1_offset);
-        state.data_count = btf_field(regs, cfg.regs_arg2_offset);
-    }
-}
-
-/// sys_exit of a data syscall that moved `ret` bytes on a followed socket: send them on.
-#[inline(always)]
-pub fn exit_data_syscall(state: &mut ThreadState, tid: u32, ret: i64) {
-    if state.data_sk != 0 && ret > 0 {
-        emit_data(state, tid, ret as u64);
+fn finish_transfer(state: &mut ThreadState, tid: u32, ret: i32) {
+    if ret > 0 {
+        if state.data_sk != 0 {
+            emit_data(state, tid, ret as u64);
+        }
+        transfer_boundary(state, tid);
     }
     state.data_shape = data_shape::NONE;
     state.data_sk = 0;

@@ -228,39 +228,42 @@ pub fn emit_conn(kind: u32, sk: *const u8, tgid: u32, role: u32) {
     let cfg = config();
     let family: u16 = btf_field(sk, cfg.sock_family_offset);
     let remote_port_be: u16 = btf_field(sk, cfg.sock_remote_port_offset);
-    let mut event = ConnEvent {
-        kind,
-        tgid,
-        sk: sk as u64,
-        timestamp_ns: now_ns(),
-        role,
-        family,
-        local_port: btf_field(sk, cfg.sock_local_port_offset),
-        remote_port: u16::from_be(remote_port_be),
-        netns: sock_netns(sk),
-        ..ConnEvent::default()
-    };
-    if family == AF_INET6 {
-        // SAFETY: 16-byte reads into our own arrays from fields of a live socket; a failed read
-        // leaves zeros.
-        unsafe {
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at a reserved ring-buffer record of size_of::<ConnEvent>() bytes;
+    // every field is written before submit. Written field by field in place: a copy of a whole
+    // struct built on the stack is done byte by byte, which the verifier rejects for the socket
+    // pointer's bytes.
+    unsafe {
+        (*event).kind = kind;
+        (*event).tgid = tgid;
+        (*event).sk = sk as u64;
+        (*event).timestamp_ns = now_ns();
+        (*event).role = role;
+        (*event).family = family;
+        (*event).local_port = btf_field(sk, cfg.sock_local_port_offset);
+        (*event).remote_port = u16::from_be(remote_port_be);
+        (*event)._pad = [0; 2];
+        (*event).netns = sock_netns(sk);
+        (*event).local_addr = [0; 16];
+        (*event).remote_addr = [0; 16];
+        if family == AF_INET6 {
+            // A failed read leaves zeros.
             bpf_probe_read_kernel(
-                event.local_addr.as_mut_ptr().cast(),
+                (*event).local_addr.as_mut_ptr().cast(),
                 16,
                 sk.wrapping_add(cfg.sock_local_addr6_offset as usize).cast(),
             );
             bpf_probe_read_kernel(
-                event.remote_addr.as_mut_ptr().cast(),
+                (*event).remote_addr.as_mut_ptr().cast(),
                 16,
                 sk.wrapping_add(cfg.sock_remote_addr6_offset as usize).cast(),
             );
+        } else {
+            let local: u32 = btf_field(sk, cfg.sock_local_addr_offset);
+            let remote: u32 = btf_field(sk, cfg.sock_remote_addr_offset);
+            (*event).local_addr.as_mut_ptr().cast::<u32>().write_unaligned(local);
+            (*event).remote_addr.as_mut_ptr().cast::<u32>().write_unaligned(remote);
         }
-    } else {
-        let local: u32 = btf_field(sk, cfg.sock_local_addr_offset);
-        let remote: u32 = btf_field(sk, cfg.sock_remote_addr_offset);
-        event.local_addr[..4].copy_from_slice(&local.to_ne_bytes());
-        event.remote_addr[..4].copy_from_slice(&remote.to_ne_bytes());
     }
-    entry.write(event);
     entry.submit(submit_flags());
 }

@@ -1,104 +1,55 @@
-//! The ends of blocking calls, hooked on the kernel functions that block (fexit): how a timed
-//! futex wait ended, and the user stack of a call that blocked long. Only callers of these
-//! functions pay, and a thread that is not ours returns after one array lookup.
+//! How a timed futex wait ended, and the user stack of a call that blocked long, both without a
+//! hook on the syscall path.
 
-use aya_ebpf::{
-    helpers::generated::{bpf_get_current_task_btf, bpf_task_pt_regs},
-    macros::fexit,
-    programs::{FExitContext, tracing::StackIdContext},
-};
+use aya_ebpf::programs::tracing::StackIdContext;
 use gateway_observer_common::{Event, ThreadState, event_kind};
 
-use crate::maps::{STACKS, btf_field, config, current_ids, emit, now_ns, thread_state};
+use crate::{
+    maps::{STACKS, current_ids, emit, now_ns},
+    syscalls::Call,
+};
 
 /// `bpf_get_stackid` flag: the user-space stack.
 const BPF_F_USER_STACK: u64 = 1 << 8;
-const ETIMEDOUT: i64 = 110;
 
-/// futex_wait(u32 __user *uaddr, unsigned int flags, u32 val, ktime_t *abs_time, u32 bitset):
-/// FUTEX_WAIT and FUTEX_WAIT_BITSET, the waits of every lock, condition and park.
-#[fexit(function = "futex_wait")]
-pub fn futex_wait_exit(ctx: FExitContext) -> u32 {
-    let (tid, _) = current_ids();
-    let Some(state) = thread_state(tid) else { return 0 };
-    stack_if_wanted(&ctx, state, tid);
-    let abs_time: u64 = ctx.arg(3);
-    if abs_time != 0 {
-        let ret: i32 = ctx.arg(5);
-        timed_wait_ended(state, ctx.arg(0), i64::from(ret));
-    }
-    state.futex_timed_pending_ns = 0;
-    0
-}
-
-/// futex_wait_multiple(struct futex_vector *vs, unsigned int count, struct hrtimer_sleeper *to):
-/// futex_waitv. Its outcome is not followed (no runtime of ours uses it); its time is let go.
-#[fexit(function = "futex_wait_multiple")]
-pub fn futex_wait_multiple_exit(ctx: FExitContext) -> u32 {
-    let (tid, _) = current_ids();
-    let Some(state) = thread_state(tid) else { return 0 };
-    stack_if_wanted(&ctx, state, tid);
-    state.futex_timed_pending_ns = 0;
-    0
-}
-
-/// do_nanosleep(struct hrtimer_sleeper *t, enum hrtimer_mode mode): nanosleep, clock_nanosleep.
-#[fexit(function = "do_nanosleep")]
-pub fn do_nanosleep_exit(ctx: FExitContext) -> u32 {
-    let (tid, _) = current_ids();
-    if let Some(state) = thread_state(tid) {
-        stack_if_wanted(&ctx, state, tid);
-    }
-    0
-}
-
-/// A timed futex wait on `uaddr` returned `ret`. How it ended tells how the thread's next wait
-/// on that word is counted (`FUTEX_SLEEP` after a timeout), and, counted, how its thread
-/// group's timed waits end.
+/// A timed futex wait on `uaddr` that lasted `waited_ns` ended, by its timeout or woken. How it
+/// ended tells how the thread's next wait on that word is counted (`FUTEX_SLEEP` after a
+/// timeout), and, counted, how its thread group's timed waits end.
 #[inline(always)]
-pub fn timed_wait_ended(state: &mut ThreadState, uaddr: u64, ret: i64) {
-    let waited = state.futex_timed_pending_ns;
-    if ret == -ETIMEDOUT {
+pub fn timed_wait_ended(state: &mut ThreadState, uaddr: u64, timed_out: bool, waited_ns: u64) {
+    if timed_out {
         state.futex_sleep_uaddr = uaddr;
-        state.futex_timeout_ns += waited;
-    } else if ret == 0 {
+        state.futex_timeout_ns += waited_ns;
+    } else {
         if state.futex_sleep_uaddr == uaddr {
             state.futex_sleep_uaddr = 0;
         }
-        state.futex_woken_ns += waited;
+        state.futex_woken_ns += waited_ns;
     }
 }
 
-/// At the exit of a blocking function: if the call that just blocked long is this one (the
-/// syscall in the thread's registers is the one it slept in), its user stack is the blocking
-/// call's caller. Only after long blocks, so the cost stays off the hot path.
+/// Captures the current user stack for the thread's last long block. The caller has checked
+/// that the current call is the one that blocked, so the stack is the blocking call's caller.
 #[inline(always)]
-pub fn stack_if_wanted<C: StackIdContext>(ctx: &C, state: &mut ThreadState, tid: u32) {
-    if state.stack_wanted == 0 {
-        return;
-    }
-    // SAFETY: helpers without side effects; the current task is a trusted BTF pointer.
-    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const u8;
-    let cfg = config();
-    let nr: i64 = btf_field(regs, cfg.regs_syscall_nr_offset);
-    let arg0: u64 = btf_field(regs, cfg.regs_arg0_offset);
-    if nr == state.syscall_nr as i64 && arg0 == state.syscall_arg0 {
-        take_stack(ctx, state, tid);
-    }
-}
-
-/// Captures the current user stack for the thread's last long block.
-#[inline(always)]
-pub fn take_stack<C: StackIdContext>(ctx: &C, state: &mut ThreadState, tid: u32) {
+pub fn take_stack<C: StackIdContext>(ctx: &C, state: &mut ThreadState) {
     state.stack_wanted = 0;
     if let Ok(id) = ctx.get_stackid(&STACKS, BPF_F_USER_STACK) {
         emit(Event {
             kind: event_kind::BLOCK_STACK,
-            tid,
+            tid: current_ids().0,
             tgid: state.tgid,
             reason: id as u32,
             timestamp_ns: now_ns(),
             ..Event::default()
         });
+    }
+}
+
+/// In the current call's context (a transfer ending): if it is the call that last blocked long,
+/// take its stack now.
+#[inline(always)]
+pub fn stack_if_same_call<C: StackIdContext>(ctx: &C, state: &mut ThreadState, call: &Call) {
+    if state.stack_wanted != 0 && call.is_the_sleep_of(state) {
+        take_stack(ctx, state);
     }
 }

@@ -38,9 +38,6 @@ pub struct Config {
     /// The daemon's nice value: by default it yields the CPU to the gateways it watches, so
     /// its bursts of decoding do not show in their tail latency.
     pub nice: i32,
-    /// Kernel hooks: `auto` (function hooks, else the syscall tracepoints), `functions` or
-    /// `syscalls` (ARCHITECTURE.md, "Kernel hook plan").
-    pub hooks: crate::probes::HookChoice,
 }
 
 /// `[event_loops]`: `include` names threads that are event loops even before they are seen
@@ -67,7 +64,6 @@ impl Default for Config {
             alertmanager: None,
             event_loops: EventLoopPatterns::default(),
             nice: 10,
-            hooks: crate::probes::HookChoice::Auto,
         }
     }
 }

@@ -68,8 +68,8 @@ pub fn blocked_reason(state: char, syscall: Option<(u32, [u64; 6])>) -> u32 {
     gateway_observer_common::reason_for_syscall(class_of(nr), futex_timed(nr, &args), false)
 }
 
-/// Whether syscall `nr` with `args` is a futex wait with a timeout, as the kernel's sys_enter
-/// reads it.
+/// Whether syscall `nr` with `args` is a futex wait with a timeout, as the kernel programs read
+/// it from a sleeping thread's registers.
 pub fn futex_timed(nr: u32, args: &[u64; 6]) -> bool {
     let timeout = match class_of(nr) {
         syscall_class::FUTEX if gateway_observer_common::futex_op_waits(args[1]) => args[3],

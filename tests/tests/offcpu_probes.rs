@@ -197,7 +197,8 @@ fn sigterm_detaches_every_program_and_exits_0() {
         return;
     }
     let _serial = serial();
-    let ours = ["sched_switch", "sched_wakeup", "sys_enter", "sys_exit", "sched_process_f", "sched_process_e"];
+    let ours =
+        ["sched_switch", "sched_waking", "sock_recv_lengt", "sock_send_lengt", "sched_process_f", "sched_process_e"];
     let loaded = || -> Vec<u32> {
         aya::programs::loaded_programs()
             .filter_map(Result::ok)

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::probes::{
-    HookPath, ProbeSettings, Probes,
+    DataHooks, ProbeSettings, Probes,
     hooks::{CORE_HOOKS, Hook},
     kernel_offsets::{KernelOffsets, VMLINUX_BTF},
 };
@@ -35,19 +35,32 @@ pub fn check() -> bool {
                 Err(e) => line(&hook.describe(), false, error_chain(&e)),
             };
             lines.extend(CORE_HOOKS.iter().map(|hook| attach(&mut probes, hook)));
-            // The function hooks are the default; a kernel without them works on the fallback,
-            // so only the path as a whole is a requirement.
-            let functions: Vec<Line> =
-                HookPath::Functions.hooks().iter().map(|hook| attach(&mut probes, hook)).collect();
-            let functions_ok = functions.iter().all(|l| l.ok);
-            lines.extend(functions.into_iter().map(|l| Line { ok: true, ..l }));
-            let path = if functions_ok {
-                HookPath::Functions
-            } else {
-                lines.extend(HookPath::Syscalls.hooks().iter().map(|hook| attach(&mut probes, hook)));
-                HookPath::Syscalls
-            };
-            lines.push(line("hook path", true, path.cost().into()));
+            // Either source of socket bytes will do: the socket layer's tracepoints (6.5+), else
+            // TCP's functions. Only having one is a requirement; each line says which is used.
+            let mut found = None;
+            for source in [DataHooks::SocketTracepoints, DataHooks::TcpFunctions] {
+                let tried: Vec<Line> = source.hooks().iter().map(|hook| attach(&mut probes, hook)).collect();
+                let ok = tried.iter().all(|l| l.ok);
+                let role = match (ok, found.is_none()) {
+                    (true, true) => "in use",
+                    (true, false) => "not needed",
+                    (false, _) => "not used",
+                };
+                if ok && found.is_none() {
+                    found = Some(source);
+                }
+                lines.extend(tried.into_iter().map(|l| Line {
+                    ok: true,
+                    detail: format!("{} ({role})", l.detail),
+                    ..l
+                }));
+            }
+            lines.push(match found {
+                Some(source) => line("socket bytes (request timing)", true, source.describe().into()),
+                None => {
+                    line("socket bytes (request timing)", false, "no source attaches: requests are not timed".into())
+                }
+            });
         }
         Err(e) => lines.push(line("eBPF object and maps", false, error_chain(&e))),
     }

@@ -61,10 +61,6 @@ pub struct RunArgs {
     /// The daemon's nice value, -20..19 [default: 10: the gateways come first].
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<i32>,
-    /// Kernel hooks: functions (fentry/fexit, nothing on the syscall path), syscalls (the
-    /// fallback: raw syscall tracepoints every process pays for) or auto [default: auto].
-    #[arg(long, value_name = "auto|functions|syscalls")]
-    pub hooks: Option<crate::probes::HookChoice>,
 }
 
 #[derive(Debug, clap::Args)]

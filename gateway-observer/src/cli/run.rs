@@ -63,9 +63,6 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
     if let Some(url) = &args.alertmanager {
         config.alertmanager = Some(url.clone());
     }
-    if let Some(hooks) = args.hooks {
-        config.hooks = hooks;
-    }
     if let Some(nice) = args.nice {
         config.nice = nice;
     }
@@ -152,8 +149,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         busy_iteration: config.busy_iteration,
     })
     .context("failed to load the eBPF programs (run `gateway-observer check`)")?;
-    let path = probes.attach_all(config.hooks).context("failed to attach the probes (run `gateway-observer check`)")?;
-    eprintln!("gateway-observer: hooks: {}", path.cost());
+    match probes.attach_all().context("failed to attach the probes (run `gateway-observer check`)")? {
+        Ok(source) => eprintln!("gateway-observer: socket bytes from {}", source.describe()),
+        Err(e) => eprintln!("gateway-observer: no source of socket bytes ({e}): requests are not timed"),
+    }
     let ring = probes.take_events().context("failed to open the event ring buffer")?;
     // SAFETY: the ring buffer owns its fd and is moved into the AsyncFd, which deregisters it
     // before dropping it; the fd is never closed while registered.

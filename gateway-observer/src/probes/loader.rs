@@ -11,7 +11,7 @@ use aya::{
 use gateway_observer_common::{MAX_SYSCALL_NR, MAX_THREADS, ProbeConfig, TargetInfo, ThreadState, drop_index};
 
 use super::{
-    hooks::{AttachKind, CORE_HOOKS, Hook, HookChoice, HookPath, all_hooks},
+    hooks::{AttachKind, CORE_HOOKS, DataHooks, Hook, all_hooks},
     kernel_offsets::{KernelOffsets, OffsetError},
     thread_slots::ThreadSlots,
 };
@@ -72,7 +72,7 @@ impl Default for ProbeSettings {
 /// The first state of a thread that was already running when followed. If it is blocked now,
 /// its off-CPU span opens now with the reason /proc shows, so a thread that never wakes up again
 /// (parked for good, stuck for minutes) counts as blocked rather than unseen; and the syscall it
-/// is in is noted as sys_enter would have, so its exit is read (how a timed wait ended).
+/// is in is noted as `sched_switch` would have, so how it ends is read (a timed wait's outcome).
 fn state_when_found(tgid: u32, tid: u32) -> ThreadState {
     let mut state = ThreadState { tid, tgid, ..ThreadState::default() };
     if let Some(letter) = procfs::thread_state(tgid, tid).filter(|s| *s != 'R') {
@@ -98,7 +98,7 @@ pub struct Probes {
     ebpf: Ebpf,
     btf: Btf,
     slots: ThreadSlots,
-    path: Option<HookPath>,
+    data_hooks: Option<DataHooks>,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> ProbeError {
@@ -156,7 +156,7 @@ impl Probes {
             _ => return Err(ProbeError::MissingMap("THREADS")),
         };
         let slots = ThreadSlots::map(threads_map, max_threads).map_err(ProbeError::Mmap)?;
-        let mut probes = Self { ebpf, btf: Btf::from_sys_fs()?, slots, path: None };
+        let mut probes = Self { ebpf, btf: Btf::from_sys_fs()?, slots, data_hooks: None };
         probes.write_syscall_classes()?;
         let mut free: Queue<&mut MapData, u32> = probes.map_mut("FREE_SLOTS")?;
         for slot in 0..max_threads {
@@ -217,9 +217,8 @@ impl Probes {
         };
     }
 
-    /// Attaches every program of one path; on a failure, detaches what it attached.
-    pub fn attach_path(&mut self, path: HookPath) -> Result<(), ProbeError> {
-        let hooks = path.hooks();
+    /// Attaches every program of a set; on a failure, detaches what it attached.
+    fn attach_set(&mut self, hooks: &[Hook]) -> Result<(), ProbeError> {
         for (index, hook) in hooks.iter().enumerate() {
             if let Err(e) = self.attach_hook(hook) {
                 for attached in &hooks[..index] {
@@ -228,36 +227,30 @@ impl Probes {
                 return Err(e);
             }
         }
-        self.path = Some(path);
         Ok(())
     }
 
-    /// Attaches the core hooks and the path `choice` names; `auto` falls back to the syscall
-    /// tracepoints (with a warning) when a function hook cannot attach.
-    pub fn attach_all(&mut self, choice: HookChoice) -> Result<HookPath, ProbeError> {
-        for hook in CORE_HOOKS {
-            self.attach_hook(hook)?;
-        }
-        let path = match choice {
-            HookChoice::Functions => HookPath::Functions,
-            HookChoice::Syscalls => HookPath::Syscalls,
-            HookChoice::Auto => match self.attach_path(HookPath::Functions) {
-                Ok(()) => return Ok(HookPath::Functions),
-                Err(e) => {
-                    eprintln!(
-                        "gateway-observer: function hooks unavailable ({e}); falling back to syscall tracepoints"
-                    );
-                    HookPath::Syscalls
+    /// Attaches the core hooks, then the first source of socket transfer bytes this kernel has.
+    /// Without either the daemon still runs, without request timing (`check` says so): the
+    /// error of the last source tried is returned beside.
+    pub fn attach_all(&mut self) -> Result<Result<DataHooks, ProbeError>, ProbeError> {
+        self.attach_set(CORE_HOOKS)?;
+        let mut last_error = None;
+        for source in [DataHooks::SocketTracepoints, DataHooks::TcpFunctions] {
+            match self.attach_set(source.hooks()) {
+                Ok(()) => {
+                    self.data_hooks = Some(source);
+                    return Ok(Ok(source));
                 }
-            },
-        };
-        self.attach_path(path)?;
-        Ok(path)
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Ok(Err(last_error.unwrap_or(ProbeError::MissingProgram("sock_recv_length"))))
     }
 
-    /// The path attached, once `attach_all` succeeded.
-    pub fn hook_path(&self) -> Option<HookPath> {
-        self.path
+    /// Where transfer bytes come from, once `attach_all` found a source.
+    pub fn data_hooks(&self) -> Option<DataHooks> {
+        self.data_hooks
     }
 
     fn map_mut<'a, T>(&'a mut self, name: &'static str) -> Result<T, ProbeError>

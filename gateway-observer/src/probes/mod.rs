@@ -6,5 +6,5 @@ pub mod kernel_offsets;
 mod loader;
 mod thread_slots;
 
-pub use hooks::{HookChoice, HookPath};
+pub use hooks::DataHooks;
 pub use loader::{BASELINE_PROGRAMS, ProbeError, ProbeSettings, Probes};

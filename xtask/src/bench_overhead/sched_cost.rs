@@ -57,14 +57,14 @@ pub(super) fn measure(observer: &Path, switch_load: &Path, dir: &Path) -> Result
                     std::thread::sleep(WINDOW);
                     let after = daemon.snapshot()?;
                     costs.rss_mib.push(daemon.peak_rss_mib()?);
-                    per_event(before.progs(), after.progs(), ["sched_switch"], ["sched_wakeup"])
+                    per_event(before.progs(), after.progs(), ["sched_switch"], ["sched_waking"])
                 }
                 Probe::Empty => empty_programs()?,
                 Probe::Runqlat => runqlat(pid)?,
             };
             load.check_alive().context("the switch load ended early")?;
             println!(
-                "round {} {:8} sched_switch {switch:6.1} ns  sched_wakeup {wakeup:6.1} ns",
+                "round {} {:8} sched_switch {switch:6.1} ns  wakeup {wakeup:6.1} ns",
                 round + 1,
                 ["ours", "empty", "runqlat"][index]
             );
@@ -89,7 +89,7 @@ fn per_event<const N: usize>(
 
 fn empty_programs() -> Result<(f64, f64)> {
     let switch = EmptyProgram::attach("sched_switch")?;
-    let wakeup = EmptyProgram::attach("sched_wakeup")?;
+    let wakeup = EmptyProgram::attach("sched_waking")?;
     std::thread::sleep(SETTLE);
     let before = [switch.stats()?, wakeup.stats()?];
     std::thread::sleep(WINDOW);
@@ -131,9 +131,10 @@ fn runqlat(load: u32) -> Result<(f64, f64)> {
 
 impl SchedCosts {
     pub(super) fn add_rows(self, report: &mut Report) {
-        for (hook, per_probe, goal) in
-            [("sched_switch", &self.switch, GOAL_SWITCH_NS), ("sched_wakeup", &self.wakeup, GOAL_WAKEUP_NS)]
-        {
+        for (hook, per_probe, goal) in [
+            ("sched_switch", &self.switch, GOAL_SWITCH_NS),
+            ("sched_waking (runqlat: sched_wakeup)", &self.wakeup, GOAL_WAKEUP_NS),
+        ] {
             let [ours, empty, runqlat] = per_probe;
             let ratio = |other: &[f64]| ours.iter().zip(other).map(|(o, e)| o / e).collect();
             report.ratio(format!("{hook} ns/event ours/empty program"), ratio(empty), None);
