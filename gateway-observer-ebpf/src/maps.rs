@@ -143,13 +143,26 @@ pub fn btf_field<T: Copy>(base: *const u8, offset: u32) -> T {
     unsafe { core::ptr::read_volatile(base.wrapping_add(offset as usize).cast::<T>()) }
 }
 
+/// Ring-buffer submit flags and query: records are committed without waking the daemon (a
+/// wakeup is an inter-processor interrupt, several microseconds in a VM, per record); the daemon
+/// drains its rings on a short timer, and is woken only when a ring is getting full.
+const BPF_RB_NO_WAKEUP: u64 = 1;
+pub const BPF_RB_FORCE_WAKEUP: u64 = 2;
+pub const BPF_RB_AVAIL_DATA: u64 = 0;
+
+/// The submit flags for a ring of `capacity` bytes holding `unread` bytes not yet consumed.
+#[inline(always)]
+pub fn submit_flags(unread: u64, capacity: u32) -> u64 {
+    if unread >= u64::from(capacity) / 4 { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP }
+}
+
 /// Sends one event, counting a full ring buffer instead of failing silently.
 #[inline(always)]
 pub fn emit(event: Event) {
     match EVENTS.reserve::<Event>(0) {
         Some(mut entry) => {
             entry.write(event);
-            entry.submit(0);
+            entry.submit(submit_flags(EVENTS.query(BPF_RB_AVAIL_DATA), RINGBUF_BYTES));
         }
         None => count_drop(drop_index::RINGBUF),
     }

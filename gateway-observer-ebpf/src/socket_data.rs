@@ -20,7 +20,7 @@ use gateway_observer_common::{
 use crate::{
     loop_iterations::transfer_boundary,
     maps::{btf_field, config, count_drop, current_ids, now_ns, thread_state},
-    sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, submit_flags},
+    sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, socket_submit_flags},
     syscalls::Call,
     waits::stack_if_same_call,
 };
@@ -329,5 +329,5 @@ fn emit_data(state: &ThreadState, tid: u32, len: u64) {
         }
         (*event).tail_len = tail_copied;
     }
-    entry.submit(submit_flags());
+    entry.submit(socket_submit_flags());
 }

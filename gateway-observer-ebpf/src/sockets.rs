@@ -16,7 +16,7 @@ use gateway_observer_common::{
     event_kind, listen_key,
 };
 
-use crate::maps::{TARGETS, btf_field, config, count_drop, current_ids, now_ns};
+use crate::maps::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, TARGETS, btf_field, config, count_drop, current_ids, now_ns, submit_flags};
 
 /// Live TCP connections of targets, by `struct sock` address.
 #[map]
@@ -39,17 +39,10 @@ const TCP_SYN_SENT: i32 = 2;
 const TCP_SYN_RECV: i32 = 3;
 const TCP_CLOSE: i32 = 7;
 const TCP_LISTEN: u8 = 10;
-/// Ring-buffer submit flags and query: records are committed without waking the daemon (a
-/// wakeup is an inter-processor interrupt, several microseconds in a VM, per record); the daemon
-/// drains the ring on a short timer, and is woken only when the ring is getting full.
-const BPF_RB_NO_WAKEUP: u64 = 1;
-const BPF_RB_FORCE_WAKEUP: u64 = 2;
-const BPF_RB_AVAIL_DATA: u64 = 0;
-const WAKE_AT_BYTES: u64 = SOCKET_RINGBUF_BYTES as u64 / 4;
-
+/// The submit flags for the socket ring (see `maps::submit_flags`).
 #[inline(always)]
-pub fn submit_flags() -> u64 {
-    if SOCKET_EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKE_AT_BYTES { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP }
+pub fn socket_submit_flags() -> u64 {
+    submit_flags(SOCKET_EVENTS.query(BPF_RB_AVAIL_DATA), SOCKET_RINGBUF_BYTES)
 }
 
 /// sk_data_ready(const struct sock *sk): bytes arrived; runs for every socket on the host.
@@ -265,5 +258,5 @@ pub fn emit_conn(kind: u32, sk: *const u8, tgid: u32, role: u32) {
             (*event).remote_addr.as_mut_ptr().cast::<u32>().write_unaligned(remote);
         }
     }
-    entry.submit(submit_flags());
+    entry.submit(socket_submit_flags());
 }

@@ -80,8 +80,18 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
     Ok(config)
 }
 
-/// How often the socket ring buffer is drained when the kernel has not asked for it.
-const SOCKET_DRAIN: Duration = Duration::from_millis(20);
+/// How often the ring buffers are drained when the kernel has not asked for it (it wakes the
+/// daemon only when a ring is a quarter full).
+const RING_DRAIN: Duration = Duration::from_millis(20);
+
+fn drain_events(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, collector: &mut Collector) {
+    while let Some(item) = ring.next() {
+        match events::decode(&item) {
+            Ok(record) => collector.handle_record(record),
+            Err(_) => collector.count_decode_error(),
+        }
+    }
+}
 
 fn drain_sockets(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, collector: &mut Collector) {
     while let Some(item) = ring.next() {
@@ -189,8 +199,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut last_push = std::time::Instant::now();
-    let mut socket_drain = tokio::time::interval(SOCKET_DRAIN);
-    socket_drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ring_drain = tokio::time::interval(RING_DRAIN);
+    ring_drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ticker = tokio::time::interval(config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -214,19 +224,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             }
             guard = ring.readable_mut() => {
                 let mut guard = guard.context("event ring buffer failed")?;
-                let ring = guard.get_inner_mut();
-                while let Some(item) = ring.next() {
-                    match events::decode(&item) {
-                        Ok(record) => collector.handle_record(record),
-                        Err(_) => collector.count_decode_error(),
-                    }
-                }
+                drain_events(guard.get_inner_mut(), &mut collector);
                 guard.clear_ready();
             }
-            // The kernel wakes us only when the socket ring is a quarter full; otherwise it is
-            // drained on this short timer, so a busy gateway costs one wakeup per tick, not one
-            // per record.
-            _ = socket_drain.tick() => drain_sockets(sockets.get_mut(), &mut collector),
+            // The kernel wakes us only when a ring is a quarter full; otherwise both are drained
+            // on this short timer, so a busy gateway costs one wakeup per tick, not one per record.
+            _ = ring_drain.tick() => {
+                drain_events(ring.get_mut(), &mut collector);
+                drain_sockets(sockets.get_mut(), &mut collector);
+            }
             guard = sockets.readable_mut() => {
                 let mut guard = guard.context("socket ring buffer failed")?;
                 drain_sockets(guard.get_inner_mut(), &mut collector);
