@@ -61,6 +61,13 @@ impl Entry {
     }
 }
 
+/// In lines holding a verifier log, the verifier's own complaint: the last line before its
+/// statistics (`verification time …`).
+pub fn verifier_complaint(lines: &[String]) -> Option<&str> {
+    let end = lines.iter().position(|l| l.starts_with("verification time"))?;
+    lines[..end].iter().rev().find(|l| !l.trim().is_empty()).map(String::as_str)
+}
+
 /// The requirement entries and the verdict line.
 pub fn parse(lines: &[String]) -> (Vec<Entry>, Option<String>) {
     let mut entries: Vec<Entry> = Vec::new();

@@ -199,10 +199,19 @@ fn hooks_cell(run: &Run) -> Cell {
     }
 }
 
-/// The daemon's last words: its error.
+/// The daemon's last message (its error), with the verifier's complaint when it carries a log.
 fn last_error(run: &Run) -> String {
-    let line = run.stderr.iter().rev().find(|l| !l.trim().is_empty()).map_or("no stderr", String::as_str);
-    line.trim_start_matches("gateway-observer: ").to_owned()
+    let Some(start) = run.stderr.iter().rposition(|l| l.starts_with("gateway-observer: ")) else {
+        return "no message on stderr".into();
+    };
+    let message = run.stderr[start].trim_start_matches("gateway-observer: ");
+    match check_output::verifier_complaint(&run.stderr[start..]) {
+        Some(complaint) => {
+            let head = message.split(". Verifier output:").next().unwrap_or(message);
+            format!("{head}; the verifier: {complaint}")
+        }
+        None => message.to_owned(),
+    }
 }
 
 /// A cell of a run whose daemon never started: failed for the daemon's reason (its own row says
@@ -310,6 +319,24 @@ mod tests {
         assert_eq!(
             check.detail.as_deref(),
             Some("sk_data_ready absent; sys_exit rejected by the verifier: R2 unbounded memory access")
+        );
+    }
+
+    #[test]
+    fn a_daemon_refused_by_the_verifier_says_why_in_one_line() {
+        let console = "@@KT kernel 6.1\n@@KT begin run syscalls\n@@KT not-ready syscalls exited\n\
+             @@KT begin stderr syscalls\n\
+             gateway-observer: failed to attach the probes: loading program sys_exit failed: the BPF_PROG_LOAD \
+             syscall returned Permission denied (os error 13). Verifier output: 0: R1=ctx()\n\
+             R2 unbounded memory access\nverification time 3630 usec\n: Permission denied (os error 13)\n\
+             @@KT end stderr syscalls\n@@KT end run syscalls\n";
+        let hooks = cell(console, "6.1", "daemon --hooks syscalls");
+        assert_eq!(
+            hooks.detail.as_deref(),
+            Some(
+                "failed to attach the probes: loading program sys_exit failed: the BPF_PROG_LOAD syscall returned \
+                 Permission denied (os error 13); the verifier: R2 unbounded memory access"
+            )
         );
     }
 

@@ -55,6 +55,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             if let Some(hooks) = &run.hooks {
                 println!("run --hooks {}: hooks: {hooks}", run.mode);
             }
+            for note in &run.notes {
+                println!("run --hooks {}: {note}", run.mode);
+            }
         }
         columns.push(matrix::judge(series, kernel.release(), &boot, &guest));
     }

@@ -34,6 +34,8 @@ pub struct Run {
     pub requests_answered: Option<u64>,
     pub metrics: Vec<Sample>,
     pub stderr: Vec<String>,
+    /// What the guest noticed on the way (`@@KT note …`), e.g. a collection that did not come.
+    pub notes: Vec<String>,
 }
 
 /// One Prometheus sample.
@@ -45,13 +47,13 @@ pub struct Sample {
 }
 
 impl Run {
-    /// The sum of `name`'s samples whose labels include every pair of `want`.
+    /// The sum of `name`'s samples whose labels include every pair of `want` (0 when none: a
+    /// plain `sum` of nothing is -0).
     pub fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
         self.metrics
             .iter()
             .filter(|s| s.name == name && want.iter().all(|(k, v)| s.labels.get(*k).is_some_and(|l| l == v)))
-            .map(|s| s.value)
-            .sum()
+            .fold(0.0, |total, s| total + s.value)
     }
 }
 
@@ -110,6 +112,7 @@ pub fn parse(console: &str) -> Guest {
                     current(&mut guest).metrics.push(sample);
                 }
             }
+            "note" => current(&mut guest).notes.push(args.to_owned()),
             "done" => guest.done = true,
             _ => {}
         }

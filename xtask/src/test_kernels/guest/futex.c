@@ -1,6 +1,7 @@
 /* kt-futex GO_FIFO COUNT MS: after the go, waits COUNT times in FUTEX_WAIT with an MS millisecond
- * timeout on a word nobody wakes, and prints the time it measured itself: `truth futex NS`. Each
- * wait runs to its timeout, so the daemon counts it as futex_timed or futex_sleep. */
+ * timeout on a word nobody wakes, and prints the time it measured itself off the CPU:
+ * `truth futex NS`. Each wait runs to its timeout, so the daemon counts it as futex_timed or
+ * futex_sleep. */
 #include <errno.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -20,9 +21,9 @@ int main(int argc, char **argv) {
     int timeouts = 0;
     for (int i = 0; i < count; i++) {
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-        long long start = now_ns();
+        struct offcpu start = offcpu_start();
         long ret = syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
-        total += now_ns() - start;
+        total += offcpu_since(start);
         timeouts += ret == -1 && errno == ETIMEDOUT;
     }
     printf("truth futex %lld\n", total);

@@ -10,10 +10,25 @@
 #include <time.h>
 #include <unistd.h>
 
-static inline long long now_ns(void) {
+static inline long long clock_ns(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Time off the CPU: wall time less this thread's CPU time. Under TCG a wait's on-CPU part (the
+ * syscall, the timer set-up, code translated on first use) can be tens of ms: the daemon rightly
+ * does not count it as waiting, so the truth must not either. */
+struct offcpu {
+    long long wall, cpu;
+};
+
+static inline struct offcpu offcpu_start(void) {
+    return (struct offcpu){clock_ns(CLOCK_MONOTONIC), clock_ns(CLOCK_THREAD_CPUTIME_ID)};
+}
+
+static inline long long offcpu_since(struct offcpu start) {
+    return (clock_ns(CLOCK_MONOTONIC) - start.wall) - (clock_ns(CLOCK_THREAD_CPUTIME_ID) - start.cpu);
 }
 
 /* Blocks in open() until the test opens the FIFO for writing. The wait is neither a sleep nor a

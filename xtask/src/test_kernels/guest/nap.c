@@ -1,5 +1,5 @@
 /* kt-nap GO_FIFO COUNT MS: after the go, sleeps COUNT times MS milliseconds in nanosleep and
- * prints the time it measured itself: `truth sleep NS`. */
+ * prints the time it measured itself off the CPU: `truth sleep NS`. */
 #include "kt.h"
 
 int main(int argc, char **argv) {
@@ -13,9 +13,9 @@ int main(int argc, char **argv) {
     long long total = 0;
     for (int i = 0; i < count; i++) {
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-        long long start = now_ns();
+        struct offcpu start = offcpu_start();
         nanosleep(&ts, NULL);
-        total += now_ns() - start;
+        total += offcpu_since(start);
     }
     printf("truth sleep %lld\n", total);
     return 0;
