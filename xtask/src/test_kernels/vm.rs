@@ -1,5 +1,6 @@
 //! One QEMU boot with a hard deadline: the serial console goes to a log file, and QEMU is killed
-//! when the deadline passes, on an error, or when this process unwinds, so no VM outlives a run.
+//! when the deadline passes, on an error, when this process unwinds, and by the kernel when this
+//! process dies (a CI timeout's SIGKILL), so no VM outlives a run.
 //!
 //! TCG, not KVM: a nested KVM guest hangs early in boot on this machine family. Single-threaded
 //! TCG: it uses one host core for both vCPUs (the machine is shared), and with a thread per vCPU
@@ -7,6 +8,7 @@
 
 use std::{
     fs::File,
+    os::unix::process::CommandExt as _,
     path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -37,7 +39,18 @@ pub fn boot(vmlinuz: &Path, initrd: &Path, log: &Path, deadline: Duration) -> an
     let console = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
     let errors = console.try_clone().context("cannot share the console log")?;
     let started = Instant::now();
-    let child = Command::new("qemu-system-x86_64")
+    let mut qemu = Command::new("qemu-system-x86_64");
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent; it only asks the
+    // kernel to SIGKILL the child when this (the parent) thread exits.
+    unsafe {
+        qemu.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = qemu
         .args(["-accel", "tcg,thread=single", "-m", "2048", "-smp", "2", "-nographic", "-no-reboot"])
         .arg("-kernel")
         .arg(vmlinuz)
