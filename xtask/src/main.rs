@@ -1,6 +1,6 @@
-//! `cargo xtask setup | build | lint | test | bench probes|gateway|overhead|parser|detect | demo`: the
-//! project's own commands. Each installs what it needs first, so a fresh machine goes from clone to
-//! green with `cargo xtask test`.
+//! `cargo xtask setup | build | lint | test | test-kernels | bench probes|gateway|overhead|parser|detect |
+//! demo`: the project's own commands. Each installs what it needs first, so a fresh machine goes from
+//! clone to green with `cargo xtask test`.
 
 mod bench_detect;
 mod bench_gateway;
@@ -14,13 +14,14 @@ mod lint;
 mod loadgen;
 mod procstat;
 mod setup;
+mod test_kernels;
 mod util;
 mod without_bpf_linker;
 mod wrk;
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--pairs N] [--duration S] [--gateway reference|nginx|both] [--rate R] | bench parser | bench detect [--rounds N] [--filter SUBSTR] [--timeout S] | demo [--phase-seconds N] [--keep]>";
+const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | test-kernels [--kernel 6.1|6.12] | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--pairs N] [--duration S] [--gateway reference|nginx|both] [--rate R] | bench parser | bench detect [--rounds N] [--filter SUBSTR] [--timeout S] | demo [--phase-seconds N] [--keep]>";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,6 +39,10 @@ fn main() -> anyhow::Result<()> {
         Some("test") => {
             setup::run()?;
             test(rest)
+        }
+        Some("test-kernels") => {
+            setup::run()?;
+            test_kernels::run(rest)
         }
         Some("fuzz") => {
             setup::run()?;

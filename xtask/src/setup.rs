@@ -18,7 +18,8 @@ const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// iproute2 for network faults in namespaces, tmux for the terminal view, Alertmanager for the
 /// alert push, Prometheus for promtool (checks and unit tests of deploy/'s alert rules), and the
 /// runtimes of gateways this project did not write (Netty, Guava, embedded Tomcat for the JDK 17
-/// that is already there; Go; Node.js).
+/// that is already there; Go; Node.js), and for `test-kernels` QEMU, a static busybox and cpio
+/// (the guest's initramfs).
 const DEBIAN_PACKAGES: &[&str] = &[
     "redis-server",
     "nginx",
@@ -35,6 +36,9 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "libjakarta-annotation-api-java",
     "golang-go",
     "nodejs",
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
 ];
 
 pub fn run() -> anyhow::Result<()> {

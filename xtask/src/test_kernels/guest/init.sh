@@ -1,0 +1,120 @@
+#!/bin/sh
+# /init of the initramfs `cargo xtask test-kernels` boots in QEMU. Runs `gateway-observer check`,
+# then the daemon once per hook choice against fixtures that measure their own ground truth, and
+# powers off. Every line meant for the host starts with "@@KT "; the host reads nothing else
+# (kernel messages may share the console).
+
+export PATH=/bin
+METRICS_PORT=9464
+HTTP_PORT=8080
+# Small and bounded: TCG runs a few times slower than the host, and all VMs share 5 minutes.
+SLEEPS=20
+FUTEX_WAITS=10
+WAIT_MS=100
+REQUESTS=100
+CONNECTIONS=2
+
+say() { echo "@@KT $*"; }
+trap 'poweroff -f' EXIT
+
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tracefs tracefs /sys/kernel/tracing
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t bpf bpf /sys/fs/bpf
+mkdir -p /tmp
+ifconfig lo 127.0.0.1 up
+dmesg -n 1 # keep kernel messages off the console while results are printed
+
+# kt-get, not busybox wget: Debian's static busybox wget crashes.
+metrics() { kt-get $METRICS_PORT /metrics 2>/dev/null; }
+# The value of one series, named exactly as exposed (labels included), or nothing.
+value() { metrics | grep -F "$1 " | grep -v '^#' | cut -d' ' -f2; }
+uptime_s() { cut -d. -f1 /proc/uptime; }
+
+# wait_until SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds; fails after SECONDS
+# (counted on the clock: under TCG each try takes a while).
+wait_until() {
+    deadline=$(($(uptime_s) + $1))
+    shift
+    until "$@"; do
+        [ "$(uptime_s)" -lt "$deadline" ] || return 1
+        sleep 0.2
+    done
+}
+
+# Ready, or given up on: ready answers 200, or the daemon exited.
+daemon_settled() { ! kill -0 "$daemon" 2>/dev/null || kt-get $METRICS_PORT /ready >/dev/null 2>&1; }
+daemon_ready() { kt-get $METRICS_PORT /ready >/dev/null 2>&1; }
+targets_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" = 3 ]; }
+collections_reached() { [ "$(value gateway_observer_collections_total)" -ge "$1" ] 2>/dev/null; }
+
+# The work the daemon is checked against: sleeps and timed futex waits together (both idle the
+# CPU), then the requests, so that neither delays the other's wakeups.
+workload() {
+    : >/tmp/go.nap # opening a FIFO's write end releases the fixture blocked in opening its read end
+    : >/tmp/go.futex
+    wait "$nap" "$futex"
+    say "$(cat /tmp/nap.out)" # truth sleep NS
+    say "$(cat /tmp/futex.out)" # truth futex NS
+    kt-httpc $HTTP_PORT $REQUESTS $CONNECTIONS >/tmp/httpc.out
+    say sent $REQUESTS
+    say client $(cat /tmp/httpc.out)
+    # Two completed collections after the work, so all of it is folded into the metrics.
+    start=$(value gateway_observer_collections_total)
+    wait_until 10 collections_reached $((start + 2)) || say note "no two collections within 10 s"
+    metrics | grep -E '^gateway_observer_(thread_offcpu_seconds_total|http_requests_total|targets|collections_total|bpf_events_lost_total|bpf_missed_switches_total)' |
+        sed "s/^/@@KT metric $mode /"
+}
+
+# run_mode auto|functions|syscalls: the daemon with that --hooks choice, the fixtures as targets.
+run_mode() {
+    mode=$1
+    say begin run "$mode"
+    rm -f /tmp/go.nap /tmp/go.futex
+    mkfifo /tmp/go.nap /tmp/go.futex
+    kt-httpd $HTTP_PORT &
+    httpd=$!
+    kt-nap /tmp/go.nap $SLEEPS $WAIT_MS >/tmp/nap.out &
+    nap=$!
+    kt-futex /tmp/go.futex $FUTEX_WAITS $WAIT_MS >/tmp/futex.out &
+    futex=$!
+    started=$(cut -d' ' -f1 /proc/uptime)
+    gateway-observer run --target comm=kt-nap --target comm=kt-futex --target comm=kt-httpd \
+        --listen 127.0.0.1:$METRICS_PORT --hooks "$mode" 2>/tmp/daemon.err &
+    daemon=$!
+    wait_until 60 daemon_settled
+    if ! kill -0 "$daemon" 2>/dev/null; then
+        say not-ready "$mode" exited
+    elif ! daemon_ready; then
+        say not-ready "$mode" timeout
+    elif ! wait_until 10 targets_attached; then
+        say not-attached "$mode"
+    else
+        say ready "$mode" "$started" "$(cut -d' ' -f1 /proc/uptime)"
+        workload
+    fi
+    kill "$daemon" 2>/dev/null
+    wait "$daemon"
+    say daemon-exit "$mode" $?
+    kill "$httpd" "$nap" "$futex" 2>/dev/null
+    wait "$httpd" "$nap" "$futex" 2>/dev/null
+    grep -h 'gateway-observer: hooks:' /tmp/daemon.err | sed "s/^/@@KT hooks $mode /"
+    say begin stderr "$mode"
+    cat /tmp/daemon.err
+    say end stderr "$mode"
+    say end run "$mode"
+}
+
+say kernel "$(uname -r)"
+say begin check
+gateway-observer check 2>&1
+say check-exit $?
+say end check
+run_mode auto
+run_mode syscalls
+say begin dmesg
+dmesg | tail -n 40
+say end dmesg
+say done

@@ -1,0 +1,108 @@
+//! The guest's whole filesystem, as an initramfs: busybox-static and its applets, the daemon (its
+//! debug info stripped) with the shared libraries `ldd` names, the fixtures, and `guest/init.sh`
+//! as `/init`. No root filesystem: the kernel unpacks this into RAM and runs `/init`.
+//!
+//! Left uncompressed: gzip would cost time both here and in the guest, where TCG makes
+//! decompression slow, and the kernel takes a plain cpio archive as well.
+
+use std::{
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail};
+
+use super::fixtures::guest_dir;
+use crate::util::output;
+
+/// What Debian's busybox-static installs: statically linked, so it needs nothing beside it.
+const BUSYBOX: &str = "/bin/busybox";
+
+/// Builds `dir/root` and packs it into `dir/initrd.cpio`, which it returns.
+pub fn build(daemon: &Path, fixtures: &[PathBuf], dir: &Path) -> anyhow::Result<PathBuf> {
+    let root = dir.join("root");
+    if root.exists() {
+        std::fs::remove_dir_all(&root).with_context(|| format!("cannot clear {}", root.display()))?;
+    }
+    for sub in ["bin", "dev", "proc", "sys", "tmp", "run"] {
+        mkdir(&root.join(sub))?;
+    }
+    busybox(&root)?;
+    let bin = root.join("bin");
+    strip_into(daemon, &bin.join("gateway-observer"))?;
+    for library in shared_libraries(daemon)? {
+        let inside = root.join(library.strip_prefix("/").unwrap_or(&library));
+        mkdir(inside.parent().unwrap_or(&root))?;
+        copy(&library, &inside)?;
+    }
+    for fixture in fixtures {
+        copy(fixture, &bin.join(fixture.file_name().context("a fixture without a name")?))?;
+    }
+    let init = root.join("init");
+    copy(&guest_dir().join("init.sh"), &init)?;
+    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755)).context("cannot make /init executable")?;
+    let archive = dir.join("initrd.cpio");
+    pack(&root, &archive)?;
+    Ok(archive)
+}
+
+/// busybox in /bin, with a link for each of its applets (sh, mount, wget, poweroff…).
+fn busybox(root: &Path) -> anyhow::Result<()> {
+    let bin = root.join("bin");
+    copy(Path::new(BUSYBOX), &bin.join("busybox"))?;
+    let applets = output(BUSYBOX, &["--list"]).context("busybox --list failed: is busybox-static installed?")?;
+    // `busybox` is in its own list: linking it would replace the binary by a link to itself.
+    for applet in applets.lines().filter(|a| !a.is_empty() && *a != "busybox") {
+        std::os::unix::fs::symlink("busybox", bin.join(applet))
+            .with_context(|| format!("cannot link the applet {applet}"))?;
+    }
+    Ok(())
+}
+
+/// The daemon without its debug info (a tenth of the size), or as it is when strip is missing.
+fn strip_into(binary: &Path, dest: &Path) -> anyhow::Result<()> {
+    let stripped = Command::new("strip").arg("--strip-debug").arg("-o").arg(dest).arg(binary).status();
+    if stripped.is_ok_and(|s| s.success()) {
+        return Ok(());
+    }
+    copy(binary, dest)
+}
+
+/// The absolute paths `ldd` prints for a binary, the dynamic loader included.
+fn shared_libraries(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let binary = binary.to_str().context("the daemon's path is not UTF-8")?;
+    let listing = output("ldd", &[binary]).context("ldd failed on the daemon")?;
+    let libraries: Vec<PathBuf> = listing
+        .lines()
+        .filter_map(|line| line.split_whitespace().find(|word| word.starts_with('/')))
+        .map(PathBuf::from)
+        .collect();
+    if libraries.is_empty() {
+        bail!("ldd names no library for {binary}: expected at least libc and the loader");
+    }
+    Ok(libraries)
+}
+
+/// `find . | cpio -o -H newc`, the format the kernel unpacks.
+fn pack(root: &Path, archive: &Path) -> anyhow::Result<()> {
+    let archive_file =
+        std::fs::File::create(archive).with_context(|| format!("cannot create {}", archive.display()))?;
+    let status = Command::new("sh")
+        .args(["-c", "find . -print0 | cpio --null --create --format=newc --quiet"])
+        .current_dir(root)
+        .stdout(archive_file)
+        .status()
+        .context("failed to run find | cpio")?;
+    anyhow::ensure!(status.success(), "packing the initramfs failed ({status}): is cpio installed?");
+    Ok(())
+}
+
+fn mkdir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
+}
+
+/// Copies file contents (following links: the guest gets real files).
+fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::copy(from, to).map(drop).with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))
+}

@@ -1,0 +1,140 @@
+//! Debian's own kernel packages: the newest of a series the package lists know, downloaded with
+//! `apt-get download` (no other source) and reduced to its `vmlinuz`. Both are kept under
+//! `target/kernels/`, so a rerun downloads nothing until Debian publishes a newer build.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::util::output;
+
+/// What `--kernel` accepts, oldest first: Debian 12's LTS kernel and its backported 6.12.
+pub const SERIES: &[&str] = &["6.1", "6.12"];
+
+/// Debian's cloud flavour: small, with BTF, the 8250 serial console built in and no signed-shim
+/// dance; `-unsigned` is the plain image.
+const FLAVOUR: &str = "-cloud-amd64-unsigned";
+
+pub struct Kernel {
+    /// The package it came from, e.g. `linux-image-6.1.0-57-cloud-amd64-unsigned`.
+    pub package: String,
+    pub vmlinuz: PathBuf,
+}
+
+impl Kernel {
+    /// The release as `uname -r` says it, for the matrix.
+    pub fn release(&self) -> &str {
+        self.package.trim_start_matches("linux-image-").trim_end_matches("-unsigned")
+    }
+}
+
+/// The newest kernel of `series`, from the cache or downloaded into `dir`.
+pub fn fetch(series: &str, dir: &Path) -> anyhow::Result<Kernel> {
+    let package = newest_package(series, dir)?;
+    let unpacked = dir.join(&package);
+    let vmlinuz = unpacked.join("vmlinuz");
+    if vmlinuz.exists() {
+        return Ok(Kernel { package, vmlinuz });
+    }
+    let debs = dir.join("debs");
+    std::fs::create_dir_all(&debs).with_context(|| format!("cannot create {}", debs.display()))?;
+    let deb = match find_deb(&debs, &package) {
+        Some(deb) => deb,
+        None => {
+            eprintln!("test-kernels: downloading {package}");
+            let status = Command::new("apt-get")
+                .args(["download", "-q", &package])
+                .current_dir(&debs)
+                .status()
+                .context("failed to run apt-get download")?;
+            anyhow::ensure!(status.success(), "apt-get download {package} failed ({status})");
+            find_deb(&debs, &package).with_context(|| format!("apt-get download left no {package}_*.deb"))?
+        }
+    };
+    extract_vmlinuz(&deb, &unpacked, &vmlinuz)?;
+    Ok(Kernel { package, vmlinuz })
+}
+
+/// The newest `linux-image-SERIES.*-cloud-amd64-unsigned` in the package lists, or, when they
+/// name none (no `apt-get update` yet), the newest one already unpacked in `dir`.
+fn newest_package(series: &str, dir: &Path) -> anyhow::Result<String> {
+    let prefix = format!("linux-image-{series}.");
+    let pattern = format!("^{}.*{FLAVOUR}$", prefix.replace('.', "\\."));
+    let listed = output("apt-cache", &["search", "--names-only", &pattern]).unwrap_or_default();
+    let mut names: Vec<String> =
+        listed.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_owned).collect();
+    if names.is_empty() {
+        names = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&prefix) && n.ends_with(FLAVOUR))
+            .collect();
+    }
+    names.retain(|n| n.starts_with(&prefix) && n.ends_with(FLAVOUR));
+    names.into_iter().max_by_key(|n| version_key(n)).with_context(|| {
+        format!("no {prefix}*{FLAVOUR} package known: run apt-get update (Debian 12's lists carry them)")
+    })
+}
+
+/// The numbers in a package name, in order: `6.1.0-57` → [6, 1, 0, 57], `6.12.118+deb12` →
+/// [6, 12, 118, 12]. Enough to order the builds of one series.
+fn version_key(name: &str) -> Vec<u64> {
+    name.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok()).collect()
+}
+
+fn find_deb(debs: &Path, package: &str) -> Option<PathBuf> {
+    let prefix = format!("{package}_");
+    std::fs::read_dir(debs)
+        .ok()?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".deb")))
+}
+
+/// `dpkg-deb --fsys-tarfile DEB | tar -x ./boot/vmlinuz-*`: only the image, not the modules.
+fn extract_vmlinuz(deb: &Path, unpacked: &Path, vmlinuz: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(unpacked).with_context(|| format!("cannot create {}", unpacked.display()))?;
+    let mut dpkg = Command::new("dpkg-deb")
+        .arg("--fsys-tarfile")
+        .arg(deb)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("failed to run dpkg-deb")?;
+    let tar = Command::new("tar")
+        .args(["-x", "--wildcards", "./boot/vmlinuz-*"])
+        .current_dir(unpacked)
+        .stdin(dpkg.stdout.take().context("dpkg-deb has no stdout")?)
+        .status()
+        .context("failed to run tar")?;
+    let dpkg = dpkg.wait().context("dpkg-deb did not finish")?;
+    if !dpkg.success() || !tar.success() {
+        bail!("cannot unpack the kernel image from {} (dpkg-deb {dpkg}, tar {tar})", deb.display());
+    }
+    let image = std::fs::read_dir(unpacked.join("boot"))
+        .context("the package has no /boot")?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("vmlinuz-")))
+        .with_context(|| format!("no /boot/vmlinuz-* in {}", deb.display()))?;
+    std::fs::rename(&image, vmlinuz).with_context(|| format!("cannot move {} into place", image.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newer_builds_sort_after_older_ones() {
+        let key = |v: &str| version_key(&format!("linux-image-{v}{FLAVOUR}"));
+        assert!(key("6.1.0-57") > key("6.1.0-9"));
+        assert!(key("6.12.118+deb12") > key("6.12.107+deb12"));
+    }
+
+    #[test]
+    fn release_is_what_uname_says() {
+        let kernel = Kernel { package: "linux-image-6.1.0-57-cloud-amd64-unsigned".into(), vmlinuz: PathBuf::new() };
+        assert_eq!(kernel.release(), "6.1.0-57-cloud-amd64");
+    }
+}

@@ -1,0 +1,119 @@
+//! `cargo xtask test-kernels [--kernel 6.1|6.12]`: the daemon on the kernels production gateway
+//! hosts run (issue 15), each booted in QEMU from Debian's own package with a busybox initramfs.
+//! In each guest: `gateway-observer check`; then `run` once with `--hooks auto` and once with
+//! `--hooks syscalls` against static fixtures that measure their own ground truth (nanosleep and
+//! timed futex waits, ±10 %; keep-alive HTTP requests, exact). Prints check's output per kernel
+//! and a matrix kernel × capability → ok / degraded / failed, and fails when a capability that
+//! should work failed (known gaps, listed in `matrix.rs`, are shown and do not).
+//!
+//! Everything lives in `target/kernels/`: the .deb and vmlinuz per kernel (downloaded once), the
+//! fixtures, the initramfs, and each guest's console log.
+
+mod check_output;
+mod fixtures;
+mod initramfs;
+mod kernels;
+mod matrix;
+mod results;
+mod table;
+mod vm;
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::util::{cargo, target_dir};
+
+const USAGE: &str = "cargo xtask test-kernels [--kernel 6.1|6.12]";
+/// Every VM together must stay within 5 minutes; each gets half, which a healthy guest (about a
+/// minute under TCG) is far from needing.
+const VM_DEADLINE: Duration = Duration::from_secs(150);
+const BUDGET: Duration = Duration::from_secs(300);
+
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    let series = parse_args(args)?;
+    let dir = target_dir().join("kernels");
+    cargo(&["build", "-p", "gateway-observer"]).context("building the daemon failed")?;
+    let daemon = target_dir().join("debug/gateway-observer");
+    let fixtures = fixtures::build(&dir.join("fixtures"))?;
+    let initrd = initramfs::build(&daemon, &fixtures, &dir)?;
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+
+    let started = Instant::now();
+    let mut columns = Vec::new();
+    for series in series {
+        let kernel = kernels::fetch(series, &dir)?;
+        let log = logs.join(format!("{}.console.log", kernel.release()));
+        let (boot, guest) = boot_guest(&kernel, &initrd, &log)?;
+        println!("\n== gateway-observer check on {} ==", kernel.release());
+        check_output::print_folded(&guest.check, &log.display().to_string());
+        for run in &guest.runs {
+            if let Some(hooks) = &run.hooks {
+                println!("run --hooks {}: hooks: {hooks}", run.mode);
+            }
+            for note in &run.notes {
+                println!("run --hooks {}: {note}", run.mode);
+            }
+        }
+        columns.push(matrix::judge(series, kernel.release(), &boot, &guest));
+    }
+    let elapsed = started.elapsed();
+
+    println!("\n== kernels × capabilities ==");
+    table::print(&columns);
+    println!(
+        "\nVMs: {:.0} s in all (budget {} s); console logs in {}",
+        elapsed.as_secs_f64(),
+        BUDGET.as_secs(),
+        logs.display()
+    );
+    let failed: Vec<String> = columns
+        .iter()
+        .flat_map(|c| {
+            c.cells.iter().filter(|(_, cell)| cell.unexpected_failure()).map(|(name, _)| format!("{} {name}", c.kernel))
+        })
+        .collect();
+    if !failed.is_empty() {
+        bail!("test-kernels: failed: {}", failed.join("; "));
+    }
+    if elapsed > BUDGET {
+        bail!("test-kernels: the VMs took {:.0} s, over the {} s budget", elapsed.as_secs_f64(), BUDGET.as_secs());
+    }
+    Ok(())
+}
+
+fn parse_args(args: &[String]) -> anyhow::Result<Vec<&'static str>> {
+    match args {
+        [] => Ok(kernels::SERIES.to_vec()),
+        [flag, value] if flag == "--kernel" => match kernels::SERIES.iter().find(|s| *s == value) {
+            Some(series) => Ok(vec![*series]),
+            None => bail!("unknown kernel {value:?}: {USAGE}"),
+        },
+        _ => bail!("usage: {USAGE}"),
+    }
+}
+
+/// Boots the kernel once, and once more if it died before `/init` ran: TCG boots sometimes do,
+/// and that says nothing about the daemon. The failed boot's console is kept beside the log.
+fn boot_guest(kernel: &kernels::Kernel, initrd: &Path, log: &Path) -> anyhow::Result<(vm::Boot, results::Guest)> {
+    let first = boot_once(kernel, initrd, log)?;
+    if first.1.kernel.is_some() || first.0.timed_out {
+        return Ok(first);
+    }
+    let kept = log.with_extension("failed-boot.log");
+    eprintln!("test-kernels: the guest died before /init ran ({}); booting it again", kept.display());
+    std::fs::rename(log, &kept).with_context(|| format!("cannot keep {}", log.display()))?;
+    boot_once(kernel, initrd, log)
+}
+
+fn boot_once(kernel: &kernels::Kernel, initrd: &Path, log: &Path) -> anyhow::Result<(vm::Boot, results::Guest)> {
+    eprintln!("test-kernels: booting {} (deadline {} s)", kernel.release(), VM_DEADLINE.as_secs());
+    let boot = vm::boot(&kernel.vmlinuz, initrd, log, VM_DEADLINE)?;
+    eprintln!("test-kernels: {} ended after {:.0} s", kernel.release(), boot.elapsed.as_secs_f64());
+    let guest = results::parse(&boot.console);
+    Ok((boot, guest))
+}

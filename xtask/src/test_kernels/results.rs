@@ -1,0 +1,202 @@
+//! What the guest reported: the `@@KT` lines `guest/init.sh` prints on the console, and the
+//! blocks between `@@KT begin X` and `@@KT end X` (check's output, the daemon's stderr). Other
+//! console lines (firmware, kernel) are ignored outside those blocks.
+
+use std::collections::BTreeMap;
+
+const MARK: &str = "@@KT ";
+
+#[derive(Debug, Default)]
+pub struct Guest {
+    /// `uname -r`: set once `/init` ran at all.
+    pub kernel: Option<String>,
+    /// `gateway-observer check`'s output, line by line.
+    pub check: Vec<String>,
+    pub check_exit: Option<i32>,
+    /// One per `--hooks` choice, in the order run.
+    pub runs: Vec<Run>,
+    /// `/init` reached its end.
+    pub done: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Run {
+    /// The `--hooks` choice.
+    pub mode: String,
+    /// Why the daemon was never ready for the workload, if it was not.
+    pub not_ready: Option<String>,
+    /// The startup line `gateway-observer: hooks: …`, without that prefix.
+    pub hooks: Option<String>,
+    /// Ground truth the fixtures measured: reason (`sleep`, `futex`) → seconds.
+    pub truth: BTreeMap<String, f64>,
+    pub requests_sent: Option<u64>,
+    /// 200 responses the client got.
+    pub requests_answered: Option<u64>,
+    pub metrics: Vec<Sample>,
+    pub stderr: Vec<String>,
+    /// What the guest noticed on the way (`@@KT note …`), e.g. a collection that did not come.
+    pub notes: Vec<String>,
+}
+
+/// One Prometheus sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+impl Run {
+    /// The sum of `name`'s samples whose labels include every pair of `want` (0 when none: a
+    /// plain `sum` of nothing is -0).
+    pub fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
+        self.metrics
+            .iter()
+            .filter(|s| s.name == name && want.iter().all(|(k, v)| s.labels.get(*k).is_some_and(|l| l == v)))
+            .fold(0.0, |total, s| total + s.value)
+    }
+}
+
+/// Which block the parser is in.
+enum Block {
+    None,
+    Check,
+    Stderr,
+}
+
+pub fn parse(console: &str) -> Guest {
+    let mut guest = Guest::default();
+    let mut block = Block::None;
+    for raw in console.lines() {
+        let line = raw.trim_end_matches('\r');
+        // The marker may follow firmware escape codes on the same line.
+        let Some(at) = line.find(MARK) else {
+            match block {
+                Block::Check => guest.check.push(line.to_owned()),
+                Block::Stderr => current(&mut guest).stderr.push(line.to_owned()),
+                Block::None => {}
+            }
+            continue;
+        };
+        let rest = &line[at + MARK.len()..];
+        let (word, args) = rest.split_once(' ').unwrap_or((rest, ""));
+        match word {
+            "kernel" => guest.kernel = Some(args.to_owned()),
+            "begin" if args == "check" => block = Block::Check,
+            "begin" if args.starts_with("stderr") => block = Block::Stderr,
+            "begin" if args.starts_with("run ") => {
+                guest.runs.push(Run { mode: args["run ".len()..].to_owned(), ..Run::default() });
+            }
+            "end" => block = Block::None,
+            "check-exit" => guest.check_exit = args.parse().ok(),
+            "not-ready" if args.ends_with("exited") => current(&mut guest).not_ready = Some("the daemon exited".into()),
+            "not-ready" => current(&mut guest).not_ready = Some("the daemon was not ready within 60 s".into()),
+            "not-attached" => {
+                current(&mut guest).not_ready = Some("the daemon did not attach to the 3 fixtures within 10 s".into())
+            }
+            "hooks" => {
+                let line = args.split_once(' ').map_or("", |(_mode, line)| line);
+                current(&mut guest).hooks = Some(line.trim_start_matches("gateway-observer: hooks: ").to_owned());
+            }
+            "truth" => {
+                if let Some((reason, ns)) = args.split_once(' ').and_then(|(r, n)| Some((r, n.parse::<f64>().ok()?))) {
+                    current(&mut guest).truth.insert(reason.to_owned(), ns / 1e9);
+                }
+            }
+            "sent" => current(&mut guest).requests_sent = args.parse().ok(),
+            "client" => {
+                current(&mut guest).requests_answered = args.strip_prefix("answered ").and_then(|n| n.parse().ok())
+            }
+            "metric" => {
+                if let Some(sample) = args.split_once(' ').and_then(|(_mode, text)| parse_sample(text)) {
+                    current(&mut guest).metrics.push(sample);
+                }
+            }
+            "note" => current(&mut guest).notes.push(args.to_owned()),
+            "done" => guest.done = true,
+            _ => {}
+        }
+    }
+    guest
+}
+
+/// The run being reported; one is made up if the guest printed out of order.
+fn current(guest: &mut Guest) -> &mut Run {
+    if guest.runs.is_empty() {
+        guest.runs.push(Run::default());
+    }
+    guest.runs.last_mut().expect("just ensured")
+}
+
+/// `name{k="v",...} value`, as the daemon exposes it (no escaped quotes in our label values).
+fn parse_sample(text: &str) -> Option<Sample> {
+    let (series, value) = text.rsplit_once(' ')?;
+    let value = value.parse().ok()?;
+    let (name, labels) = match series.split_once('{') {
+        Some((name, rest)) => (name, rest.strip_suffix('}')?),
+        None => (series, ""),
+    };
+    let labels = labels
+        .split("\",")
+        .filter(|pair| !pair.is_empty())
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once("=\"")?;
+            Some((k.to_owned(), v.trim_end_matches('"').to_owned()))
+        })
+        .collect();
+    Some(Sample { name: name.to_owned(), labels, value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONSOLE: &str = "\u{1b}[2J@@KT kernel 6.12.118+deb12-cloud-amd64\r
+@@KT begin check\r
+privileges   ok  root\r
+verdict: ready\r
+@@KT check-exit 0\r
+@@KT end check\r
+[    9.1] a kernel message\r
+@@KT begin run auto\r
+@@KT ready auto 9.5 14.2\r
+@@KT truth sleep 2010000000\r
+@@KT sent 100\r
+@@KT client answered 100\r
+@@KT metric auto gateway_observer_thread_offcpu_seconds_total{process=\"kt-nap\",thread_group=\"kt-nap\",reason=\"sleep\"} 2.004\r
+@@KT metric auto gateway_observer_collections_total 12\r
+@@KT hooks auto gateway-observer: hooks: kernel functions (fentry/fexit): only callers of the hooked functions pay\r
+@@KT begin stderr auto\r
+gateway-observer: watching 3 target spec(s)\r
+@@KT end stderr auto\r
+@@KT end run auto\r
+@@KT done\r
+";
+
+    #[test]
+    fn reads_every_kind_of_line() {
+        let guest = parse(CONSOLE);
+        assert_eq!(guest.kernel.as_deref(), Some("6.12.118+deb12-cloud-amd64"));
+        assert_eq!(guest.check, ["privileges   ok  root", "verdict: ready"]);
+        assert_eq!(guest.check_exit, Some(0));
+        assert!(guest.done);
+        let run = &guest.runs[0];
+        assert_eq!(run.mode, "auto");
+        assert_eq!(run.not_ready, None);
+        assert_eq!(run.truth["sleep"], 2.01);
+        assert_eq!((run.requests_sent, run.requests_answered), (Some(100), Some(100)));
+        assert_eq!(
+            run.hooks.as_deref(),
+            Some("kernel functions (fentry/fexit): only callers of the hooked functions pay")
+        );
+        assert_eq!(run.stderr, ["gateway-observer: watching 3 target spec(s)"]);
+        assert_eq!(run.sum("gateway_observer_thread_offcpu_seconds_total", &[("reason", "sleep")]), 2.004);
+        assert_eq!(run.sum("gateway_observer_collections_total", &[]), 12.0);
+    }
+
+    #[test]
+    fn a_console_without_markers_is_a_guest_that_never_ran() {
+        let guest = parse("SeaBIOS\nKernel panic - not syncing\n");
+        assert!(guest.kernel.is_none() && guest.runs.is_empty() && !guest.done);
+    }
+}
