@@ -16,7 +16,9 @@ use gateway_observer_common::{
     event_kind, listen_key,
 };
 
-use crate::maps::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, TARGETS, btf_field, config, count_drop, current_ids, now_ns, submit_flags};
+use crate::maps::{
+    BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, TARGETS, btf_field, config, count_drop, current_ids, now_ns, submit_flags,
+};
 
 /// Live TCP connections of targets, by `struct sock` address.
 #[map]

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::probes::{
     DataHooks, ProbeSettings, Probes,
-    hooks::{CORE_HOOKS, Hook},
+    hooks::{CORE_HOOKS, Hook, OPTIONAL_HOOKS},
     kernel_offsets::{KernelOffsets, VMLINUX_BTF},
 };
 
@@ -14,13 +14,36 @@ const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Ok,
+    /// An alternative this kernel does not need or does not have.
+    Unused,
+    /// Missing; one capability is lost, the daemon runs the rest.
+    Degraded,
+    /// Missing; the daemon cannot run.
+    Missing,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Unused => "unused",
+            Self::Degraded => "degraded",
+            Self::Missing => "missing",
+        }
+    }
+}
+
 struct Line {
     requirement: String,
-    ok: bool,
+    status: Status,
     detail: String,
 }
 
-/// Runs every check, prints them, returns whether all passed.
+/// Runs every check, prints them, returns whether the daemon can run (all required pieces are
+/// there; a missing optional piece degrades one capability and is named with its consequence).
 pub fn check() -> bool {
     let mut lines = vec![privileges(), kernel_btf()];
     lines.push(match KernelOffsets::from_vmlinux() {
@@ -30,52 +53,80 @@ pub fn check() -> bool {
     match Probes::load(ProbeSettings::default()) {
         Ok(mut probes) => {
             lines.push(line("eBPF object and maps", true, "loaded; ring buffer and hash maps created".into()));
-            let attach = |probes: &mut Probes, hook: &Hook| match probes.attach_hook(hook) {
-                Ok(()) => line(&hook.describe(), true, "attached".into()),
-                Err(e) => line(&hook.describe(), false, error_chain(&e)),
-            };
-            lines.extend(CORE_HOOKS.iter().map(|hook| attach(&mut probes, hook)));
-            // Either source of socket bytes will do: the socket layer's tracepoints (6.5+), else
-            // TCP's functions. Only having one is a requirement; each line says which is used.
-            let mut found = None;
-            for source in [DataHooks::SocketTracepoints, DataHooks::TcpFunctions] {
-                let tried: Vec<Line> = source.hooks().iter().map(|hook| attach(&mut probes, hook)).collect();
-                let ok = tried.iter().all(|l| l.ok);
-                let role = match (ok, found.is_none()) {
-                    (true, true) => "in use",
-                    (true, false) => "not needed",
-                    (false, _) => "not used",
-                };
-                if ok && found.is_none() {
-                    found = Some(source);
-                }
-                lines.extend(tried.into_iter().map(|l| Line {
-                    ok: true,
-                    detail: format!("{} ({role})", l.detail),
-                    ..l
-                }));
-            }
-            lines.push(match found {
-                Some(source) => line("socket bytes (request timing)", true, source.describe().into()),
-                None => {
-                    line("socket bytes (request timing)", false, "no source attaches: requests are not timed".into())
-                }
-            });
+            lines.extend(hook_lines(&mut probes));
         }
         Err(e) => lines.push(line("eBPF object and maps", false, error_chain(&e))),
     }
     let width = lines.iter().map(|l| l.requirement.len()).max().unwrap_or(0);
     for l in &lines {
-        let status = if l.ok { "ok" } else { "missing" };
-        println!("{:width$}  {status:7}  {}", l.requirement, l.detail);
+        println!("{:width$}  {:8}  {}", l.requirement, l.status.as_str(), l.detail);
     }
-    let all_ok = lines.iter().all(|l| l.ok);
-    println!("verdict: {}", if all_ok { "ready" } else { "NOT ready (see the lines marked missing)" });
-    all_ok
+    let runs = lines.iter().all(|l| l.status != Status::Missing);
+    let degraded: Vec<&str> =
+        lines.iter().filter(|l| l.status == Status::Degraded).map(|l| l.requirement.as_str()).collect();
+    println!(
+        "verdict: {}",
+        match (runs, degraded.is_empty()) {
+            (false, _) => "NOT ready (see the lines marked missing)".to_owned(),
+            (true, true) => "ready".to_owned(),
+            (true, false) => format!("ready, degraded: without {}", degraded.join(", ")),
+        }
+    );
+    runs
+}
+
+/// One line per hook: the core ones are required; an optional one missing degrades its
+/// capability; of the two sources of socket bytes one is needed, and each line says which is
+/// in use.
+fn hook_lines(probes: &mut Probes) -> Vec<Line> {
+    let attach = |probes: &mut Probes, hook: &Hook| probes.attach_hook(hook).map_err(|e| error_chain(&e));
+    let mut lines: Vec<Line> = CORE_HOOKS
+        .iter()
+        .map(|hook| match attach(probes, hook) {
+            Ok(()) => line(&hook.describe(), true, "attached".into()),
+            Err(e) => line(&hook.describe(), false, e),
+        })
+        .collect();
+    for optional in OPTIONAL_HOOKS {
+        lines.push(match attach(probes, &optional.hook) {
+            Ok(()) => line(&optional.hook.describe(), true, format!("attached ({})", optional.capability)),
+            Err(e) => Line {
+                requirement: optional.hook.describe(),
+                status: Status::Degraded,
+                detail: format!("{}: {e}", optional.consequence),
+            },
+        });
+    }
+    let mut found = None;
+    for source in [DataHooks::SocketTracepoints, DataHooks::TcpFunctions] {
+        let tried: Vec<(Hook, Result<(), String>)> =
+            source.hooks().iter().map(|hook| (*hook, attach(probes, hook))).collect();
+        let in_use = found.is_none() && tried.iter().all(|(_, r)| r.is_ok());
+        if in_use {
+            found = Some(source);
+        }
+        lines.extend(tried.into_iter().map(|(hook, result)| {
+            let (status, detail) = match (result, in_use) {
+                (Ok(()), true) => (Status::Ok, "attached (in use)".to_owned()),
+                (Ok(()), false) => (Status::Unused, "attached (not needed)".to_owned()),
+                (Err(e), _) => (Status::Unused, format!("not used: {e}")),
+            };
+            Line { requirement: hook.describe(), status, detail }
+        }));
+    }
+    lines.push(match found {
+        Some(source) => line("socket bytes (request timing)", true, source.describe().into()),
+        None => Line {
+            requirement: "socket bytes (request timing)".into(),
+            status: Status::Degraded,
+            detail: "no source attaches: requests are not timed".into(),
+        },
+    });
+    lines
 }
 
 fn line(requirement: &str, ok: bool, detail: String) -> Line {
-    Line { requirement: requirement.into(), ok, detail }
+    Line { requirement: requirement.into(), status: if ok { Status::Ok } else { Status::Missing }, detail }
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -159,9 +159,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         busy_iteration: config.busy_iteration,
     })
     .context("failed to load the eBPF programs (run `gateway-observer check`)")?;
-    match probes.attach_all().context("failed to attach the probes (run `gateway-observer check`)")? {
+    let attached = probes.attach_all().context("failed to attach the probes (run `gateway-observer check`)")?;
+    match &attached.data {
         Ok(source) => eprintln!("gateway-observer: socket bytes from {}", source.describe()),
-        Err(e) => eprintln!("gateway-observer: no source of socket bytes ({e}): requests are not timed"),
+        Err(e) => eprintln!("gateway-observer: degraded: no source of socket bytes ({e}): requests are not timed"),
+    }
+    for (optional, e) in &attached.missing {
+        eprintln!("gateway-observer: degraded: no {} ({e}): {}", optional.capability, optional.consequence);
     }
     let ring = probes.take_events().context("failed to open the event ring buffer")?;
     // SAFETY: the ring buffer owns its fd and is moved into the AsyncFd, which deregisters it

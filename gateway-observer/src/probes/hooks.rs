@@ -46,18 +46,34 @@ impl Hook {
     }
 }
 
-/// Attached on every kernel: scheduler, thread life, connection life.
+/// Required: scheduler, thread life, connection life.
 pub const CORE_HOOKS: &[Hook] = &[
     Hook::tp("sched_switch"),
     Hook::tp("sched_waking"),
     Hook::tp("sched_process_fork"),
     Hook::tp("sched_process_exit"),
-    Hook::tp("sk_data_ready"),
     Hook::tp("inet_sock_set_state"),
     Hook::tp("tcp_retransmit_skb"),
     Hook::tp("tcp_receive_reset"),
     Hook::tp("tcp_send_reset"),
 ];
+
+/// A hook one capability needs and older kernels lack: without it the daemon runs the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionalHook {
+    pub hook: Hook,
+    /// What it gives, and what is lost without it.
+    pub capability: &'static str,
+    pub consequence: &'static str,
+}
+
+/// `sk_data_ready` is 6.5 and later.
+pub const OPTIONAL_HOOKS: &[OptionalHook] = &[OptionalHook {
+    hook: Hook::tp("sk_data_ready"),
+    capability: "socket queue wait",
+    consequence: "how long request bytes waited unread in open connections is unknown (RequestQueueing \
+                  sees the accept queue only), and stalled flows lack their last-receive time",
+}];
 
 /// The bytes of socket transfers, from the socket layer's tracepoints (6.5 and later).
 pub const SOCKET_TRACEPOINT_HOOKS: &[Hook] = &[Hook::tp("sock_recv_length"), Hook::tp("sock_send_length")];
@@ -72,7 +88,11 @@ pub const TCP_FUNCTION_HOOKS: &[Hook] = &[
 
 /// Every program the daemon may attach.
 pub fn all_hooks() -> impl Iterator<Item = &'static Hook> {
-    CORE_HOOKS.iter().chain(SOCKET_TRACEPOINT_HOOKS).chain(TCP_FUNCTION_HOOKS)
+    CORE_HOOKS
+        .iter()
+        .chain(OPTIONAL_HOOKS.iter().map(|o| &o.hook))
+        .chain(SOCKET_TRACEPOINT_HOOKS)
+        .chain(TCP_FUNCTION_HOOKS)
 }
 
 /// Where the bytes of socket transfers come from.

@@ -11,7 +11,7 @@ use aya::{
 use gateway_observer_common::{MAX_SYSCALL_NR, MAX_THREADS, ProbeConfig, TargetInfo, ThreadState, drop_index};
 
 use super::{
-    hooks::{AttachKind, CORE_HOOKS, DataHooks, Hook, all_hooks},
+    hooks::{AttachKind, CORE_HOOKS, DataHooks, Hook, OPTIONAL_HOOKS, OptionalHook, all_hooks},
     kernel_offsets::{KernelOffsets, OffsetError},
     thread_slots::ThreadSlots,
 };
@@ -92,6 +92,14 @@ fn state_when_found(tgid: u32, tid: u32) -> ThreadState {
 /// Size of the per-tid `TRACKED` array: the host's pid_max (tids never reach it).
 fn pid_max() -> u32 {
     std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(4_194_304) // PID_MAX_LIMIT on 64-bit: the largest it can be
+}
+
+/// What `attach_all` could attach beyond the core hooks.
+pub struct Attachment {
+    /// The source of socket bytes in use, or why there is none (requests are not timed).
+    pub data: Result<DataHooks, ProbeError>,
+    /// Optional hooks this kernel refused, each with why.
+    pub missing: Vec<(OptionalHook, ProbeError)>,
 }
 
 pub struct Probes {
@@ -230,22 +238,29 @@ impl Probes {
         Ok(())
     }
 
-    /// Attaches the core hooks, then the first source of socket transfer bytes this kernel has.
-    /// Without either the daemon still runs, without request timing (`check` says so): the
-    /// error of the last source tried is returned beside.
-    pub fn attach_all(&mut self) -> Result<Result<DataHooks, ProbeError>, ProbeError> {
+    /// Attaches the core hooks (an error if one fails), the optional ones this kernel has, and
+    /// the first source of socket transfer bytes it has. What is missing is reported, not an
+    /// error: the daemon runs the rest.
+    pub fn attach_all(&mut self) -> Result<Attachment, ProbeError> {
         self.attach_set(CORE_HOOKS)?;
-        let mut last_error = None;
+        let mut missing = Vec::new();
+        for optional in OPTIONAL_HOOKS {
+            if let Err(e) = self.attach_hook(&optional.hook) {
+                missing.push((*optional, e));
+            }
+        }
+        let mut data = Err(ProbeError::MissingProgram("sock_recv_length"));
         for source in [DataHooks::SocketTracepoints, DataHooks::TcpFunctions] {
             match self.attach_set(source.hooks()) {
                 Ok(()) => {
                     self.data_hooks = Some(source);
-                    return Ok(Ok(source));
+                    data = Ok(source);
+                    break;
                 }
-                Err(e) => last_error = Some(e),
+                Err(e) => data = Err(e),
             }
         }
-        Ok(Err(last_error.unwrap_or(ProbeError::MissingProgram("sock_recv_length"))))
+        Ok(Attachment { data, missing })
     }
 
     /// Where transfer bytes come from, once `attach_all` found a source.
