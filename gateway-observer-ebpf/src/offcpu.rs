@@ -148,7 +148,9 @@ pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
         // Back from waiting for events: an event-loop iteration starts.
         iteration_starts(state);
     }
-    if wait_ns >= config().block_threshold_ns {
+    // A loop idling in its own poll is no news: only its totals count (userspace never
+    // looked at those events, and an idle host's loops sent thousands a second).
+    if wait_ns >= config().block_threshold_ns && span_reason != reason::POLL {
         state.stack_wanted = (state.syscall_nr >= 0) as u8;
         let futex_uaddr = match state.syscall_class {
             syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 => state.syscall_arg0,

@@ -64,6 +64,13 @@ pub fn parent(pid: u32) -> Option<u32> {
     parse_stat_ppid(&stat)
 }
 
+/// (parent, comm) from one read of /proc/PID/stat, for scans of every process on the host.
+pub fn parent_and_comm(pid: u32) -> Option<(u32, String)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let comm = stat.get(stat.find('(')? + 1..stat.rfind(')')?)?.to_owned();
+    Some((parse_stat_ppid(&stat)?, comm))
+}
+
 /// The comm in /proc/PID/stat is in parentheses and may itself hold spaces and ')', so fields are
 /// counted from the last ')'.
 fn parse_stat_ppid(stat: &str) -> Option<u32> {
@@ -281,6 +288,12 @@ pub fn socket_inodes(pid: u32) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_stat_read_gives_the_parent_and_comm_the_separate_files_give() {
+        let me = std::process::id();
+        assert_eq!(parent_and_comm(me), Some((parent(me).expect("parent"), comm(me).expect("comm"))));
+    }
 
     #[test]
     fn the_pid_a_process_sees_is_its_innermost() {

@@ -193,8 +193,13 @@ impl<'a> BlockJudge<'a> {
         config: &'a EventLoopConfig,
         baselines: &'a LoopBaselines,
     ) -> Self {
-        let loops = history.event_loops(now, config).map(|t| (t.tid, t)).collect();
-        let paused = untimed::paused_blocks(blocks, |tgid, tid| history.thread(tgid, tid).map(|t| t.name.as_str()));
+        let loops: HashMap<u32, &ThreadInfo> = history.event_loops(now, config).map(|t| (t.tid, t)).collect();
+        // Pauses matter only in processes with loops to judge: the rest's blocks (thousands a
+        // second from a process of napping threads) are not searched.
+        let with_loops: HashSet<u32> = loops.values().map(|t| t.tgid).collect();
+        let paused = untimed::paused_blocks(blocks.iter().filter(|b| with_loops.contains(&b.tgid)), |tgid, tid| {
+            history.thread(tgid, tid).map(|t| t.name.as_str())
+        });
         Self { history, loops, paused, baselines }
     }
 

@@ -206,7 +206,10 @@ pub fn pause_releases<'a, 'n>(
 
 /// Blocks (as (tid, end timestamp)) that a pause release ended (`pause_releases`): stopped with
 /// the rest of their process, whatever each thread was doing when it was stopped.
-pub fn paused_blocks<'n>(blocks: &[Block], name_of: impl Fn(u32, u32) -> Option<&'n str>) -> HashSet<(u32, u64)> {
+pub fn paused_blocks<'a, 'n>(
+    blocks: impl IntoIterator<Item = &'a Block>,
+    name_of: impl Fn(u32, u32) -> Option<&'n str>,
+) -> HashSet<(u32, u64)> {
     pause_releases(blocks, name_of).iter().flat_map(|r| r.blocks.iter().map(|b| (b.tid, b.timestamp_ns))).collect()
 }
 

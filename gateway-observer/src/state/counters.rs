@@ -10,13 +10,14 @@ use std::{
 
 #[derive(Debug)]
 pub struct DeltaCounters<K, L> {
-    last: HashMap<K, u64>,
+    /// Keyed by thread (and bucket): thousands of entries looked up every tick.
+    last: HashMap<K, u64, foldhash::fast::RandomState>,
     totals: BTreeMap<L, u64>,
 }
 
 impl<K, L> Default for DeltaCounters<K, L> {
     fn default() -> Self {
-        Self { last: HashMap::new(), totals: BTreeMap::new() }
+        Self { last: HashMap::default(), totals: BTreeMap::new() }
     }
 }
 
@@ -24,9 +25,22 @@ impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
     /// Records the kernel's current cumulative `value` for `key`, counted under `label`.
     /// A value below the last one means the key was deleted and re-created: all of it is new.
     pub fn observe(&mut self, key: K, value: u64, label: L) {
-        let last = self.last.insert(key, value).unwrap_or(0);
+        self.observe_lazy(key, value, || label);
+    }
+
+    /// `observe` with the label built only when it is needed: most keys of a tick have not
+    /// grown, and a label is an allocation (it holds the process's name).
+    pub fn observe_lazy(&mut self, key: K, value: u64, label: impl FnOnce() -> L) {
+        let last = match self.last.get_mut(&key) {
+            Some(last) if *last == value => return,
+            Some(last) => std::mem::replace(last, value),
+            None => {
+                self.last.insert(key, value);
+                0
+            }
+        };
         let delta = if value >= last { value - last } else { value };
-        *self.totals.entry(label).or_insert(0) += delta;
+        *self.totals.entry(label()).or_insert(0) += delta;
     }
 
     /// Like `observe`, for a value that includes an estimate of what the kernel has not added yet
@@ -34,21 +48,39 @@ impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
     /// between closing the span and adding it: nothing new, and the label never goes down. The
     /// key must be forgotten when its thread goes, since a lower value never means a new key here.
     pub fn observe_with_estimate(&mut self, key: K, value: u64, label: L) {
-        let last = self.last.get(&key).copied().unwrap_or(0);
-        if value > last {
-            *self.totals.entry(label).or_insert(0) += value - last;
-            self.last.insert(key, value);
-        } else {
-            self.totals.entry(label).or_insert(0);
-            self.last.insert(key, last);
+        self.observe_with_estimate_lazy(key, value, || label);
+    }
+
+    pub fn observe_with_estimate_lazy(&mut self, key: K, value: u64, label: impl FnOnce() -> L) {
+        match self.last.get_mut(&key) {
+            Some(last) if value <= *last => {} // its label exists since its first observation
+            Some(last) => {
+                let delta = value - std::mem::replace(last, value);
+                *self.totals.entry(label()).or_insert(0) += delta;
+            }
+            None => {
+                self.last.insert(key, value);
+                *self.totals.entry(label()).or_insert(0) += value;
+            }
         }
     }
 
     /// Like `observe`, for a kernel u32 counter that wraps: its growth is the wrapping difference
     /// (read every second, it cannot wrap twice in between).
     pub fn observe_u32(&mut self, key: K, value: u32, label: L) {
-        let last = self.last.insert(key, u64::from(value)).unwrap_or(0) as u32;
-        *self.totals.entry(label).or_insert(0) += u64::from(value.wrapping_sub(last));
+        self.observe_u32_lazy(key, value, || label);
+    }
+
+    pub fn observe_u32_lazy(&mut self, key: K, value: u32, label: impl FnOnce() -> L) {
+        let last = match self.last.get_mut(&key) {
+            Some(last) if *last == u64::from(value) => return,
+            Some(last) => std::mem::replace(last, u64::from(value)) as u32,
+            None => {
+                self.last.insert(key, u64::from(value));
+                0
+            }
+        };
+        *self.totals.entry(label()).or_insert(0) += u64::from(value.wrapping_sub(last));
     }
 
     /// Forgets a key that the kernel no longer has; its label keeps what it counted.

@@ -137,10 +137,11 @@ pub fn host_processes(specs: &[TargetSpec], listeners: &PortListeners) -> Vec<Pr
     procfs::processes()
         .into_iter()
         .filter_map(|pid| {
+            let (parent, comm) = procfs::parent_and_comm(pid)?;
             Some(ProcessEntry {
                 pid,
-                parent: procfs::parent(pid)?,
-                comm: procfs::comm(pid)?,
+                parent,
+                comm,
                 cgroups: if want_cgroups { procfs::cgroups(pid) } else { Vec::new() },
                 ports: listeners.by_pid.get(&pid).cloned().unwrap_or_default(),
             })
