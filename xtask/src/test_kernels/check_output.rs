@@ -1,23 +1,49 @@
 //! `gateway-observer check`'s output, read back: one entry per requirement line
-//! (`REQUIREMENT  ok|missing  DETAIL`), with the lines that follow it (a verifier log) attached,
+//! (`REQUIREMENT  STATUS  DETAIL`), with the lines that follow it (a verifier log) attached,
 //! and printed with those logs folded to their ends.
 
 /// Verifier lines kept from each end of a log when printing.
 const HEAD: usize = 2;
 const TAIL: usize = 8;
 
+/// The line naming the source of socket bytes in use (its status: ok, or degraded when none).
+pub const SOCKET_BYTES: &str = "socket bytes (request timing)";
+
+/// check's status column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Attached and in use.
+    Ok,
+    /// An alternative not in use: not needed, or it failed (the detail says which).
+    Unused,
+    /// Optional and missing: the daemon runs without one capability.
+    Degraded,
+    /// Required and missing: the daemon cannot run.
+    Missing,
+}
+
+impl Status {
+    fn parse(word: &str) -> Option<Self> {
+        match word {
+            "ok" => Some(Self::Ok),
+            "unused" => Some(Self::Unused),
+            "degraded" => Some(Self::Degraded),
+            "missing" => Some(Self::Missing),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, PartialEq)]
 pub struct Entry {
     pub requirement: String,
-    /// The status column says ok. For function hooks check says ok even when one fails to
-    /// load (the fallback covers it): the detail tells.
-    pub ok: bool,
+    pub status: Status,
     pub detail: String,
     /// Lines after the requirement line, before the next: a multi-line error.
     pub more: Vec<String>,
 }
 
-/// Why a requirement does not hold.
+/// Why a hook did not attach.
 #[derive(Debug, PartialEq)]
 pub enum Failure<'a> {
     /// The kernel lacks the hook (no BTF type or function of that name): a kernel limit.
@@ -25,28 +51,20 @@ pub enum Failure<'a> {
     /// The verifier refused the program: a bug in the program, for this kernel's verifier. Its
     /// complaint, the last line before its statistics.
     Rejected(&'a str),
+    /// Anything else, e.g. a kernel refusing the program type before its verifier runs.
     Other(&'a str),
 }
 
 impl Entry {
-    /// Ok, and really so.
-    pub fn works(&self) -> bool {
-        self.failure().is_none()
-    }
-
+    /// Why it did not attach, if it did not. An unused hook that attached is fine.
     pub fn failure(&self) -> Option<Failure<'_>> {
-        if self.ok && !self.detail.contains("failed") {
+        if self.status == Status::Ok || self.detail.starts_with("attached") {
             return None;
         }
         if self.detail.contains("unknown BTF type") || self.detail.contains("not found") {
             return Some(Failure::Absent);
         }
-        let complaint = self
-            .more
-            .iter()
-            .position(|l| l.starts_with("verification time"))
-            .and_then(|end| self.more[..end].iter().rev().find(|l| !l.trim().is_empty()).map(String::as_str));
-        Some(complaint.map_or(Failure::Other(&self.detail), Failure::Rejected))
+        Some(verifier_complaint(&self.more).map_or(Failure::Other(&self.detail), Failure::Rejected))
     }
 
     /// `tracepoint sk_data_ready (tp_btf)` → `sk_data_ready`, `function tcp_recvmsg (fexit)` →
@@ -59,6 +77,10 @@ impl Entry {
             _ => self.requirement.clone(),
         }
     }
+
+    pub fn is_hook(&self) -> bool {
+        self.requirement.starts_with("tracepoint ") || self.requirement.starts_with("function ")
+    }
 }
 
 /// In lines holding a verifier log, the verifier's own complaint: the last line before its
@@ -68,42 +90,54 @@ pub fn verifier_complaint(lines: &[String]) -> Option<&str> {
     lines[..end].iter().rev().find(|l| !l.trim().is_empty()).map(String::as_str)
 }
 
-/// The requirement entries and the verdict line.
-pub fn parse(lines: &[String]) -> (Vec<Entry>, Option<String>) {
-    let mut entries: Vec<Entry> = Vec::new();
-    let mut verdict = None;
+/// check's output, parsed.
+#[derive(Debug, Default)]
+pub struct Check {
+    pub entries: Vec<Entry>,
+    /// After `verdict: `: `ready`, `ready, degraded: without …` or `NOT ready …`.
+    pub verdict: Option<String>,
+}
+
+impl Check {
+    pub fn entry(&self, requirement: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.requirement == requirement)
+    }
+
+    /// The hook line of tracepoint or function `name` (`sk_data_ready`).
+    pub fn hook(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.is_hook() && e.requirement.split_whitespace().nth(1) == Some(name))
+    }
+}
+
+pub fn parse(lines: &[String]) -> Check {
+    let mut check = Check::default();
     for line in lines {
         if let Some(v) = line.strip_prefix("verdict: ") {
-            verdict = Some(v.to_owned());
+            check.verdict = Some(v.to_owned());
         } else if let Some(entry) = requirement_line(line) {
-            entries.push(entry);
-        } else if let Some(last) = entries.last_mut() {
+            check.entries.push(entry);
+        } else if let Some(last) = check.entries.last_mut() {
             last.more.push(line.clone());
         }
     }
-    (entries, verdict)
+    check
 }
 
-/// `REQUIREMENT  STATUS  DETAIL`: the requirement starts the line, and the status follows two or
-/// more spaces and is itself padded (`ok     `, `missing`) before the detail.
+/// `REQUIREMENT  STATUS  DETAIL`: the requirement (single spaces inside) starts the line, and the
+/// status word follows two or more spaces, padded before the detail.
 fn requirement_line(line: &str) -> Option<Entry> {
     if line.starts_with(char::is_whitespace) {
         return None;
     }
-    for (status, ok) in [("  ok  ", true), ("  missing  ", false)] {
-        if let Some(at) = line.find(status) {
-            let requirement = line[..at].trim_end();
-            let detail = line[at + status.len()..].trim_start();
-            if !requirement.is_empty() && !requirement.contains("  ") {
-                return Some(Entry { requirement: requirement.into(), ok, detail: detail.into(), more: Vec::new() });
-            }
-        }
-    }
-    None
+    let (requirement, rest) = line.split_once("  ")?;
+    let rest = rest.trim_start();
+    let (word, detail) = rest.split_once(' ').unwrap_or((rest, ""));
+    let status = Status::parse(word)?;
+    Some(Entry { requirement: requirement.into(), status, detail: detail.trim_start().into(), more: Vec::new() })
 }
 
-/// Prints check's output as the guest printed it, each verifier log cut to its first and last
-/// lines (where the complaint is); `full` says where the whole of it is.
+/// Prints check's output as it came, each verifier log cut to its first and last lines (where
+/// the complaint is); `full` says where the whole of it is.
 pub fn print_folded(lines: &[String], full: &str) {
     let mut run: Vec<&String> = Vec::new();
     let flush = |run: &mut Vec<&String>| {
@@ -142,33 +176,42 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_load_keeps_its_verifier_log() {
+    fn reads_each_status_and_keeps_a_verifier_log() {
         let out = lines(
-            "privileges                               ok       root
-tracepoint sk_data_ready (tp_btf)        missing  loading program sk_data_ready failed: unknown BTF type
-function tcp_recvmsg (fexit)             ok       loading program tcp_recvmsg_exit failed: Verifier output: 0: R1=ctx() R10=fp0
+            "privileges                               ok        root
+tracepoint sk_data_ready (tp_btf)        degraded  how long request bytes waited is unknown: loading program sk_data_ready failed: unknown BTF type `btf_trace_sk_data_ready`
+tracepoint sock_recv_length (tp_btf)     unused    not used: unknown BTF type `btf_trace_sock_recv_length`
+function tcp_recvmsg (fexit)             unused    not used: loading program tcp_recvmsg_exit failed: Verifier output: 0: R1=ctx() R10=fp0
 783: (71) r5 = *(u8 *)(r5 +0)         ; frame1: R5_w=0
 invalid size of register fill
 verification time 68821 usec
 stack depth 192+0+0
-hook path                                ok       syscall tracepoints (fallback): every syscall pays
-verdict: NOT ready (see the lines marked missing)",
+function tcp_sendmsg (fexit)             unused    attached (not needed)
+socket bytes (request timing)            degraded  no source attaches: requests are not timed
+verdict: ready, degraded: without tracepoint sk_data_ready (tp_btf), socket bytes (request timing)",
         );
-        let (entries, verdict) = parse(&out);
-        assert_eq!(verdict.as_deref(), Some("NOT ready (see the lines marked missing)"));
-        let names: Vec<&str> = entries.iter().map(|e| e.requirement.as_str()).collect();
+        let check = parse(&out);
         assert_eq!(
-            names,
-            ["privileges", "tracepoint sk_data_ready (tp_btf)", "function tcp_recvmsg (fexit)", "hook path"]
+            check.verdict.as_deref(),
+            Some("ready, degraded: without tracepoint sk_data_ready (tp_btf), socket bytes (request timing)")
         );
-        assert_eq!(entries[0].failure(), None);
-        assert_eq!(entries[1].failure(), Some(Failure::Absent));
-        assert!(entries[2].ok && !entries[2].works());
-        assert_eq!(entries[2].failure(), Some(Failure::Rejected("invalid size of register fill")));
-        assert_eq!(entries[2].more.len(), 4);
+        let statuses: Vec<Status> = check.entries.iter().map(|e| e.status).collect();
+        use Status::*;
+        assert_eq!(statuses, [Ok, Degraded, Unused, Unused, Unused, Degraded]);
+        let failures: Vec<Option<Failure>> = check.entries.iter().map(Entry::failure).collect();
         assert_eq!(
-            (entries[1].hook_name(), entries[2].hook_name()),
-            ("sk_data_ready".into(), "tcp_recvmsg fexit".into())
+            failures,
+            [
+                None,
+                Some(Failure::Absent),
+                Some(Failure::Absent),
+                Some(Failure::Rejected("invalid size of register fill")),
+                None,
+                Some(Failure::Other("no source attaches: requests are not timed"))
+            ]
         );
+        let recvmsg = check.hook("tcp_recvmsg").expect("tcp_recvmsg");
+        assert_eq!((recvmsg.hook_name(), recvmsg.more.len()), ("tcp_recvmsg fexit".into(), 4));
+        assert_eq!(check.entry(SOCKET_BYTES).map(|e| e.status), Some(Degraded));
     }
 }

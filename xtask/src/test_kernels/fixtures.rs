@@ -11,6 +11,7 @@ use crate::util::{self, workspace_root};
 const FIXTURES: &[(&str, &str)] = &[
     ("nap.c", "kt-nap"),
     ("futex.c", "kt-futex"),
+    ("wake.c", "kt-wake"),
     ("httpd.c", "kt-httpd"),
     ("httpc.c", "kt-httpc"),
     ("get.c", "kt-get"),
@@ -29,7 +30,7 @@ pub fn build(out: &Path) -> anyhow::Result<Vec<PathBuf>> {
         let source = guest_dir().join(source);
         let binary = out.join(name);
         let (source_arg, binary_arg) = (path_str(&source)?, path_str(&binary)?);
-        util::run("gcc", &["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", binary_arg, source_arg])
+        util::run("gcc", &["-static", "-pthread", "-O2", "-Wall", "-Wextra", "-Werror", "-o", binary_arg, source_arg])
             .with_context(|| format!("building the fixture {name} failed (gcc and libc6-dev are needed)"))?;
         binaries.push(binary);
     }

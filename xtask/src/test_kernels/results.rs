@@ -13,28 +13,30 @@ pub struct Guest {
     /// `gateway-observer check`'s output, line by line.
     pub check: Vec<String>,
     pub check_exit: Option<i32>,
-    /// One per `--hooks` choice, in the order run.
-    pub runs: Vec<Run>,
+    /// The daemon's run against the fixtures.
+    pub run: Run,
     /// `/init` reached its end.
     pub done: bool,
 }
 
 #[derive(Debug, Default)]
 pub struct Run {
-    /// The `--hooks` choice.
-    pub mode: String,
+    /// `/init` began it.
+    pub began: bool,
     /// Why the daemon was never ready for the workload, if it was not.
     pub not_ready: Option<String>,
-    /// The startup line `gateway-observer: hooks: …`, without that prefix.
-    pub hooks: Option<String>,
-    /// Ground truth the fixtures measured: reason (`sleep`, `futex`) → seconds.
+    /// Seconds from the daemon's start until it served `/ready` with every target attached.
+    pub ready_after: Option<f64>,
+    /// Ground truth the fixtures measured: `sleep`, `futex` (timed waits that time out),
+    /// `woken` (timed waits woken by another thread) → seconds.
     pub truth: BTreeMap<String, f64>,
     pub requests_sent: Option<u64>,
     /// 200 responses the client got.
     pub requests_answered: Option<u64>,
     pub metrics: Vec<Sample>,
     pub stderr: Vec<String>,
-    /// What the guest noticed on the way (`@@KT note …`), e.g. a collection that did not come.
+    /// What the guest or a fixture noticed on the way (`@@KT note …`), e.g. a collection that did
+    /// not come.
     pub notes: Vec<String>,
 }
 
@@ -47,6 +49,17 @@ pub struct Sample {
 }
 
 impl Run {
+    /// The startup line naming where socket bytes come from, without its prefix:
+    /// `socket bytes from S` → `S`.
+    pub fn socket_source(&self) -> Option<&str> {
+        self.stderr.iter().find_map(|l| l.strip_prefix("gateway-observer: socket bytes from "))
+    }
+
+    /// The startup lines saying what the daemon runs without: `degraded: X` → `X`.
+    pub fn degradations(&self) -> Vec<&str> {
+        self.stderr.iter().filter_map(|l| l.strip_prefix("gateway-observer: degraded: ")).collect()
+    }
+
     /// The sum of `name`'s samples whose labels include every pair of `want` (0 when none: a
     /// plain `sum` of nothing is -0).
     pub fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
@@ -73,7 +86,7 @@ pub fn parse(console: &str) -> Guest {
         let Some(at) = line.find(MARK) else {
             match block {
                 Block::Check => guest.check.push(line.to_owned()),
-                Block::Stderr => current(&mut guest).stderr.push(line.to_owned()),
+                Block::Stderr => guest.run.stderr.push(line.to_owned()),
                 Block::None => {}
             }
             continue;
@@ -84,35 +97,24 @@ pub fn parse(console: &str) -> Guest {
             "kernel" => guest.kernel = Some(args.to_owned()),
             "begin" if args == "check" => block = Block::Check,
             "begin" if args.starts_with("stderr") => block = Block::Stderr,
-            "begin" if args.starts_with("run ") => {
-                guest.runs.push(Run { mode: args["run ".len()..].to_owned(), ..Run::default() });
-            }
+            "begin" if args == "run" => guest.run.began = true,
             "end" => block = Block::None,
             "check-exit" => guest.check_exit = args.parse().ok(),
-            "not-ready" if args.ends_with("exited") => current(&mut guest).not_ready = Some("the daemon exited".into()),
-            "not-ready" => current(&mut guest).not_ready = Some("the daemon was not ready within 60 s".into()),
+            "not-ready" if args == "exited" => guest.run.not_ready = Some("the daemon exited".into()),
+            "not-ready" => guest.run.not_ready = Some("the daemon was not ready within 60 s".into()),
             "not-attached" => {
-                current(&mut guest).not_ready = Some("the daemon did not attach to the 3 fixtures within 10 s".into())
+                guest.run.not_ready = Some("the daemon did not attach to the 4 fixtures within 10 s".into())
             }
-            "hooks" => {
-                let line = args.split_once(' ').map_or("", |(_mode, line)| line);
-                current(&mut guest).hooks = Some(line.trim_start_matches("gateway-observer: hooks: ").to_owned());
-            }
+            "ready" => guest.run.ready_after = seconds_between(args),
             "truth" => {
                 if let Some((reason, ns)) = args.split_once(' ').and_then(|(r, n)| Some((r, n.parse::<f64>().ok()?))) {
-                    current(&mut guest).truth.insert(reason.to_owned(), ns / 1e9);
+                    guest.run.truth.insert(reason.to_owned(), ns / 1e9);
                 }
             }
-            "sent" => current(&mut guest).requests_sent = args.parse().ok(),
-            "client" => {
-                current(&mut guest).requests_answered = args.strip_prefix("answered ").and_then(|n| n.parse().ok())
-            }
-            "metric" => {
-                if let Some(sample) = args.split_once(' ').and_then(|(_mode, text)| parse_sample(text)) {
-                    current(&mut guest).metrics.push(sample);
-                }
-            }
-            "note" => current(&mut guest).notes.push(args.to_owned()),
+            "sent" => guest.run.requests_sent = args.parse().ok(),
+            "client" => guest.run.requests_answered = args.strip_prefix("answered ").and_then(|n| n.parse().ok()),
+            "metric" => guest.run.metrics.extend(parse_sample(args)),
+            "note" => guest.run.notes.push(args.to_owned()),
             "done" => guest.done = true,
             _ => {}
         }
@@ -120,12 +122,10 @@ pub fn parse(console: &str) -> Guest {
     guest
 }
 
-/// The run being reported; one is made up if the guest printed out of order.
-fn current(guest: &mut Guest) -> &mut Run {
-    if guest.runs.is_empty() {
-        guest.runs.push(Run::default());
-    }
-    guest.runs.last_mut().expect("just ensured")
+/// `START NOW` (uptime seconds) → NOW - START.
+fn seconds_between(args: &str) -> Option<f64> {
+    let (start, now) = args.split_once(' ')?;
+    Some(now.parse::<f64>().ok()? - start.parse::<f64>().ok()?)
 }
 
 /// `name{k="v",...} value`, as the daemon exposes it (no escaped quotes in our label values).
@@ -151,45 +151,50 @@ fn parse_sample(text: &str) -> Option<Sample> {
 mod tests {
     use super::*;
 
-    const CONSOLE: &str = "\u{1b}[2J@@KT kernel 6.12.118+deb12-cloud-amd64\r
+    const CONSOLE: &str = "\u{1b}[2J@@KT kernel 6.1.0-57-cloud-amd64\r
 @@KT begin check\r
 privileges   ok  root\r
 verdict: ready\r
 @@KT check-exit 0\r
 @@KT end check\r
 [    9.1] a kernel message\r
-@@KT begin run auto\r
-@@KT ready auto 9.5 14.2\r
+@@KT begin run\r
+@@KT ready 9.5 14.25\r
 @@KT truth sleep 2010000000\r
+@@KT note kt-wake: 9 of 10 waits were woken\r
 @@KT sent 100\r
 @@KT client answered 100\r
-@@KT metric auto gateway_observer_thread_offcpu_seconds_total{process=\"kt-nap\",thread_group=\"kt-nap\",reason=\"sleep\"} 2.004\r
-@@KT metric auto gateway_observer_collections_total 12\r
-@@KT hooks auto gateway-observer: hooks: kernel functions (fentry/fexit): only callers of the hooked functions pay\r
-@@KT begin stderr auto\r
-gateway-observer: watching 3 target spec(s)\r
-@@KT end stderr auto\r
-@@KT end run auto\r
+@@KT metric gateway_observer_thread_offcpu_seconds_total{process=\"kt-nap\",thread_group=\"kt-nap\",reason=\"sleep\"} 2.004\r
+@@KT metric gateway_observer_collections_total 12\r
+@@KT begin stderr\r
+gateway-observer: socket bytes from TCP functions (fentry/fexit tcp_recvmsg, tcp_sendmsg)\r
+gateway-observer: degraded: no socket queue wait (unknown BTF type): how long request bytes waited is unknown\r
+gateway-observer: watching 4 target spec(s)\r
+@@KT end stderr\r
+@@KT end run\r
 @@KT done\r
 ";
 
     #[test]
     fn reads_every_kind_of_line() {
         let guest = parse(CONSOLE);
-        assert_eq!(guest.kernel.as_deref(), Some("6.12.118+deb12-cloud-amd64"));
+        assert_eq!(guest.kernel.as_deref(), Some("6.1.0-57-cloud-amd64"));
         assert_eq!(guest.check, ["privileges   ok  root", "verdict: ready"]);
         assert_eq!(guest.check_exit, Some(0));
         assert!(guest.done);
-        let run = &guest.runs[0];
-        assert_eq!(run.mode, "auto");
+        let run = &guest.run;
+        assert!(run.began);
         assert_eq!(run.not_ready, None);
+        assert_eq!(run.ready_after, Some(4.75));
         assert_eq!(run.truth["sleep"], 2.01);
+        assert_eq!(run.notes, ["kt-wake: 9 of 10 waits were woken"]);
         assert_eq!((run.requests_sent, run.requests_answered), (Some(100), Some(100)));
+        assert_eq!(run.socket_source(), Some("TCP functions (fentry/fexit tcp_recvmsg, tcp_sendmsg)"));
         assert_eq!(
-            run.hooks.as_deref(),
-            Some("kernel functions (fentry/fexit): only callers of the hooked functions pay")
+            run.degradations(),
+            ["no socket queue wait (unknown BTF type): how long request bytes waited is unknown"]
         );
-        assert_eq!(run.stderr, ["gateway-observer: watching 3 target spec(s)"]);
+        assert_eq!(run.stderr.len(), 3);
         assert_eq!(run.sum("gateway_observer_thread_offcpu_seconds_total", &[("reason", "sleep")]), 2.004);
         assert_eq!(run.sum("gateway_observer_collections_total", &[]), 12.0);
     }
@@ -197,6 +202,6 @@ gateway-observer: watching 3 target spec(s)\r
     #[test]
     fn a_console_without_markers_is_a_guest_that_never_ran() {
         let guest = parse("SeaBIOS\nKernel panic - not syncing\n");
-        assert!(guest.kernel.is_none() && guest.runs.is_empty() && !guest.done);
+        assert!(guest.kernel.is_none() && !guest.run.began && !guest.done);
     }
 }

@@ -1,13 +1,14 @@
-//! The matrix as text: one row per capability, one column per kernel, each cell a verdict and a
-//! short figure; the longer stories (verifier complaints, the daemon's error) and the known gaps'
-//! notes numbered under it, so the table stays narrow.
+//! The matrix as text: one row per capability, one column per kernel (rows: ten capabilities stay
+//! readable, ten wide columns would not), each cell a verdict and a short figure; the longer
+//! stories (verifier complaints, the daemon's error, why a degradation is accepted) numbered
+//! under it, so the table stays narrow.
 
-use super::matrix::{Cell, Column};
+use super::matrix::{Cell, Column, Verdict};
 
 pub fn print(columns: &[Column]) {
     let mut rows: Vec<&str> = Vec::new();
     for (capability, _) in columns.iter().flat_map(|c| &c.cells) {
-        if !rows.contains(&capability.as_str()) {
+        if !rows.contains(capability) {
             rows.push(capability);
         }
     }
@@ -52,14 +53,17 @@ impl Notes {
     }
 }
 
-/// `verdict: text [n]`, or `FAILED (known [k]): text [n]`; `[n]` is the detail, `[k]` the gap.
-/// The same detail on two kernels is one note.
+/// `verdict: text [n]`, or `degraded (accepted [k]): text [n]`; `[n]` is the detail, `[k]` why
+/// the degradation is accepted. Capitals for what fails the test. The same note on two kernels is
+/// one note.
 fn render(cell: &Cell, capability: &str, notes: &mut Notes) -> String {
-    let mut text = match cell.known {
-        Some(gap) => {
-            format!("{} (known [{}]): {}", cell.verdict.as_str(), notes.number(format!("known gap: {gap}")), cell.text)
+    let mut text = match (cell.verdict, cell.accepted) {
+        (Verdict::Ok, _) => format!("ok: {}", cell.text),
+        (Verdict::Degraded, Some(why)) => {
+            format!("degraded (accepted [{}]): {}", notes.number(format!("accepted: {why}")), cell.text)
         }
-        None => format!("{}: {}", cell.verdict.as_str(), cell.text),
+        (Verdict::Degraded, None) => format!("DEGRADED: {}", cell.text),
+        (Verdict::Failed, _) => format!("FAILED: {}", cell.text),
     };
     if let Some(detail) = &cell.detail {
         text.push_str(&format!(" [{}]", notes.number(format!("{capability}: {detail}"))));

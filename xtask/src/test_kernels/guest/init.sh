@@ -1,7 +1,6 @@
 #!/bin/sh
 # /init of the initramfs `cargo xtask test-kernels` boots in QEMU. Runs `gateway-observer check`,
-# then the daemon once per hook choice against fixtures that measure their own ground truth, and
-# powers off. Every line meant for the host starts with "@@KT "; the host reads nothing else
+# then the daemon once against fixtures that measure their own ground truth, and powers off. Every line meant for the host starts with "@@KT "; the host reads nothing else
 # (kernel messages may share the console).
 
 export PATH=/bin
@@ -47,17 +46,18 @@ wait_until() {
 # Ready, or given up on: ready answers 200, or the daemon exited.
 daemon_settled() { ! kill -0 "$daemon" 2>/dev/null || kt-get $METRICS_PORT /ready >/dev/null 2>&1; }
 daemon_ready() { kt-get $METRICS_PORT /ready >/dev/null 2>&1; }
-targets_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" = 3 ]; }
+targets_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" = 4 ]; }
 collections_reached() { [ "$(value gateway_observer_collections_total)" -ge "$1" ] 2>/dev/null; }
 
-# The work the daemon is checked against: sleeps and timed futex waits together (both idle the
-# CPU), then the requests, so that neither delays the other's wakeups.
+# The work the daemon is checked against: sleeps and timed futex waits (timing out, and woken)
+# together (they idle the CPU), then the requests, so that neither delays the other's wakeups.
 workload() {
-    : >/tmp/go.nap # opening a FIFO's write end releases the fixture blocked in opening its read end
-    : >/tmp/go.futex
-    wait "$nap" "$futex"
-    say "$(cat /tmp/nap.out)" # truth sleep NS
-    say "$(cat /tmp/futex.out)" # truth futex NS
+    for fixture in nap futex wake; do
+        : >/tmp/go.$fixture # opening a FIFO's write end releases the fixture blocked opening its read end
+    done
+    wait "$nap" "$futex" "$wake"
+    # truth sleep|futex|woken NS, and any note of a fixture's
+    cat /tmp/nap.out /tmp/futex.out /tmp/wake.out | sed 's/^/@@KT /'
     kt-httpc $HTTP_PORT $REQUESTS $CONNECTIONS >/tmp/httpc.out
     say sent $REQUESTS
     say client $(cat /tmp/httpc.out)
@@ -65,46 +65,47 @@ workload() {
     start=$(value gateway_observer_collections_total)
     wait_until 10 collections_reached $((start + 2)) || say note "no two collections within 10 s"
     metrics | grep -E '^gateway_observer_(thread_offcpu_seconds_total|http_requests_total|targets|collections_total|bpf_events_lost_total|bpf_missed_switches_total)' |
-        sed "s/^/@@KT metric $mode /"
+        sed 's/^/@@KT metric /'
 }
 
-# run_mode auto|functions|syscalls: the daemon with that --hooks choice, the fixtures as targets.
-run_mode() {
-    mode=$1
-    say begin run "$mode"
-    rm -f /tmp/go.nap /tmp/go.futex
-    mkfifo /tmp/go.nap /tmp/go.futex
+# The daemon with the fixtures as its targets; its stderr (startup lines, errors) goes to the host.
+run_daemon() {
+    say begin run
+    for fixture in nap futex wake; do
+        mkfifo /tmp/go.$fixture
+    done
     kt-httpd $HTTP_PORT &
     httpd=$!
     kt-nap /tmp/go.nap $SLEEPS $WAIT_MS >/tmp/nap.out &
     nap=$!
     kt-futex /tmp/go.futex $FUTEX_WAITS $WAIT_MS >/tmp/futex.out &
     futex=$!
+    kt-wake /tmp/go.wake $FUTEX_WAITS $WAIT_MS >/tmp/wake.out &
+    wake=$!
     started=$(cut -d' ' -f1 /proc/uptime)
-    gateway-observer run --target comm=kt-nap --target comm=kt-futex --target comm=kt-httpd \
-        --listen 127.0.0.1:$METRICS_PORT --hooks "$mode" 2>/tmp/daemon.err &
+    gateway-observer run --target comm=kt-nap --target comm=kt-futex --target comm=kt-wake \
+        --target comm=kt-httpd --listen 127.0.0.1:$METRICS_PORT 2>/tmp/daemon.err &
     daemon=$!
     wait_until 60 daemon_settled
     if ! kill -0 "$daemon" 2>/dev/null; then
-        say not-ready "$mode" exited
+        say not-ready exited
     elif ! daemon_ready; then
-        say not-ready "$mode" timeout
+        say not-ready timeout
     elif ! wait_until 10 targets_attached; then
-        say not-attached "$mode"
+        say not-attached
     else
-        say ready "$mode" "$started" "$(cut -d' ' -f1 /proc/uptime)"
+        say ready "$started" "$(cut -d' ' -f1 /proc/uptime)"
         workload
     fi
     kill "$daemon" 2>/dev/null
     wait "$daemon"
-    say daemon-exit "$mode" $?
-    kill "$httpd" "$nap" "$futex" 2>/dev/null
-    wait "$httpd" "$nap" "$futex" 2>/dev/null
-    grep -h 'gateway-observer: hooks:' /tmp/daemon.err | sed "s/^/@@KT hooks $mode /"
-    say begin stderr "$mode"
+    say daemon-exit $?
+    kill "$httpd" "$nap" "$futex" "$wake" 2>/dev/null
+    wait "$httpd" "$nap" "$futex" "$wake" 2>/dev/null
+    say begin stderr
     cat /tmp/daemon.err
-    say end stderr "$mode"
-    say end run "$mode"
+    say end stderr
+    say end run
 }
 
 say kernel "$(uname -r)"
@@ -112,8 +113,7 @@ say begin check
 gateway-observer check 2>&1
 say check-exit $?
 say end check
-run_mode auto
-run_mode syscalls
+run_daemon
 say begin dmesg
 dmesg | tail -n 40
 say end dmesg
