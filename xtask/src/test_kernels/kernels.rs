@@ -58,26 +58,50 @@ pub fn fetch(series: &str, dir: &Path) -> anyhow::Result<Kernel> {
     Ok(Kernel { package, vmlinuz })
 }
 
-/// The newest `linux-image-SERIES.*-cloud-amd64-unsigned` in the package lists, or, when they
-/// name none (no `apt-get update` yet), the newest one already unpacked in `dir`.
+/// The newest `linux-image-SERIES.*-cloud-amd64-unsigned` in the package lists; when they name
+/// none, the newest one already unpacked in `dir`; when there is none either (a fresh machine
+/// whose lists were emptied after its packages were installed), the lists after an
+/// `apt-get update`.
 fn newest_package(series: &str, dir: &Path) -> anyhow::Result<String> {
     let prefix = format!("linux-image-{series}.");
-    let pattern = format!("^{}.*{FLAVOUR}$", prefix.replace('.', "\\."));
-    let listed = output("apt-cache", &["search", "--names-only", &pattern]).unwrap_or_default();
-    let mut names: Vec<String> =
-        listed.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_owned).collect();
+    let mut names = listed(&prefix);
     if names.is_empty() {
-        names = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|n| n.starts_with(&prefix) && n.ends_with(FLAVOUR))
-            .collect();
+        names = unpacked(&prefix, dir);
     }
-    names.retain(|n| n.starts_with(&prefix) && n.ends_with(FLAVOUR));
+    if names.is_empty() {
+        eprintln!("test-kernels: the package lists know no {prefix}*{FLAVOUR}: apt-get update");
+        crate::util::run("apt-get", &["update", "-q"]).context("apt-get update failed")?;
+        names = listed(&prefix);
+    }
     names.into_iter().max_by_key(|n| version_key(n)).with_context(|| {
         format!("no {prefix}*{FLAVOUR} package known: run apt-get update (Debian 12's lists carry them)")
     })
+}
+
+/// The packages named `PREFIX*FLAVOUR` the package lists know.
+fn listed(prefix: &str) -> Vec<String> {
+    let pattern = format!("^{}.*{FLAVOUR}$", prefix.replace('.', "\\."));
+    let listed = output("apt-cache", &["search", "--names-only", &pattern]).unwrap_or_default();
+    listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| of_series(prefix, n))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The packages named `PREFIX*FLAVOUR` already unpacked in `dir`.
+fn unpacked(prefix: &str, dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| of_series(prefix, n))
+        .collect()
+}
+
+fn of_series(prefix: &str, name: &str) -> bool {
+    name.starts_with(prefix) && name.ends_with(FLAVOUR)
 }
 
 /// The numbers in a package name, in order: `6.1.0-57` → [6, 1, 0, 57], `6.12.118+deb12` →
