@@ -45,7 +45,8 @@ pub mod syscall_class {
     /// Not a syscall we classify (or the thread is not in a syscall).
     pub const NONE: u8 = 0;
     pub const FUTEX: u8 = 1;
-    /// `futex_wait(2)` (Linux 6.7): timeout in the fifth argument.
+    /// The futex2 calls (Linux 6.7): `futex_wait(2)`, timeout in the fifth argument, and
+    /// `futex_wake(2)`, which never sleeps (classed here so its wakeups read as futex wakes).
     pub const FUTEX_WAIT2: u8 = 2;
     /// `futex_waitv(2)`: timeout in the fourth argument.
     pub const FUTEX_WAITV: u8 = 3;

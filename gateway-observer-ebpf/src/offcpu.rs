@@ -10,7 +10,7 @@ use gateway_observer_common::{
 use crate::{
     loop_iterations::{end_iteration, iteration_starts, vote_home_epoll},
     maps::{btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state},
-    syscalls::{Call, current_in_futex_call, note_sleeping_call},
+    syscalls::{Call, current_wakes_futex, note_sleeping_call},
     waits::{take_stack, timed_wait_ended},
 };
 
@@ -59,7 +59,7 @@ pub fn sched_waking(ctx: BtfTracePointContext) -> u32 {
         state.waker_tid = current_ids().0;
         if matches!(state.offcpu_reason, reason::FUTEX_TIMED | reason::FUTEX_SLEEP) {
             // A timed wait woken by a futex wake returns 0; one its timer wakes has timed out.
-            state.woken_by_futex = current_in_futex_call() as u8;
+            state.woken_by_futex = current_wakes_futex(state.syscall_arg0) as u8;
         }
     }
     0

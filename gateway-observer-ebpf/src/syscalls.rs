@@ -87,10 +87,18 @@ pub fn note_sleeping_call(state: &mut ThreadState, call: &Call) -> u8 {
     class
 }
 
-/// Whether the current task is inside a futex call: a wakeup it makes is a futex wake. (A timer
-/// that ends a timed wait wakes it from interrupt context, where the interrupted task is rarely
-/// in the middle of a futex call.)
+/// Whether the current task is inside a futex call on `uaddr` (its first futex word, or the
+/// second of a wake-op or requeue): a wakeup it makes of a thread waiting there is a futex wake.
+/// A timer that ends a timed wait wakes it from interrupt context, where the interrupted task is
+/// almost never in a futex call on that very word (it may well be in one on another: a busy
+/// process's threads wake each other all the time).
 #[inline(always)]
-pub fn current_in_futex_call() -> bool {
-    matches!(Call::current().class(), syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 | syscall_class::FUTEX_WAITV)
+pub fn current_wakes_futex(uaddr: u64) -> bool {
+    let call = Call::current();
+    match call.class() {
+        syscall_class::FUTEX => call.arg0() == uaddr || call.arg(config().regs_arg4_offset) == uaddr,
+        // futex_wake and futex_wait (futex2) share a class; only the wake wakes anyone.
+        syscall_class::FUTEX_WAIT2 => call.arg0() == uaddr,
+        _ => false,
+    }
 }

@@ -39,6 +39,8 @@ const X86_64: &[(u32, &str, u8)] = &[
     (426, "io_uring_enter", syscall_class::POLL),
     (441, "epoll_pwait2", syscall_class::EPOLL),
     (449, "futex_waitv", syscall_class::FUTEX_WAITV),
+    // futex2's wake: never sleeps, but a thread it wakes must see its waker in a futex call.
+    (454, "futex_wake", syscall_class::FUTEX_WAIT2),
     (455, "futex_wait", syscall_class::FUTEX_WAIT2),
 ];
 

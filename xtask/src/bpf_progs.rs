@@ -53,6 +53,20 @@ pub(crate) fn total_delta(before: &[ProgStats], after: &[ProgStats]) -> (u64, u6
     })
 }
 
+/// Per program that ran between two snapshots: (name, ns, runs), costliest first.
+pub(crate) fn per_program_delta(before: &[ProgStats], after: &[ProgStats]) -> Vec<(String, u64, u64)> {
+    let mut out: Vec<(String, u64, u64)> = after
+        .iter()
+        .filter_map(|a| {
+            let b = before.iter().find(|b| b.id == a.id)?;
+            let runs = a.run_cnt.saturating_sub(b.run_cnt);
+            (runs > 0).then(|| (a.name.clone(), a.run_time_ns.saturating_sub(b.run_time_ns), runs))
+        })
+        .collect();
+    out.sort_by_key(|p| std::cmp::Reverse(p.1));
+    out
+}
+
 /// ns per run of the program named `name` between two snapshots; None if it did not run.
 pub(crate) fn ns_per_run(before: &[ProgStats], after: &[ProgStats], name: &str) -> Option<f64> {
     let pick = |s: &[ProgStats]| s.iter().find(|p| p.name == name).cloned();

@@ -35,6 +35,8 @@ pub(super) struct Cost {
     pub(super) wall_s: f64,
     pub(super) daemon_cpu_s: f64,
     pub(super) kernel_cpu_s: f64,
+    /// (program, ns, runs), costliest first.
+    pub(super) programs: Vec<(String, u64, u64)>,
 }
 
 impl Daemon {
@@ -86,6 +88,7 @@ impl Cost {
             wall_s: (after.at - before.at).as_secs_f64(),
             daemon_cpu_s: after.cpu_s - before.cpu_s,
             kernel_cpu_s: kernel_ns as f64 / 1e9,
+            programs: bpf_progs::per_program_delta(&before.progs, &after.progs),
         }
     }
 

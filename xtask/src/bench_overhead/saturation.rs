@@ -68,6 +68,21 @@ fn phase_on(spec: WrkSpec, target: &Target, observer: &Path, pair: usize) -> Res
     let cost = Cost::between(&before, &after);
     let per_request = |seconds: f64| seconds * 1e9 / wrk.requests;
     let observer = (per_request(cost.kernel_cpu_s), per_request(cost.daemon_cpu_s), daemon.peak_rss_mib()?);
+    // Where the kernel programs' time goes: per request, and per run of each program.
+    let top: Vec<String> = cost
+        .programs
+        .iter()
+        .take(5)
+        .map(|(name, ns, runs)| {
+            format!(
+                "{name} {:.0} ns/req ({:.0}/req × {:.0} ns)",
+                *ns as f64 / wrk.requests,
+                *runs as f64 / wrk.requests,
+                *ns as f64 / *runs as f64
+            )
+        })
+        .collect();
+    println!("        kernel programs: {}", top.join(", "));
     Ok(Phase { wrk, observer: Some(observer) })
 }
 
