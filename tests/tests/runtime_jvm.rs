@@ -469,8 +469,10 @@ fn jvm_rate_limiter_in_a_fixed_pool_is_a_saturated_pool() {
 }
 
 /// The observer attached in the middle of the incident: the pool has already grown to its size
-/// under the fault, so there is no growth left to see. It must still be named within 5 s of the
-/// observer being ready.
+/// under the fault, so there is no growth left to see. It must still be named within 8 s of the
+/// observer being ready: the requests the pool holds were read before the observer started, so
+/// it sees the requests waiting only as the load sends new ones (3.5–4.5 s in most runs, up to
+/// about 6 s on a loaded machine).
 #[test]
 fn jvm_rate_limiter_pool_already_saturated_when_the_observer_attaches() {
     let test = module_path!();
@@ -493,7 +495,7 @@ fn jvm_rate_limiter_pool_already_saturated_when_the_observer_attaches() {
     let ready = Instant::now();
     eprintln!("attach: observer ready {:.2?} after the pool had grown: {:?}", grown.elapsed(), gateway.stats());
     let (alert, detected) =
-        expect_firing(&observer, gateway.pid(), "PoolSaturated", (ready, Duration::from_secs(5)), &["rpc-pool-*"], &[]);
+        expect_firing(&observer, gateway.pid(), "PoolSaturated", (ready, Duration::from_secs(8)), &["rpc-pool-*"], &[]);
     eprintln!("attach: PoolSaturated firing {detected:.2?} after the observer was ready: {}", alert["summary"]);
     assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
     gateway.heal();
