@@ -87,7 +87,7 @@ fn a_slow_redis_behind_a_blocking_client_is_named_within_seconds() {
     let requests = &alert["evidence"]["requests"];
     assert!(requests["completed"].as_u64().is_some_and(|n| n > 0), "requests served in the window: {alert:#}");
     assert!(requests["max_socket_queue_seconds"].as_f64().is_some(), "socket queue wait in the evidence: {alert:#}");
-    // The user stack of the longest block, captured at the syscall's exit and symbolized from the
+    // The user stack of a long block, captured as its recv returns (sock_recv_length) and symbolized from the
     // gateway's mappings: its innermost frame is libc's recv (glibc has no frame pointers, so the
     // kernel's unwinder rarely gets further through it).
     let stack = wait_for_stack(&observer);
