@@ -12,6 +12,7 @@ const FIXTURES: &[(&str, &str)] = &[
     ("nap.c", "kt-nap"),
     ("futex.c", "kt-futex"),
     ("wake.c", "kt-wake"),
+    ("loop.c", "kt-loop"),
     ("httpd.c", "kt-httpd"),
     ("httpc.c", "kt-httpc"),
     ("get.c", "kt-get"),

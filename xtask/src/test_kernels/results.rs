@@ -38,6 +38,21 @@ pub struct Run {
     /// What the guest or a fixture noticed on the way (`@@KT note …`), e.g. a collection that did
     /// not come.
     pub notes: Vec<String>,
+    pub incident: Incident,
+}
+
+/// The blocked event loop (`guest/loop.c`) as the guest reported it.
+#[derive(Debug, Default)]
+pub struct Incident {
+    /// Seconds the daemon watched the loop healthy, from ready to the go of the block.
+    pub healthy_for: Option<f64>,
+    /// The daemon listed the loop among its event loops before the block.
+    pub known: bool,
+    /// When the loop's first block began and its last ended, in Unix seconds: the guest's wall
+    /// clock, which also stamps the alerts.
+    pub blocked: Option<(f64, f64)>,
+    /// The daemon's alert transitions, one JSON line each.
+    pub alerts: Vec<String>,
 }
 
 /// One Prometheus sample.
@@ -103,7 +118,7 @@ pub fn parse(console: &str) -> Guest {
             "not-ready" if args == "exited" => guest.run.not_ready = Some("the daemon exited".into()),
             "not-ready" => guest.run.not_ready = Some("the daemon was not ready within 60 s".into()),
             "not-attached" => {
-                guest.run.not_ready = Some("the daemon did not attach to the 4 fixtures within 10 s".into())
+                guest.run.not_ready = Some("the daemon did not attach to the 5 fixtures within 10 s".into())
             }
             "ready" => guest.run.ready_after = seconds_between(args),
             "truth" => {
@@ -115,6 +130,13 @@ pub fn parse(console: &str) -> Guest {
             "client" => guest.run.requests_answered = args.strip_prefix("answered ").and_then(|n| n.parse().ok()),
             "metric" => guest.run.metrics.extend(parse_sample(args)),
             "note" => guest.run.notes.push(args.to_owned()),
+            "loop-healthy" => {
+                let (times, known) = args.rsplit_once(' ').unwrap_or((args, ""));
+                guest.run.incident.healthy_for = seconds_between(times);
+                guest.run.incident.known = known == "known";
+            }
+            "loop-blocked" => guest.run.incident.blocked = unix_seconds_pair(args),
+            "alert" => guest.run.incident.alerts.push(args.to_owned()),
             "done" => guest.done = true,
             _ => {}
         }
@@ -126,6 +148,12 @@ pub fn parse(console: &str) -> Guest {
 fn seconds_between(args: &str) -> Option<f64> {
     let (start, now) = args.split_once(' ')?;
     Some(now.parse::<f64>().ok()? - start.parse::<f64>().ok()?)
+}
+
+/// `FROM UNTIL` in Unix nanoseconds → seconds.
+fn unix_seconds_pair(args: &str) -> Option<(f64, f64)> {
+    let (from, until) = args.split_once(' ')?;
+    Some((from.parse::<f64>().ok()? / 1e9, until.parse::<f64>().ok()? / 1e9))
 }
 
 /// `name{k="v",...} value`, as the daemon exposes it (no escaped quotes in our label values).
@@ -164,6 +192,9 @@ verdict: ready\r
 @@KT note kt-wake: 9 of 10 waits were woken\r
 @@KT sent 100\r
 @@KT client answered 100\r
+@@KT loop-healthy 14.25 23.5 known\r
+@@KT loop-blocked 1796216701120000000 1796216707370000000\r
+@@KT alert {\"ts\":\"2026-12-02T13:05:02.320Z\",\"event\":\"pending\"}\r
 @@KT metric gateway_observer_thread_offcpu_seconds_total{process=\"kt-nap\",thread_group=\"kt-nap\",reason=\"sleep\"} 2.004\r
 @@KT metric gateway_observer_collections_total 12\r
 @@KT begin stderr\r
@@ -189,6 +220,10 @@ gateway-observer: watching 4 target spec(s)\r
         assert_eq!(run.truth["sleep"], 2.01);
         assert_eq!(run.notes, ["kt-wake: 9 of 10 waits were woken"]);
         assert_eq!((run.requests_sent, run.requests_answered), (Some(100), Some(100)));
+        assert_eq!((run.incident.healthy_for, run.incident.known), (Some(9.25), true));
+        let (from, until) = run.incident.blocked.expect("the blocked phase");
+        assert!((from - 1_796_216_701.12).abs() < 1e-6 && (until - from - 6.25).abs() < 1e-6);
+        assert_eq!(run.incident.alerts, [r#"{"ts":"2026-12-02T13:05:02.320Z","event":"pending"}"#]);
         assert_eq!(run.socket_source(), Some("TCP functions (fentry/fexit tcp_recvmsg, tcp_sendmsg)"));
         assert_eq!(
             run.degradations(),

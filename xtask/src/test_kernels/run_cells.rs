@@ -1,7 +1,8 @@
 //! The cells judged from the daemon's run in a guest: whether it got going, off-CPU time against
-//! what the fixtures measured themselves, how timed futex waits ended, and requests counted.
+//! what the fixtures measured themselves, how timed futex waits ended, requests counted, and the
+//! blocked event loop (`incident_cell.rs`).
 
-use super::{check_output, matrix::Cell, results::Run};
+use super::{check_output, incident_cell, matrix::Cell, results::Run};
 
 /// Off-CPU time may differ from the fixture's own measure by this share.
 const TOLERANCE: f64 = 0.10;
@@ -25,6 +26,7 @@ pub fn judge(run: &Run) -> Vec<(&'static str, Cell)> {
         ("timed waits timing out", timed_out_cell(run)),
         ("timed waits woken", woken_cell(run)),
         ("requests", requests_cell(run)),
+        ("EventLoopBlocked", incident_cell::judge(&run.incident)),
     ]
 }
 

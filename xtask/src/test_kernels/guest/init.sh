@@ -1,7 +1,8 @@
 #!/bin/sh
 # /init of the initramfs `cargo xtask test-kernels` boots in QEMU. Runs `gateway-observer check`,
-# then the daemon once against fixtures that measure their own ground truth, and powers off. Every line meant for the host starts with "@@KT "; the host reads nothing else
-# (kernel messages may share the console).
+# then the daemon once against fixtures that measure their own ground truth and one incident (a
+# blocked event loop), and powers off. Every line meant for the host starts with "@@KT "; the
+# host reads nothing else (kernel messages may share the console).
 
 export PATH=/bin
 METRICS_PORT=9464
@@ -12,6 +13,11 @@ FUTEX_WAITS=10
 WAIT_MS=100
 REQUESTS=100
 CONNECTIONS=2
+# EventLoopBlocked: kt-loop's loop blocks 25 iterations of 200 ms (6 s with its polls: longer
+# than the 5 s the tests give detection), once the daemon has watched it healthy for a window.
+LOOP_BLOCKS=25
+LOOP_BLOCK_MS=200
+LOOP_HEALTHY=5
 
 say() { echo "@@KT $*"; }
 trap 'poweroff -f' EXIT
@@ -46,7 +52,7 @@ wait_until() {
 # Ready, or given up on: ready answers 200, or the daemon exited.
 daemon_settled() { ! kill -0 "$daemon" 2>/dev/null || kt-get $METRICS_PORT /ready >/dev/null 2>&1; }
 daemon_ready() { kt-get $METRICS_PORT /ready >/dev/null 2>&1; }
-targets_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" = 4 ]; }
+targets_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" = 5 ]; }
 collections_reached() { [ "$(value gateway_observer_collections_total)" -ge "$1" ] 2>/dev/null; }
 
 # The work the daemon is checked against: sleeps and timed futex waits that time out together
@@ -71,12 +77,34 @@ workload() {
     wait_until 10 collections_reached $((start + 2)) || say note "no two collections within 10 s"
     metrics | grep -E '^gateway_observer_(thread_offcpu_seconds_total|http_requests_total|targets|collections_total|bpf_events_lost_total|bpf_missed_switches_total)' |
         sed 's/^/@@KT metric /'
+    loop_incident
 }
 
-# The daemon with the fixtures as its targets; its stderr (startup lines, errors) goes to the host.
+loop_known() { kt-get $METRICS_PORT /api/v1/snapshot 2>/dev/null | grep -q '"thread":"kt-evloop"'; }
+watched_a_window() { [ "$(uptime_s)" -ge $((${ready_at%.*} + LOOP_HEALTHY + 1)) ]; }
+loop_blocked() { grep -q '^loop-blocked' /tmp/loop.out; }
+alert_resolved() { grep -q '"event":"resolved"' /tmp/alerts.jsonl; }
+
+# One incident: kt-loop's thread has idled in epoll since before the daemon started, all through
+# the work above (the healthy phase). Once the daemon lists it as an event loop and has watched
+# it for a window, it blocks for a while, then idles until the alert resolves. The host judges
+# the daemon's alert transitions (its stdout) against when the loop blocked.
+loop_incident() {
+    wait_until 10 loop_known && known=known || known=unknown
+    wait_until $((LOOP_HEALTHY + 1)) watched_a_window
+    say loop-healthy "$ready_at" "$(cut -d' ' -f1 /proc/uptime)" $known
+    : >/tmp/go.loop
+    wait_until $((LOOP_BLOCKS * LOOP_BLOCK_MS / 1000 + 20)) loop_blocked ||
+        say note "kt-loop: the blocked phase did not end"
+    wait_until 15 alert_resolved
+    sed 's/^/@@KT /' /tmp/loop.out
+}
+
+# The daemon with the fixtures as its targets; its stderr (startup lines, errors) and its alert
+# transitions (stdout) go to the host.
 run_daemon() {
     say begin run
-    for fixture in nap futex wake; do
+    for fixture in nap futex wake loop; do
         mkfifo /tmp/go.$fixture
     done
     kt-httpd $HTTP_PORT &
@@ -87,9 +115,12 @@ run_daemon() {
     futex=$!
     kt-wake /tmp/go.wake $FUTEX_WAITS $WAIT_MS >/tmp/wake.out &
     wake=$!
+    kt-loop /tmp/go.loop $LOOP_BLOCKS $LOOP_BLOCK_MS >/tmp/loop.out &
+    loop=$!
     started=$(cut -d' ' -f1 /proc/uptime)
     gateway-observer run --target comm=kt-nap --target comm=kt-futex --target comm=kt-wake \
-        --target comm=kt-httpd --listen 127.0.0.1:$METRICS_PORT 2>/tmp/daemon.err &
+        --target comm=kt-httpd --target comm=kt-loop --listen 127.0.0.1:$METRICS_PORT \
+        >/tmp/alerts.jsonl 2>/tmp/daemon.err &
     daemon=$!
     wait_until 60 daemon_settled
     if ! kill -0 "$daemon" 2>/dev/null; then
@@ -99,14 +130,16 @@ run_daemon() {
     elif ! wait_until 10 targets_attached; then
         say not-attached
     else
-        say ready "$started" "$(cut -d' ' -f1 /proc/uptime)"
+        ready_at=$(cut -d' ' -f1 /proc/uptime)
+        say ready "$started" "$ready_at"
         workload
     fi
     kill "$daemon" 2>/dev/null
     wait "$daemon"
     say daemon-exit $?
-    kill "$httpd" "$nap" "$futex" "$wake" 2>/dev/null
-    wait "$httpd" "$nap" "$futex" "$wake" 2>/dev/null
+    grep '^{' /tmp/alerts.jsonl | sed 's/^/@@KT alert /'
+    kill "$httpd" "$nap" "$futex" "$wake" "$loop" 2>/dev/null
+    wait "$httpd" "$nap" "$futex" "$wake" "$loop" 2>/dev/null
     say begin stderr
     cat /tmp/daemon.err
     say end stderr
