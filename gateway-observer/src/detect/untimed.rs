@@ -171,9 +171,11 @@ impl PauseRelease<'_> {
     }
 }
 
-/// Releases that ended a stop-the-world pause: a waker that released at least
-/// `PAUSE_MIN_THREADS` threads of a process within `PAUSE_RELEASE_SPREAD_NS`, or HotSpot's VM
+/// Releases that ended a stop-the-world pause: a thread of the same process that released at
+/// least `PAUSE_MIN_THREADS` of its threads within `PAUSE_RELEASE_SPREAD_NS`, or HotSpot's VM
 /// thread releasing any. `name_of` names a thread of a process (tgid, tid) if it is followed.
+/// A waker from another process is never a pause: a server answering several of the gateway's
+/// blocking calls at once wakes them together (the wakeup is seen in the waker's context).
 pub fn pause_releases<'a, 'n>(
     blocks: impl IntoIterator<Item = &'a Block>,
     name_of: impl Fn(u32, u32) -> Option<&'n str>,
@@ -184,7 +186,8 @@ pub fn pause_releases<'a, 'n>(
     }
     let mut releases = Vec::new();
     for ((tgid, waker_tid), mut released) in by_waker {
-        let vm_thread = name_of(tgid, waker_tid).is_some_and(is_hotspot_vm_thread);
+        let Some(waker_name) = name_of(tgid, waker_tid) else { continue };
+        let vm_thread = is_hotspot_vm_thread(waker_name);
         released.sort_by_key(|b| b.timestamp_ns);
         let mut start = 0;
         while start < released.len() {
@@ -298,8 +301,11 @@ mod tests {
             untimed(4, 8, 500 * ms),
             untimed(5, 8, 503 * ms),
         ];
-        let paused = paused_blocks(&blocks, |_, _| None);
+        let same_process = |_: u32, tid: u32| (tid == 8 || tid == 9).then_some("GC Thread#0");
+        let paused = paused_blocks(&blocks, same_process);
         assert_eq!(paused, HashSet::from([(1, 100 * ms), (2, 101 * ms), (3, 101 * ms + ms / 2)]));
+        // The same release by a thread of another process (a server answering calls) is not one.
+        assert!(paused_blocks(&blocks, |_, _| None).is_empty());
         // One thread stopped by HotSpot's VM thread (a young collection) is paused too.
         let vm = |_: u32, tid: u32| (tid == 8).then_some("VM Thread");
         assert!(paused_blocks(&blocks[4..5], vm).contains(&(4, 500 * ms)));
