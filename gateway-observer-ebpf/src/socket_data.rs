@@ -62,22 +62,32 @@ fn tcp_call_starts(ctx: &FEntryContext, recv: bool) {
     let msg: *const u8 = ctx.arg(1);
     let cfg = config();
     let iter_type: u8 = btf_field(msg, cfg.msg_iter_type_offset);
-    state.data_sk = 0;
-    state.data_queued_ns = 0;
-    state.data_fd = DATA_FD_UNKNOWN;
-    state.data_buf = btf_field(msg, cfg.msg_iter_buf_offset);
-    if iter_type == cfg.iter_type_ubuf {
-        state.data_shape = if recv { data_shape::READ_BUF } else { data_shape::WRITE_BUF };
-        state.data_count = btf_field(msg, cfg.msg_iter_count_offset);
+    let buf: u64 = btf_field(msg, cfg.msg_iter_buf_offset);
+    let (shape, buf, count) = if iter_type == cfg.iter_type_ubuf {
+        (
+            if recv { data_shape::READ_BUF } else { data_shape::WRITE_BUF },
+            buf,
+            btf_field(msg, cfg.msg_iter_count_offset),
+        )
     } else if iter_type == cfg.iter_type_iovec {
-        state.data_shape = if recv { data_shape::READ_KERNEL_IOV } else { data_shape::WRITE_KERNEL_IOV };
-        state.data_count = btf_field(msg, cfg.msg_iter_segs_offset);
+        let shape = if recv { data_shape::READ_KERNEL_IOV } else { data_shape::WRITE_KERNEL_IOV };
+        (shape, buf, btf_field(msg, cfg.msg_iter_segs_offset))
     } else {
         // Kernel pages (sendfile, splice): only the count is known.
-        state.data_shape = if recv { data_shape::NONE } else { data_shape::WRITE_LEN_ONLY };
-        state.data_buf = 0;
-        state.data_count = 0;
-    }
+        (if recv { data_shape::NONE } else { data_shape::WRITE_LEN_ONLY }, 0, 0)
+    };
+    start_transfer(state, shape, DATA_FD_UNKNOWN, buf, count);
+}
+
+/// Notes a transfer about to be reported: its shape, descriptor and where its bytes are.
+#[inline(always)]
+fn start_transfer(state: &mut ThreadState, shape: u8, fd: u32, buf: u64, count: u64) {
+    state.data_shape = shape;
+    state.data_sk = 0;
+    state.data_queued_ns = 0;
+    state.data_fd = fd;
+    state.data_buf = buf;
+    state.data_count = count;
 }
 
 /// The call returns: send on what moved, and the stack of a long block in it.
@@ -119,12 +129,8 @@ fn socket_layer_transfer(ctx: &BtfTracePointContext, recv: bool) {
     let call = Call::current();
     stack_if_same_call(ctx, state, &call);
     let cfg = config();
-    state.data_shape = call.packed_class() >> syscall_class::SHAPE_SHIFT;
-    state.data_sk = 0;
-    state.data_queued_ns = 0;
-    state.data_fd = call.arg0() as u32;
-    state.data_buf = call.arg(cfg.regs_arg1_offset);
-    state.data_count = call.arg(cfg.regs_arg2_offset);
+    let shape = call.packed_class() >> syscall_class::SHAPE_SHIFT;
+    start_transfer(state, shape, call.arg0() as u32, call.arg(cfg.regs_arg1_offset), call.arg(cfg.regs_arg2_offset));
     let ret: i32 = ctx.arg(1);
     on_transfer(state, tgid, ctx.arg(0), ret, ctx.arg(2), recv);
     finish_transfer(state, tid, ret);

@@ -106,7 +106,6 @@ pub struct Probes {
     ebpf: Ebpf,
     btf: Btf,
     slots: ThreadSlots,
-    data_hooks: Option<DataHooks>,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> ProbeError {
@@ -164,7 +163,7 @@ impl Probes {
             _ => return Err(ProbeError::MissingMap("THREADS")),
         };
         let slots = ThreadSlots::map(threads_map, max_threads).map_err(ProbeError::Mmap)?;
-        let mut probes = Self { ebpf, btf: Btf::from_sys_fs()?, slots, data_hooks: None };
+        let mut probes = Self { ebpf, btf: Btf::from_sys_fs()?, slots };
         probes.write_syscall_classes()?;
         let mut free: Queue<&mut MapData, u32> = probes.map_mut("FREE_SLOTS")?;
         for slot in 0..max_threads {
@@ -253,7 +252,6 @@ impl Probes {
         for source in [DataHooks::SocketTracepoints, DataHooks::TcpFunctions] {
             match self.attach_set(source.hooks()) {
                 Ok(()) => {
-                    self.data_hooks = Some(source);
                     data = Ok(source);
                     break;
                 }
@@ -261,11 +259,6 @@ impl Probes {
             }
         }
         Ok(Attachment { data, missing })
-    }
-
-    /// Where transfer bytes come from, once `attach_all` found a source.
-    pub fn data_hooks(&self) -> Option<DataHooks> {
-        self.data_hooks
     }
 
     fn map_mut<'a, T>(&'a mut self, name: &'static str) -> Result<T, ProbeError>

@@ -327,7 +327,8 @@ impl RequestTracker {
     /// The (local, remote) addresses of a connection whose handshake record was lost, from
     /// /proc: a few per tick at most, since each reads the process's whole TCP table.
     fn lookup_addresses(&mut self, tgid: u32, fd: u32) -> Option<(SocketAddr, SocketAddr)> {
-        if self.proc_lookups_left == 0 {
+        // The TCP-function hooks (kernels without the socket tracepoints) do not know the fd.
+        if self.proc_lookups_left == 0 || fd == gateway_observer_common::DATA_FD_UNKNOWN {
             return None;
         }
         self.proc_lookups_left -= 1;
