@@ -137,6 +137,17 @@ pub const fn futex_op_waits(op: u64) -> bool {
     matches!(op & !FLAGS, 0 | 6 | 9 | 11 | 13)
 }
 
+/// Whether a ring-buffer record should wake its reader: only the record that takes a ring of
+/// `capacity` bytes past a quarter full, `unread` being what it holds with this record of
+/// `record_bytes` reserved. The reader drains on a short timer; once woken it drains
+/// everything, and a ring that stays past the mark while the reader is slow must not cost every
+/// following record an interrupt (several microseconds in a VM).
+pub const fn ring_wakes_reader(unread: u64, capacity: u32, record_bytes: u64) -> bool {
+    let mark = capacity as u64 / 4;
+    // The ring's own 8-byte header per record.
+    unread >= mark && unread < mark + record_bytes + 8
+}
+
 /// An off-CPU span from `start` to `now` split into (wait, run-queue delay): a preempted
 /// thread (`reason::RUNQUEUE`) only waited for a CPU; otherwise the wakeup, if one was seen
 /// inside the span, divides the wait from the delay after it. Callers ensure `start <= now`.
@@ -553,4 +564,20 @@ mod pod {
     unsafe impl aya::Pod for super::ProbeConfig {}
     // SAFETY: see above.
     unsafe impl aya::Pod for super::SockState {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ring_wakes_reader;
+
+    #[test]
+    fn only_the_record_crossing_a_quarter_wakes_the_reader() {
+        let capacity = 4096;
+        // 584-byte records (+8 header): the quarter mark is 1024.
+        assert!(!ring_wakes_reader(592, capacity, 584));
+        assert!(ring_wakes_reader(1184, capacity, 584), "the record that crosses 1024");
+        assert!(!ring_wakes_reader(1776, capacity, 584), "past the mark, no interrupt per record");
+        assert!(!ring_wakes_reader(4096, capacity, 584), "a full ring does not wake either");
+        assert!(ring_wakes_reader(1024, capacity, 584), "exactly at the mark");
+    }
 }

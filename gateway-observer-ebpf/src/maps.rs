@@ -11,7 +11,7 @@ use aya_ebpf::{
 };
 use gateway_observer_common::{
     BPF_F_MMAPABLE, Event, MAX_STACKS, MAX_SYSCALL_NR, MAX_TARGETS, MAX_THREADS, ProbeConfig, RINGBUF_BYTES,
-    TargetInfo, ThreadState, drop_index,
+    TargetInfo, ThreadState, drop_index, ring_wakes_reader,
 };
 
 /// Set by userspace at load time (`EbpfLoader::override_global`).
@@ -150,10 +150,11 @@ const BPF_RB_NO_WAKEUP: u64 = 1;
 pub const BPF_RB_FORCE_WAKEUP: u64 = 2;
 pub const BPF_RB_AVAIL_DATA: u64 = 0;
 
-/// The submit flags for a ring of `capacity` bytes holding `unread` bytes not yet consumed.
+/// The submit flags for a record of `record_bytes` in a ring of `capacity` bytes now holding
+/// `unread` bytes (this record included): see `ring_wakes_reader`.
 #[inline(always)]
-pub fn submit_flags(unread: u64, capacity: u32) -> u64 {
-    if unread >= u64::from(capacity) / 4 { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP }
+pub fn submit_flags(unread: u64, capacity: u32, record_bytes: usize) -> u64 {
+    if ring_wakes_reader(unread, capacity, record_bytes as u64) { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP }
 }
 
 /// Sends one event, counting a full ring buffer instead of failing silently.
@@ -162,7 +163,7 @@ pub fn emit(event: Event) {
     match EVENTS.reserve::<Event>(0) {
         Some(mut entry) => {
             entry.write(event);
-            entry.submit(submit_flags(EVENTS.query(BPF_RB_AVAIL_DATA), RINGBUF_BYTES));
+            entry.submit(submit_flags(EVENTS.query(BPF_RB_AVAIL_DATA), RINGBUF_BYTES, size_of::<Event>()));
         }
         None => count_drop(drop_index::RINGBUF),
     }

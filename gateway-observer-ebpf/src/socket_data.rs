@@ -292,8 +292,9 @@ fn emit_data(state: &ThreadState, tid: u32, len: u64) {
     let event = entry.as_mut_ptr();
     let (head_base, head_avail, tail_end, tail_avail) = buffers(state, len);
     let head_len = if head_avail < DATA_HEAD_BYTES as u64 { head_avail as u32 } else { DATA_HEAD_BYTES as u32 };
-    // Only bytes of the buffer the transfer ended in: the one before it may lie anywhere.
-    let tail_len = if tail_end == 0 {
+    // Only bytes of the buffer the transfer ended in: the one before it may lie anywhere. None
+    // when the head holds every byte moved (most requests): a copy costs as much as its bytes.
+    let tail_len = if tail_end == 0 || head_avail == len && len <= DATA_HEAD_BYTES as u64 {
         0
     } else if tail_avail < DATA_TAIL_BYTES as u64 {
         tail_avail as u32
@@ -335,5 +336,5 @@ fn emit_data(state: &ThreadState, tid: u32, len: u64) {
         }
         (*event).tail_len = tail_copied;
     }
-    entry.submit(socket_submit_flags());
+    entry.submit(socket_submit_flags(size_of::<DataEvent>()));
 }

@@ -43,8 +43,8 @@ const TCP_CLOSE: i32 = 7;
 const TCP_LISTEN: u8 = 10;
 /// The submit flags for the socket ring (see `maps::submit_flags`).
 #[inline(always)]
-pub fn socket_submit_flags() -> u64 {
-    submit_flags(SOCKET_EVENTS.query(BPF_RB_AVAIL_DATA), SOCKET_RINGBUF_BYTES)
+pub fn socket_submit_flags(record_bytes: usize) -> u64 {
+    submit_flags(SOCKET_EVENTS.query(BPF_RB_AVAIL_DATA), SOCKET_RINGBUF_BYTES, record_bytes)
 }
 
 /// sk_data_ready(const struct sock *sk): bytes arrived; runs for every socket on the host.
@@ -260,5 +260,5 @@ pub fn emit_conn(kind: u32, sk: *const u8, tgid: u32, role: u32) {
             (*event).remote_addr.as_mut_ptr().cast::<u32>().write_unaligned(remote);
         }
     }
-    entry.submit(socket_submit_flags());
+    entry.submit(socket_submit_flags(size_of::<ConnEvent>()));
 }
