@@ -7,15 +7,15 @@
 
 use gateway_observer_common::{Event, ThreadState, event_kind};
 
-use crate::maps::{config, emit, hist_add, now_ns};
+use crate::maps::{config, emit, hist_add};
 
-/// A thread with an iteration open moved bytes on a socket: the iteration ends here and another
-/// begins.
+/// A thread with an iteration open moved bytes on a socket at `now`: the iteration ends here and
+/// another begins. (Callers pass the time they already read: a clock read costs tens of ns.)
 #[inline(always)]
-pub fn transfer_boundary(state: &mut ThreadState, tid: u32) {
+pub fn transfer_boundary(state: &mut ThreadState, tid: u32, now: u64) {
     if state.iter_start_ns != 0 {
-        end_iteration(state, tid);
-        iteration_starts(state);
+        end_iteration(state, tid, now);
+        iteration_starts(state, now);
     }
 }
 
@@ -39,8 +39,8 @@ const HOME_EPOLL_MAX_VOTES: u32 = 64;
 
 /// Back from waiting for events: an event-loop iteration starts.
 #[inline(always)]
-pub fn iteration_starts(state: &mut ThreadState) {
-    state.iter_start_ns = now_ns();
+pub fn iteration_starts(state: &mut ThreadState, now: u64) {
+    state.iter_start_ns = now;
     state.iter_offcpu_base_ns = offcpu_total(state);
 }
 
@@ -54,11 +54,10 @@ fn offcpu_total(state: &ThreadState) -> u64 {
 /// The thread polls again: the iteration since its last poll, if one was open, is over. Its busy
 /// part is its length less the time it spent off the CPU meanwhile; a long one goes to userspace.
 #[inline(always)]
-pub fn end_iteration(state: &mut ThreadState, tid: u32) {
+pub fn end_iteration(state: &mut ThreadState, tid: u32, now: u64) {
     if state.iter_start_ns == 0 {
         return;
     }
-    let now = now_ns();
     let iteration = now.saturating_sub(state.iter_start_ns);
     let offcpu = offcpu_total(state).wrapping_sub(state.iter_offcpu_base_ns);
     let on_cpu = iteration.saturating_sub(offcpu);

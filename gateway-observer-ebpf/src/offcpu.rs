@@ -36,7 +36,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
         let preempt: u64 = ctx.arg(0);
         let prev_state: u32 = if preempt & 1 != 0 { 0 } else { ctx.arg(3) };
         if prev_state != 0 {
-            going_to_sleep(&ctx, state, prev_tid);
+            going_to_sleep(&ctx, state, prev_tid, now);
         }
         switch_out(state, prev_state, now);
     }
@@ -69,7 +69,7 @@ pub fn sched_waking(ctx: BtfTracePointContext) -> u32 {
 /// Sleeping in a poll ends the loop's iteration; sleeping again in the call that last blocked
 /// long is where that call's user stack is taken.
 #[inline(always)]
-fn going_to_sleep(ctx: &BtfTracePointContext, state: &mut ThreadState, tid: u32) {
+fn going_to_sleep(ctx: &BtfTracePointContext, state: &mut ThreadState, tid: u32, now: u64) {
     let call = Call::of_task(ctx.arg(1));
     if state.stack_wanted != 0 {
         if call.is_the_sleep_of(state) {
@@ -83,7 +83,7 @@ fn going_to_sleep(ctx: &BtfTracePointContext, state: &mut ThreadState, tid: u32)
         if class == syscall_class::EPOLL {
             vote_home_epoll(state, state.syscall_arg0 as u32);
         }
-        end_iteration(state, tid);
+        end_iteration(state, tid, now);
     }
 }
 
@@ -146,7 +146,7 @@ pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
     }
     if matches!(span_reason, reason::POLL | reason::POLL_OTHER) {
         // Back from waiting for events: an event-loop iteration starts.
-        iteration_starts(state);
+        iteration_starts(state, now);
     }
     // A loop idling in its own poll is no news: only its totals count (userspace never
     // looked at those events, and an idle host's loops sent thousands a second).

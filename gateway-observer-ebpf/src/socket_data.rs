@@ -205,10 +205,11 @@ fn clear_unread(key: u64) {
 #[inline(always)]
 fn finish_transfer(state: &mut ThreadState, tid: u32, ret: i32) {
     if ret > 0 {
+        let now = now_ns();
         if state.data_sk != 0 {
-            emit_data(state, tid, ret as u64);
+            emit_data(state, tid, ret as u64, now);
         }
-        transfer_boundary(state, tid);
+        transfer_boundary(state, tid, now);
     }
     state.data_shape = data_shape::NONE;
     state.data_sk = 0;
@@ -284,7 +285,7 @@ fn read_user<T: Default>(addr: u64) -> T {
 }
 
 #[inline(always)]
-fn emit_data(state: &ThreadState, tid: u32, len: u64) {
+fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
     let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
         count_drop(drop_index::SOCKET_RINGBUF);
         return;
@@ -309,7 +310,7 @@ fn emit_data(state: &ThreadState, tid: u32, len: u64) {
         (*event).tgid = state.tgid;
         (*event).fd = state.data_fd;
         (*event).sk = state.data_sk;
-        (*event).timestamp_ns = now_ns();
+        (*event).timestamp_ns = now;
         (*event).len = len;
         (*event).queued_since_ns = state.data_queued_ns;
         (*event).shape = state.data_shape;
