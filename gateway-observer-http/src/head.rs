@@ -88,9 +88,10 @@ impl Accumulated {
     }
 
     /// The request path as kept: for an absolute-form target (`http://user:pass@host/x`, sent to
-    /// proxies) only the path, since the authority may carry credentials.
+    /// proxies) only the path, since the authority may carry credentials; identifiers and tokens
+    /// in its segments redacted.
     pub(super) fn path(&self) -> String {
-        without_authority(self.raw_path())
+        crate::redact::redact_path(&without_authority(self.raw_path()))
     }
 
     fn raw_path(&self) -> String {

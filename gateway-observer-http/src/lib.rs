@@ -9,6 +9,7 @@
 pub mod connection;
 pub mod head;
 pub mod parser;
+pub mod redact;
 pub mod replay;
 
 pub use connection::{Connection, Direction, Exchange, ExchangeOutcome, InFlight, Method, Role, Segment};

@@ -11,6 +11,7 @@ pub mod config;
 pub mod detect;
 pub mod events;
 pub mod hsperfdata;
+pub mod opaque;
 pub mod probes;
 pub mod procfs;
 pub mod reason;

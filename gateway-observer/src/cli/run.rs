@@ -191,7 +191,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut book = AlertBook::new(LifecycleConfig::default());
     let (publish, published) = watch::channel(publication(&collector, &book));
     let (stop_server, mut server_stopped) = watch::channel(false);
-    let server = tokio::spawn(http::serve(listener, published, async move {
+    let server = tokio::spawn(http::serve(listener, published, http::ServeLimits::default(), async move {
         let _ = server_stopped.wait_for(|stop| *stop).await;
     }));
     eprintln!(

@@ -94,6 +94,13 @@ impl Collector {
         let attached = self.map_entries.get("targets").copied().unwrap_or(0);
         e.sample(name, &[("state", "attached")], attached as f64);
         e.sample(name, &[("state", "waiting")], self.specs_waiting as f64);
+        let name = "gateway_observer_http_connections_refused_total";
+        e.family(
+            name,
+            "counter",
+            "Connections to this listener closed at accept because its connection limit was reached.",
+        );
+        e.sample(name, &[], crate::sinks::http::REFUSED_CONNECTIONS.load(std::sync::atomic::Ordering::Relaxed) as f64);
         let name = "gateway_observer_collections_total";
         e.family(name, "counter", "Completed collection passes (one per interval).");
         e.sample(name, &[], self.collections as f64);

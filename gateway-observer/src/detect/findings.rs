@@ -27,7 +27,7 @@ pub fn event_loop_blocked(found: &BlockedLoop, config: &EventLoopConfig) -> Find
         "single_block_threshold_seconds": config.single_block.as_secs_f64(),
         "longest_block_seconds": found.blocks.longest_ns as f64 / 1e9,
         "syscall": found.blocks.syscall,
-        "futex_uaddr": found.blocks.futex_uaddr.map(|a| format!("{a:#x}")),
+        "futex_word": found.blocks.futex_uaddr.map(crate::opaque::futex_word),
     });
     Finding {
         kind: AlertKind::EventLoopBlocked,
@@ -75,7 +75,7 @@ pub fn pool_saturated(found: &SaturatedPool) -> Finding {
             .map(|(reason, secs)| (reason.to_string(), json!(secs)))
             .collect::<serde_json::Map<_, _>>(),
         "hot_futexes": found.hot_futexes.iter()
-            .map(|(addr, waiters)| json!({"uaddr": format!("{addr:#x}"), "waiters": waiters}))
+            .map(|(addr, waiters)| json!({"word": crate::opaque::futex_word(*addr), "waiters": waiters}))
             .collect::<Vec<_>>(),
         "cpu_cores": found.cpu_cores,
         "waiting_requests": found.waiting_requests,
@@ -154,7 +154,7 @@ mod tests {
         let f = event_loop_blocked(&found, &EventLoopConfig::default());
         assert_eq!(f.id(), "EventLoopBlocked/10/reactor-http-nio-2");
         assert_eq!(f.evidence["reason"], "futex_timed");
-        assert_eq!(f.evidence["futex_uaddr"], "0x7f001234");
+        assert_eq!(f.evidence["futex_word"], crate::opaque::futex_word(0x7f00_1234), "no raw address");
         assert_eq!(f.evidence["blocked_share"], 0.71);
         assert!(f.summary.contains("71%"), "{}", f.summary);
     }

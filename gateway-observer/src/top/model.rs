@@ -301,7 +301,7 @@ mod tests {
     #[test]
     fn evidence_flattens_to_lines() {
         let evidence = serde_json::json!({
-            "reason": "socket", "blocked_share": 0.865437523992535, "futex_uaddr": null,
+            "reason": "socket", "blocked_share": 0.865437523992535, "futex_word": null,
             "blocked_seconds_by_reason": {"socket": 1.35}, "stack": ["recv+0x64 (libc.so.6)", "main"],
             "hot": [1, 2],
         });
@@ -310,7 +310,7 @@ mod tests {
         let find = |k: &str| lines.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
         assert_eq!(find("reason"), Some("socket"));
         assert_eq!(find("blocked_share"), Some("0.8654"));
-        assert_eq!(find("futex_uaddr"), Some("-"));
+        assert_eq!(find("futex_word"), Some("-"));
         assert_eq!(find("blocked_seconds_by_reason.socket"), Some("1.35"));
         assert_eq!(find("hot"), Some("[1, 2]"));
         let stack_at = lines.iter().position(|(k, _)| k == "stack").expect("stack header");
