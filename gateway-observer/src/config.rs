@@ -1,7 +1,11 @@
 //! The daemon's configuration: a TOML file plus flags. Precedence: flag > file > default.
 //! Unknown keys are rejected with their name; durations are humantime strings ("10ms", "1s").
 
-use std::{net::SocketAddr, path::Path, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use serde::Deserialize;
 
@@ -10,8 +14,12 @@ use crate::{detect::stalled::StalledConfig, state::targets::TargetSpec};
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Address of /metrics, /live and /ready.
+    /// Address of /metrics, /live, /ready and the API (which answers loopback clients only,
+    /// unless `api_token_file` is set).
     pub listen: SocketAddr,
+    /// A file holding the bearer token with which clients other than loopback ones may read the
+    /// API (`Authorization: Bearer <token>`); none: loopback clients only.
+    pub api_token_file: Option<PathBuf>,
     /// Processes to watch (`pid=N`, `comm=NAME`, `port=N`, `cgroup=PATH`); flags add to these.
     pub targets: Vec<TargetSpec>,
     /// How often maps are read and metrics refreshed.
@@ -54,6 +62,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             listen: crate::sinks::http::default_listen(),
+            api_token_file: None,
             targets: Vec::new(),
             interval: Duration::from_secs(1),
             block_threshold: Duration::from_millis(10),

@@ -40,5 +40,10 @@ fn garbage_config_names_the_problem() {
     let path = dir.join("bad.toml");
     std::fs::write(&path, "listne = \"127.0.0.1:1\"\n").expect("write config");
     assert_one_line_exit_2(&["run", "--config", path.to_str().expect("utf-8"), "--target", "pid=1"], "listne");
+    let token = dir.join("token");
+    std::fs::write(&token, "short\n").expect("write token");
+    let token = token.to_str().expect("utf-8");
+    assert_one_line_exit_2(&["run", "--target", "pid=1", "--api-token-file", token], "at least 16 characters");
+    assert_one_line_exit_2(&["run", "--target", "pid=1", "--api-token-file", "/nonexistent/token"], "cannot read");
     let _ = std::fs::remove_dir_all(&dir);
 }

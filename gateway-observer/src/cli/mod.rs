@@ -43,9 +43,13 @@ pub struct RunArgs {
     /// that TCP port) or cgroup=PATH (a cgroup subtree: a systemd service, a pod). Repeatable.
     #[arg(long = "target", value_name = "pid=N|comm=NAME|port=N|cgroup=PATH")]
     pub targets: Vec<TargetSpec>,
-    /// Address for /metrics, /live, /ready [default: 127.0.0.1:9464].
+    /// Address for /metrics, /live, /ready and the API [default: 127.0.0.1:9464]. The API
+    /// answers loopback clients only, unless --api-token-file is given.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
+    /// File with a bearer token that lets clients other than loopback ones read the API.
+    #[arg(long, value_name = "PATH")]
+    pub api_token_file: Option<PathBuf>,
     /// Collection interval, e.g. 1s, 500ms [default: 1s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub interval: Option<Duration>,

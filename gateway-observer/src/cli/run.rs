@@ -51,6 +51,9 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
+    if let Some(path) = &args.api_token_file {
+        config.api_token_file = Some(path.clone());
+    }
     if let Some(interval) = args.interval {
         config.interval = interval;
     }
@@ -67,6 +70,10 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
         config.nice = nice;
     }
     config.validate().map_err(|e| RunError::Usage(e.to_string()))?;
+    if let Some(path) = &config.api_token_file {
+        // Read again when the listener starts; a bad file is a usage error before any probe loads.
+        http::ApiAccess::from_token_file(path).map_err(RunError::Usage)?;
+    }
     if config.targets.is_empty() {
         return Err(RunError::Usage("no target: pass --target pid=N, comm=NAME, port=N or cgroup=PATH".into()));
     }
@@ -187,11 +194,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     collector.set_requests_stalled(config.requests_stalled.clone());
     collector.tick().context("first collection failed")?;
 
+    let access = match &config.api_token_file {
+        Some(path) => http::ApiAccess::from_token_file(path).map_err(RunError::Usage)?,
+        None => http::ApiAccess::default(),
+    };
     let listener = http::bind(config.listen).await.with_context(|| format!("failed to listen on {}", config.listen))?;
     let mut book = AlertBook::new(LifecycleConfig::default());
     let (publish, published) = watch::channel(publication(&collector, &book));
     let (stop_server, mut server_stopped) = watch::channel(false);
-    let server = tokio::spawn(http::serve(listener, published, http::ServeLimits::default(), async move {
+    let server = tokio::spawn(http::serve(listener, published, http::ServeLimits::default(), access, async move {
         let _ = server_stopped.wait_for(|stop| *stop).await;
     }));
     eprintln!(

@@ -6,6 +6,10 @@
 //! memory: at most `ServeLimits::connections` at once (more are closed at accept), and a
 //! connection that does not send a whole request head within `header_timeout` (an idle
 //! keep-alive one included) is closed.
+//!
+//! Only `/metrics` and the health checks answer anyone who can connect. The API's evidence
+//! (threads, paths, peers) is for the host: it answers loopback clients, and remote ones only
+//! with the bearer token of `api_token_file` when one is configured.
 
 use std::{
     net::SocketAddr,
@@ -14,7 +18,14 @@ use std::{
     time::Duration,
 };
 
-use axum::{Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get};
+use axum::{
+    Extension, Router,
+    extract::{Request, State},
+    http::{HeaderMap, StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::get,
+};
 use hyper_util::{
     rt::{TokioIo, TokioTimer},
     service::TowerToHyperService,
@@ -34,6 +45,65 @@ pub struct ServeLimits {
 impl Default for ServeLimits {
     fn default() -> Self {
         Self { connections: 64, header_timeout: Duration::from_secs(10) }
+    }
+}
+
+/// Who may read the API besides loopback clients.
+#[derive(Debug, Clone, Default)]
+pub struct ApiAccess {
+    /// The bearer token remote readers must send; none: loopback clients only.
+    pub token: Option<Arc<str>>,
+}
+
+impl ApiAccess {
+    /// The token in `path` (surrounding whitespace ignored, so a file ending in a newline works).
+    pub fn from_token_file(path: &std::path::Path) -> Result<Self, String> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read api_token_file {}: {e}", path.display()))?;
+        let token = text.trim();
+        if token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "api_token_file {}: the token must be at least 16 characters, one line without spaces",
+                path.display()
+            ));
+        }
+        Ok(Self { token: Some(Arc::from(token)) })
+    }
+
+    fn allows(&self, peer: SocketAddr, headers: &HeaderMap) -> bool {
+        if peer.ip().is_loopback() || peer.ip().to_canonical().is_loopback() {
+            return true;
+        }
+        let Some(token) = &self.token else { return false };
+        let sent = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        sent.and_then(|v| v.strip_prefix("Bearer ")).is_some_and(|sent| same_secret(sent.as_bytes(), token.as_bytes()))
+    }
+}
+
+/// Compares without an early exit, so the time taken says nothing of how much of a guess matched.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+/// The client's address, for the API's access check.
+#[derive(Debug, Clone, Copy)]
+struct Peer(SocketAddr);
+
+async fn api_guard(
+    State(access): State<ApiAccess>,
+    Extension(Peer(peer)): Extension<Peer>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if access.allows(peer, request.headers()) {
+        next.run(request).await
+    } else {
+        let why = if access.token.is_some() {
+            "the API answers loopback clients, and others with the bearer token of api_token_file\n"
+        } else {
+            "the API answers loopback clients only; set api_token_file to let others read it\n"
+        };
+        (StatusCode::FORBIDDEN, why).into_response()
     }
 }
 
@@ -57,19 +127,23 @@ pub async fn serve(
     listener: TcpListener,
     published: watch::Receiver<Published>,
     limits: ServeLimits,
+    access: ApiAccess,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let api = Router::new()
+        .route("/api/v1/alerts", get(alerts))
+        .route("/api/v1/snapshot", get(snapshot))
+        .route_layer(middleware::from_fn_with_state(access, api_guard));
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/live", get(|| async { "ok\n" }))
         .route("/ready", get(ready))
-        .route("/api/v1/alerts", get(alerts))
-        .route("/api/v1/snapshot", get(snapshot))
+        .merge(api)
         .with_state(published);
     let slots = Arc::new(Semaphore::new(limits.connections));
     tokio::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => return Ok(()),
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -85,7 +159,7 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        let service = TowerToHyperService::new(app.clone());
+        let service = TowerToHyperService::new(app.clone().layer(Extension(Peer(peer))));
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -142,7 +216,7 @@ mod tests {
         let (stop, mut stopped) = watch::channel(false);
         tokio::spawn(async move {
             let _keep = _publish;
-            serve(listener, receiver, limits, async move {
+            serve(listener, receiver, limits, ApiAccess::default(), async move {
                 let _ = stopped.wait_for(|s| *s).await;
             })
             .await
@@ -163,12 +237,61 @@ mod tests {
         }
     }
 
-    async fn get_metrics(addr: SocketAddr) -> String {
+    async fn get(addr: SocketAddr, path: &str) -> String {
         let mut stream = TcpStream::connect(addr).await.unwrap();
-        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
         let mut reply = String::new();
         tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut reply)).await.unwrap().unwrap();
         reply
+    }
+
+    fn headers(authorization: Option<&str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(value) = authorization {
+            headers.insert(header::AUTHORIZATION, value.parse().unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn the_api_answers_loopback_and_remote_readers_with_the_token() {
+        let local: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let local6: SocketAddr = "[::1]:5000".parse().unwrap();
+        let mapped: SocketAddr = "[::ffff:127.0.0.1]:5000".parse().unwrap();
+        let remote: SocketAddr = "10.1.2.3:5000".parse().unwrap();
+        let open = ApiAccess::default();
+        assert!(open.allows(local, &headers(None)) && open.allows(local6, &headers(None)));
+        assert!(open.allows(mapped, &headers(None)));
+        assert!(!open.allows(remote, &headers(None)), "no token configured: loopback only");
+        assert!(!open.allows(remote, &headers(Some("Bearer "))), "an empty token is no token");
+        let with_token = ApiAccess { token: Some(Arc::from("s3cret-token")) };
+        assert!(with_token.allows(remote, &headers(Some("Bearer s3cret-token"))));
+        assert!(!with_token.allows(remote, &headers(Some("Bearer s3cret-tokeN"))));
+        assert!(!with_token.allows(remote, &headers(Some("Bearer s3cret"))));
+        assert!(!with_token.allows(remote, &headers(Some("s3cret-token"))), "the scheme is required");
+        assert!(!with_token.allows(remote, &headers(None)));
+        assert!(with_token.allows(local, &headers(None)), "the host needs no token");
+    }
+
+    #[test]
+    fn a_token_file_must_hold_a_real_token() {
+        let dir = std::env::temp_dir().join(format!("go-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let good = ApiAccess::from_token_file(&file("good", "0123456789abcdef-token\n")).unwrap();
+        assert_eq!(good.token.as_deref(), Some("0123456789abcdef-token"));
+        for (name, text) in [("empty", ""), ("short", "abc\n"), ("spaces", "0123456789 abcdef ghij")] {
+            let err = ApiAccess::from_token_file(&file(name, text)).unwrap_err();
+            assert!(err.contains("at least 16 characters"), "{name}: {err}");
+        }
+        let err = ApiAccess::from_token_file(&dir.join("missing")).unwrap_err();
+        assert!(err.starts_with("cannot read api_token_file"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]
@@ -202,8 +325,10 @@ mod tests {
         assert!(REFUSED_CONNECTIONS.load(Ordering::Relaxed) > refused_before, "and counted");
         // Once the held ones time out, /metrics answers again.
         tokio::time::sleep(Duration::from_millis(800)).await;
-        let reply = get_metrics(addr).await;
+        let reply = get(addr, "/metrics").await;
         assert!(reply.starts_with("HTTP/1.1 200") && reply.ends_with("up 1\n"), "{reply}");
+        let reply = get(addr, "/api/v1/alerts").await;
+        assert!(reply.starts_with("HTTP/1.1 200"), "a loopback client reads the API: {reply}");
         drop(held);
     }
 }
