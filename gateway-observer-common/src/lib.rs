@@ -301,7 +301,9 @@ pub struct ThreadState {
     /// waker was inside a futex call) rather than by its timeout.
     pub woken_by_futex: u8,
     pub _pad: [u8; 2],
-    pub _reserved: u64,
+    /// `SockState::lost` of the transfer's socket, read when the transfer was seen.
+    pub data_sock_lost: u32,
+    pub _reserved: u32,
     /// Waiting time of timed futex waits that ended by their timeout, and of those woken.
     pub futex_timeout_ns: u64,
     pub futex_woken_ns: u64,
@@ -349,6 +351,7 @@ impl Default for ThreadState {
             data_shape: 0,
             woken_by_futex: 0,
             _pad: [0; 2],
+            data_sock_lost: 0,
             _reserved: 0,
             futex_timeout_ns: 0,
             futex_woken_ns: 0,
@@ -408,7 +411,10 @@ pub struct SockState {
     pub rx_last_ns: u64,
     /// Retransmitted segments so far.
     pub retransmits: u32,
-    pub _pad: u32,
+    /// Data records of this socket the ring had no room for, so far (it only grows): a record
+    /// carries it, and userspace forgets what it was parsing on this connection alone when it
+    /// moves, instead of every connection's.
+    pub lost: u32,
 }
 const _: () = assert!(size_of::<SockState>() == 32);
 
@@ -434,7 +440,8 @@ pub struct DataEvent {
     /// Valid bytes in `head` (the first ones transferred) and `tail` (the last ones).
     pub head_len: u16,
     pub tail_len: u16,
-    pub _pad2: u16,
+    /// Low 16 bits of the socket's `SockState::lost` when this record was sent.
+    pub sock_lost: u16,
     pub head: [u8; DATA_HEAD_BYTES],
     pub tail: [u8; DATA_TAIL_BYTES],
 }

@@ -173,6 +173,7 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             if sock.tgid == 0 {
                 sock.tgid = tgid;
             }
+            state.data_sock_lost = sock.lost;
         }
         None => {
             // A connection older than us (or not TCP, which we leave alone). One already closed
@@ -186,6 +187,7 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
                 return;
             }
             emit_conn(event_kind::SOCKET_OPEN, sk, tgid, conn_role::UNKNOWN);
+            state.data_sock_lost = 0;
         }
     }
     state.data_sk = key;
@@ -288,6 +290,11 @@ fn read_user<T: Default>(addr: u64) -> T {
 fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
     let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
         count_drop(drop_index::SOCKET_RINGBUF);
+        // Counted on the socket too, so that userspace resets this connection only.
+        if let Some(sock) = SOCKS.get_ptr_mut(&state.data_sk) {
+            // SAFETY: a map value pointer, valid for this program run.
+            unsafe { (*sock).lost = (*sock).lost.wrapping_add(1) };
+        }
         return;
     };
     let event = entry.as_mut_ptr();
@@ -315,7 +322,7 @@ fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
         (*event).queued_since_ns = state.data_queued_ns;
         (*event).shape = state.data_shape;
         (*event)._pad = 0;
-        (*event)._pad2 = 0;
+        (*event).sock_lost = state.data_sock_lost as u16;
         let mut copied = 0u16;
         if head_len > 0
             && head_len <= DATA_HEAD_BYTES as u32

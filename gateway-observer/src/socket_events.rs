@@ -73,6 +73,9 @@ pub struct DataRecord<'a> {
     pub queued_since_ns: Option<u64>,
     pub head: &'a [u8],
     pub tail: &'a [u8],
+    /// The socket's count of data records the kernel lost (low 16 bits): when it moves, records
+    /// of this connection were lost before this one.
+    pub sock_lost: u16,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -142,6 +145,7 @@ fn data_record<'a>(event: &DataEvent, bytes: &'a [u8]) -> DataRecord<'a> {
         queued_since_ns: (event.queued_since_ns != 0).then_some(event.queued_since_ns),
         head: &bytes[head_at..head_at + head_len],
         tail: &bytes[tail_at..tail_at + tail_len],
+        sock_lost: event.sock_lost,
     }
 }
 
@@ -198,7 +202,7 @@ mod tests {
             _pad: 0,
             head_len: 5,
             tail_len: 2,
-            _pad2: 0,
+            sock_lost: 0,
             head,
             tail,
         };
@@ -226,7 +230,7 @@ mod tests {
             _pad: 0,
             head_len: 9999,
             tail_len: 9999,
-            _pad2: 0,
+            sock_lost: 0,
             head: [b'x'; DATA_HEAD_BYTES],
             tail: [b'y'; DATA_TAIL_BYTES],
         };

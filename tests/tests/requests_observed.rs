@@ -280,3 +280,56 @@ fn nginx_relaying_chunked_responses_on_keep_alive() {
     eprintln!("chunked via nginx: {inbound} inbound, {outbound} outbound, {in_flight} in flight");
     assert_eq!((inbound, outbound, in_flight), (50.0, 50.0, 0));
 }
+
+/// The socket ring overflows while the daemon is frozen (SIGSTOP) under a wrk flood: the kernel
+/// counts the lost records on each socket, so the daemon forgets what it was parsing only on the
+/// connections that lost some. Three requests hanging at a black-hole upstream, whose records
+/// all arrived before the flood, must stay outstanding (they used to be forgotten with every
+/// other connection's, blinding UpstreamNoResponse exactly when the host is busiest).
+#[test]
+fn a_socket_ring_loss_forgets_only_the_connections_that_lost_records() {
+    if !privileged(module_path!()) {
+        return;
+    }
+    let upstream = Upstream::start("items", Behavior::Delay(Duration::ZERO));
+    let black_hole = Upstream::start("hole", Behavior::BlackHole);
+    let gw = Gateway::start(&format!(
+        "[upstreams.items]\nservers = [\"{}\"]\n[upstreams.hole]\nservers = [\"{}\"]\n\
+         [[routes]]\npath_prefix = \"/hang/\"\nupstream = \"hole\"\n[[routes]]\nupstream = \"items\"\n",
+        upstream.addr(),
+        black_hole.addr()
+    ));
+    let observer = Observer::start(gw.pid());
+    let peer = black_hole.addr();
+    let _clients = hanging_requests(gw.port, 3);
+    wait_until("3 requests outstanding at the black-hole upstream", Duration::from_secs(5), || {
+        hanging_peer(&observer, &peer).0 == 3
+    });
+    let lost_records = || {
+        let metrics = observer.get("/metrics").expect("metrics").1;
+        metric_sum(&metrics, "gateway_observer_bpf_events_lost_total", &[("ring", "sockets")])
+    };
+    assert_eq!(lost_records(), 0.0, "nothing lost before the flood");
+    // SAFETY: signals to our own child.
+    unsafe { libc::kill(observer.pid() as i32, libc::SIGSTOP) };
+    // About 600 bytes of ring per transfer and four transfers per request: a few seconds of wrk
+    // fill the 8 MiB ring many times over.
+    let out = Command::new("wrk")
+        .args(["-t1", "-c16", "-d3s", &format!("http://127.0.0.1:{}/items", gw.port)])
+        .output()
+        .expect("run wrk");
+    // SAFETY: as above.
+    unsafe { libc::kill(observer.pid() as i32, libc::SIGCONT) };
+    assert!(out.status.success(), "wrk: {}", String::from_utf8_lossy(&out.stderr));
+    wait_until("socket records lost while the daemon was frozen", Duration::from_secs(5), || lost_records() > 0.0);
+    std::thread::sleep(Duration::from_secs(2));
+    let metrics = observer.get("/metrics").expect("metrics").1;
+    let abandoned = metric_sum(&metrics, "gateway_observer_http_abandoned_requests_total", &[]);
+    let (outstanding, oldest) = hanging_peer(&observer, &peer);
+    eprintln!(
+        "lost {} records; abandoned {abandoned}; black hole: {outstanding} outstanding, oldest {oldest:.1} s",
+        lost_records()
+    );
+    assert_eq!(outstanding, 3, "the hanging requests lost no record and must stay outstanding");
+    assert!(oldest >= 3.0, "their age kept growing through the flood: {oldest:.1} s");
+}

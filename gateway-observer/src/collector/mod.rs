@@ -65,6 +65,10 @@ enum HistKind {
     Iteration,
 }
 
+/// Connections with requests in flight asked for their lost-record counts after a loss (a map
+/// lookup each); past it, the rest are checked after the next loss.
+const LOSS_CHECKS: usize = 1024;
+
 pub struct Collector {
     probes: Probes,
     specs: Vec<TargetSpec>,
@@ -185,12 +189,18 @@ impl Collector {
     }
 
     /// After each drain of the socket ring: if the kernel lost records since the last one,
-    /// responses may be among them, so the requests in flight are forgotten (see the tracker).
+    /// responses may be among them. Each socket counts its own losses, so only the connections
+    /// that lost records forget their requests in flight (see the tracker); if the kernel's
+    /// counts cannot be read, every connection does.
     pub fn after_socket_drain(&mut self) {
         let Ok(lost) = self.probes.drop_count(drop_index::SOCKET_RINGBUF) else { return };
         if lost > self.socket_losses_seen {
             self.socket_losses_seen = lost;
-            self.requests.resync_after_loss();
+            let sks = self.requests.sockets_in_flight(LOSS_CHECKS);
+            match self.probes.sock_lost_counts(&sks) {
+                Ok(counts) => self.requests.after_loss(&counts),
+                Err(_) => self.requests.resync_after_loss(),
+            };
         }
     }
 

@@ -416,6 +416,13 @@ impl Probes {
         Ok(socks.keys().count())
     }
 
+    /// For each of `sks`, its count of lost data records, or None when it is no longer in SOCKS.
+    /// A lookup (a syscall) each, so callers bound `sks`.
+    pub fn sock_lost_counts(&self, sks: &[u64]) -> Result<Vec<(u64, Option<u32>)>, ProbeError> {
+        let socks: HashMap<&MapData, u64, gateway_observer_common::SockState> = self.map("SOCKS")?;
+        Ok(sks.iter().map(|sk| (*sk, socks.get(sk, 0).ok().map(|state| state.lost))).collect())
+    }
+
     /// For each of `sks` still in SOCKS with bytes unread: (sk, when those bytes first arrived).
     /// A lookup (a syscall) each, so callers bound `sks`.
     pub fn unread_since(&self, sks: &[u64]) -> Result<Vec<(u64, u64)>, ProbeError> {

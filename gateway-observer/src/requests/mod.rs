@@ -54,6 +54,8 @@ struct Tracked {
     last_active_ns: u64,
     /// The last read (or the handshake): bytes still unread cannot have arrived before it.
     last_read_ns: u64,
+    /// The kernel's count of this socket's lost data records, as last seen (low 16 bits).
+    lost_seen: u16,
 }
 
 /// What a followed connection is doing, for metrics and snapshot.
@@ -172,6 +174,7 @@ impl RequestTracker {
                 flow: FlowState::default(),
                 last_active_ns: info.timestamp_ns,
                 last_read_ns: info.timestamp_ns,
+                lost_seen: 0,
             },
         );
     }
@@ -206,6 +209,7 @@ impl RequestTracker {
                 flow: FlowState::default(),
                 last_active_ns: 0,
                 last_read_ns: data.timestamp_ns,
+                lost_seen: data.sock_lost,
             };
             self.conns.insert(data.sk, tracked);
         }
@@ -225,6 +229,16 @@ impl RequestTracker {
         if conn.side.is_none() {
             conn.side = side_from_bytes(data.read, data.head);
             conn.http = conn.side.map(new_connection);
+        }
+        if data.sock_lost != conn.lost_seen {
+            // Records of this connection were lost before this one: what it was parsing may
+            // miss its end (a response), so start again here. Other connections are untouched.
+            conn.lost_seen = data.sock_lost;
+            if let (Some(side), Some(http)) = (conn.side, conn.http.as_mut()) {
+                self.counts.abandoned_after_loss += http.in_flight().count() as u64;
+                self.counts.closed_resyncs += http.lost_sync();
+                *http = new_connection(side);
+            }
         }
         let Some(http) = conn.http.as_mut() else {
             self.counts.unattributed_records += 1;
@@ -335,9 +349,43 @@ impl RequestTracker {
         crate::procfs::tcp_addresses(tgid, fd)
     }
 
-    /// The kernel lost socket records: responses may be among them, so every connection's
-    /// requests in flight are forgotten (they would look unanswered forever) and parsing starts
-    /// again at the next message. Returns how many requests were abandoned.
+    /// Connections with requests in flight (at most `limit`): after the kernel lost socket
+    /// records, the ones to ask whether theirs were among them.
+    pub fn sockets_in_flight(&self, limit: usize) -> Vec<u64> {
+        self.conns
+            .iter()
+            .filter(|(_, conn)| conn.http.as_ref().is_some_and(|http| http.in_flight().next().is_some()))
+            .map(|(sk, _)| *sk)
+            .take(limit)
+            .collect()
+    }
+
+    /// The kernel's counts of lost data records for connections with requests in flight (None:
+    /// no longer followed, its close among the records lost). A connection whose count moved,
+    /// or that is gone, forgets its requests in flight (its response may have been lost, and
+    /// they would look unanswered forever) and parses again from its next message. Connections
+    /// whose records all arrived keep theirs. Returns how many requests were abandoned.
+    pub fn after_loss(&mut self, lost_counts: &[(u64, Option<u32>)]) -> u64 {
+        let mut abandoned = 0;
+        for (sk, lost) in lost_counts {
+            let Some(conn) = self.conns.get_mut(sk) else { continue };
+            if lost.is_some_and(|lost| lost as u16 == conn.lost_seen) {
+                continue;
+            }
+            conn.lost_seen = lost.map_or(conn.lost_seen, |lost| lost as u16);
+            if let (Some(side), Some(http)) = (conn.side, conn.http.as_mut()) {
+                abandoned += http.in_flight().count() as u64;
+                self.counts.closed_resyncs += http.lost_sync();
+                *http = new_connection(side);
+            }
+        }
+        self.counts.abandoned_after_loss += abandoned;
+        abandoned
+    }
+
+    /// The kernel lost socket records and which connections' is unknown: every connection's
+    /// requests in flight are forgotten and parsing starts again at the next message. Returns
+    /// how many requests were abandoned.
     pub fn resync_after_loss(&mut self) -> u64 {
         let mut abandoned = 0;
         for conn in self.conns.values_mut() {

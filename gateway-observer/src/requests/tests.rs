@@ -46,7 +46,26 @@ fn data(sk: u64, read: bool, bytes: &[u8], ts: u64, queued: Option<u64>) -> Sock
         queued_since_ns: queued,
         head: bytes,
         tail: &bytes[bytes.len().saturating_sub(16)..],
+        sock_lost: 0,
     })
+}
+
+/// `data` from a socket that has lost `lost` records so far.
+fn data_after_losses(sk: u64, read: bool, bytes: &[u8], ts: u64, lost: u16) -> SocketRecord<'_> {
+    let SocketRecord::Data(record) = data(sk, read, bytes, ts, None) else { unreachable!() };
+    SocketRecord::Data(DataRecord { sock_lost: lost, ..record })
+}
+
+/// Two gateway connections, each with a request read and not yet answered.
+fn two_requests_in_flight(tracker: &mut RequestTracker) {
+    tracker.handle(open(1, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50000", 0));
+    tracker.handle(open(4, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50001", 0));
+    tracker.handle(data(1, true, REQUEST, 10 * MS, None));
+    tracker.handle(data(4, true, REQUEST, 10 * MS, None));
+}
+
+fn in_flight(tracker: &RequestTracker, sk: u64) -> usize {
+    tracker.conns[&sk].http.as_ref().map_or(0, |http| http.in_flight().count())
 }
 
 const MS: u64 = 1_000_000;
@@ -178,6 +197,37 @@ fn after_lost_records_requests_in_flight_are_forgotten_and_parsing_resumes() {
     proxied_request(&mut tracker);
     assert_eq!(tracker.stats.counts[&(std::sync::Arc::from(GW.to_string()), Side::Inbound, "GET", "2xx")], 1);
     assert_eq!(tracker.counts.abandoned_after_loss, 2);
+}
+
+#[test]
+fn a_record_that_says_its_socket_lost_records_resets_that_connection_only() {
+    let mut tracker = RequestTracker::default();
+    two_requests_in_flight(&mut tracker);
+    // Socket 1's response was lost; its next request comes with the count moved.
+    tracker.handle(data_after_losses(1, true, REQUEST, 30 * MS, 1));
+    assert_eq!(tracker.counts.abandoned_after_loss, 1, "socket 1's unanswered request is forgotten");
+    assert_eq!((in_flight(&tracker, 1), in_flight(&tracker, 4)), (1, 1), "the new request is parsed; 4 keeps its own");
+    // The same count again is no new loss.
+    tracker.handle(data_after_losses(1, false, RESPONSE, 31 * MS, 1));
+    assert_eq!(tracker.counts.abandoned_after_loss, 1);
+    assert_eq!(in_flight(&tracker, 1), 0, "answered");
+}
+
+#[test]
+fn after_a_loss_only_connections_whose_count_moved_or_that_are_gone_forget() {
+    let mut tracker = RequestTracker::default();
+    two_requests_in_flight(&mut tracker);
+    tracker.handle(open(5, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50002", 0));
+    tracker.handle(data(5, true, REQUEST, 10 * MS, None));
+    let mut asked = tracker.sockets_in_flight(10);
+    asked.sort_unstable();
+    assert_eq!(asked, [1, 4, 5], "every connection with a request in flight is asked");
+    assert_eq!(tracker.sockets_in_flight(2).len(), 2, "bounded");
+    // 1 lost a record, 4 lost none, 5 is no longer followed (its close was lost).
+    assert_eq!(tracker.after_loss(&[(1, Some(1)), (4, Some(0)), (5, None)]), 2);
+    assert_eq!((in_flight(&tracker, 1), in_flight(&tracker, 4), in_flight(&tracker, 5)), (0, 1, 0));
+    // Asked again with the same counts: nothing more is forgotten.
+    assert_eq!(tracker.after_loss(&[(1, Some(1)), (4, Some(0))]), 0);
 }
 
 #[test]
