@@ -185,6 +185,16 @@ fn assert_hanging_upstream_is_outstanding(observer: &Observer, port: u16, black_
     assert!(metric_sum(&metrics, "gateway_observer_upstream_oldest_request_age_seconds", &[("peer", &peer)]) >= 2.5);
 }
 
+/// The reference gateway: /hang/ to the black hole, everything else to `upstream`.
+fn gateway_in_front_of(upstream: &Upstream, black_hole: &Upstream) -> Gateway {
+    Gateway::start(&format!(
+        "[upstreams.items]\nservers = [\"{}\"]\n[upstreams.hole]\nservers = [\"{}\"]\n\
+         [[routes]]\npath_prefix = \"/hang/\"\nupstream = \"hole\"\n[[routes]]\nupstream = \"items\"\n",
+        upstream.addr(),
+        black_hole.addr()
+    ))
+}
+
 #[test]
 fn reference_gateway_requests_match_wrk_and_a_hanging_upstream_is_outstanding() {
     if !privileged(module_path!()) {
@@ -192,12 +202,7 @@ fn reference_gateway_requests_match_wrk_and_a_hanging_upstream_is_outstanding() 
     }
     let upstream = Upstream::start("items", Behavior::Delay(UPSTREAM_DELAY));
     let black_hole = Upstream::start("hole", Behavior::BlackHole);
-    let gw = Gateway::start(&format!(
-        "[upstreams.items]\nservers = [\"{}\"]\n[upstreams.hole]\nservers = [\"{}\"]\n\
-         [[routes]]\npath_prefix = \"/hang/\"\nupstream = \"hole\"\n[[routes]]\nupstream = \"items\"\n",
-        upstream.addr(),
-        black_hole.addr()
-    ));
+    let gw = gateway_in_front_of(&upstream, &black_hole);
     let observer = Observer::start(gw.pid());
     assert_matches_wrk(&observer, gw.port);
     assert_hanging_upstream_is_outstanding(&observer, gw.port, &black_hole);
@@ -293,12 +298,7 @@ fn a_socket_ring_loss_forgets_only_the_connections_that_lost_records() {
     }
     let upstream = Upstream::start("items", Behavior::Delay(Duration::ZERO));
     let black_hole = Upstream::start("hole", Behavior::BlackHole);
-    let gw = Gateway::start(&format!(
-        "[upstreams.items]\nservers = [\"{}\"]\n[upstreams.hole]\nservers = [\"{}\"]\n\
-         [[routes]]\npath_prefix = \"/hang/\"\nupstream = \"hole\"\n[[routes]]\nupstream = \"items\"\n",
-        upstream.addr(),
-        black_hole.addr()
-    ));
+    let gw = gateway_in_front_of(&upstream, &black_hole);
     let observer = Observer::start(gw.pid());
     let peer = black_hole.addr();
     let _clients = hanging_requests(gw.port, 3);
