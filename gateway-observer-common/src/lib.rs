@@ -180,7 +180,10 @@ pub mod drop_index {
     pub const SOCKS_FULL: u32 = 5;
     /// A socket ring-buffer reserve failed: a data or connection event was lost.
     pub const SOCKET_RINGBUF: u32 = 6;
-    pub const COUNT: u32 = 7;
+    /// A user stack could not be stored in `STACKS` (its hash bucket holds another stack, or the
+    /// stack could not be read): that block's evidence has no stack.
+    pub const STACKS_FULL: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 /// Ring-buffer event kinds.

@@ -2,10 +2,10 @@
 //! hook on the syscall path.
 
 use aya_ebpf::programs::tracing::StackIdContext;
-use gateway_observer_common::{Event, ThreadState, event_kind};
+use gateway_observer_common::{Event, ThreadState, drop_index, event_kind};
 
 use crate::{
-    maps::{STACKS, current_ids, emit, now_ns},
+    maps::{STACKS, count_drop, current_ids, emit, now_ns},
     syscalls::Call,
 };
 
@@ -33,15 +33,16 @@ pub fn timed_wait_ended(state: &mut ThreadState, uaddr: u64, timed_out: bool, wa
 #[inline(always)]
 pub fn take_stack<C: StackIdContext>(ctx: &C, state: &mut ThreadState) {
     state.stack_wanted = 0;
-    if let Ok(id) = ctx.get_stackid(&STACKS, BPF_F_USER_STACK) {
-        emit(Event {
+    match ctx.get_stackid(&STACKS, BPF_F_USER_STACK) {
+        Ok(id) => emit(Event {
             kind: event_kind::BLOCK_STACK,
             tid: current_ids().0,
             tgid: state.tgid,
             reason: id as u32,
             timestamp_ns: now_ns(),
             ..Event::default()
-        });
+        }),
+        Err(_) => count_drop(drop_index::STACKS_FULL),
     }
 }
 

@@ -76,10 +76,15 @@ impl Collector {
         e.sample(name, &[("ring", "threads")], self.drops[drop_index::RINGBUF as usize] as f64);
         e.sample(name, &[("ring", "sockets")], self.drops[drop_index::SOCKET_RINGBUF as usize] as f64);
         let name = "gateway_observer_bpf_map_full_total";
-        e.family(name, "counter", "Threads, processes or connections not followed because a kernel map was full.");
+        e.family(
+            name,
+            "counter",
+            "Threads, processes or connections not followed, or block stacks not kept, because a kernel map was full.",
+        );
         e.sample(name, &[("map", "threads")], self.drops[drop_index::THREADS_FULL as usize] as f64);
         e.sample(name, &[("map", "targets")], self.drops[drop_index::TARGETS_FULL as usize] as f64);
         e.sample(name, &[("map", "sockets")], self.drops[drop_index::SOCKS_FULL as usize] as f64);
+        e.sample(name, &[("map", "stacks")], self.drops[drop_index::STACKS_FULL as usize] as f64);
         let name = "gateway_observer_bpf_missed_switches_total";
         e.family(name, "counter", "Switch-ins of target threads the sched_switch program did not see: closed late at the next syscall (closed_late) or lost (lost).");
         e.sample(name, &[("outcome", "closed_late")], self.drops[drop_index::MISSED_SWITCH_IN as usize] as f64);
