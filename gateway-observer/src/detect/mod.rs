@@ -14,7 +14,7 @@ pub mod timed_waits;
 pub mod untimed;
 pub mod upstream;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use event_loop::{BlockedLoop, EventLoopConfig, blocked_loops};
 use gateway_observer_common::reason;
@@ -50,12 +50,20 @@ pub struct LoopStatus {
     pub utilization: f64,
 }
 
+/// How long each thread's samples are kept: the longest window a detector asks a delta over,
+/// and two ticks to spare. (A loop's memory of having polled is one instant, not samples: 16k
+/// threads' samples for its 60 s took about 190 MB.)
+fn history_kept(event_loop: &EventLoopConfig, pool: &PoolConfig) -> Duration {
+    event_loop.window.max(pool.window).max(pool.confirm) + Duration::from_secs(2)
+}
+
 impl Detectors {
     pub fn new(event_loop: EventLoopConfig) -> Self {
+        let pool = PoolConfig::default();
         Self {
-            history: History::new(event_loop.loop_memory.max(event_loop.window) * 2),
+            history: History::new(history_kept(&event_loop, &pool)),
             event_loop,
-            pool: PoolConfig::default(),
+            pool,
             upstream: upstream::UpstreamConfig::default(),
             queueing: queueing::QueueingConfig::default(),
             stalled: stalled::StalledConfig::default(),
@@ -173,5 +181,33 @@ impl Detectors {
             .collect();
         loops.sort_by_key(|a| (a.thread.tgid, a.thread.tid));
         loops
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_keeps_the_longest_window_and_not_the_loop_memory() {
+        let (event_loop, pool) = (EventLoopConfig::default(), PoolConfig::default());
+        let kept = history_kept(&event_loop, &pool);
+        for window in [event_loop.window, pool.window, pool.confirm] {
+            assert!(kept > window, "a {window:?} delta needs a sample before it");
+        }
+        assert!(kept < event_loop.loop_memory, "samples are not kept for the 60 s loop memory");
+        let mut history = History::new(kept);
+        let start = Instant::now();
+        for second in 0..120 {
+            let info = ThreadInfo::new(7, 1, "gw".into(), "gw-worker-1".into());
+            history.record(
+                start + Duration::from_secs(second),
+                info,
+                [0; gateway_observer_common::reason::COUNT as usize],
+            );
+        }
+        let delta = history.delta(7, pool.window).expect("a window's delta");
+        assert_eq!(delta.elapsed, pool.window);
+        assert!(history.delta(7, Duration::from_secs(30)).unwrap().elapsed <= kept, "older samples are gone");
     }
 }
