@@ -222,7 +222,9 @@ fn finish_transfer(state: &mut ThreadState, tid: u32, ret: i32) {
 #[inline(always)]
 fn buffers(state: &ThreadState, len: u64) -> (u64, u64, u64, u64) {
     match state.data_shape {
-        data_shape::READ_BUF | data_shape::WRITE_BUF => (state.data_buf, len, state.data_buf + len, len),
+        data_shape::READ_BUF | data_shape::WRITE_BUF => {
+            (state.data_buf, len, tail_after_head(state.data_buf, len), len)
+        }
         data_shape::READ_IOV | data_shape::WRITE_IOV => iov_buffers(state.data_buf, state.data_count, len, false),
         data_shape::READ_KERNEL_IOV | data_shape::WRITE_KERNEL_IOV => {
             iov_buffers(state.data_buf, state.data_count, len, true)
@@ -237,6 +239,13 @@ fn buffers(state: &ThreadState, len: u64) -> (u64, u64, u64, u64) {
     }
 }
 
+/// The end of the last bytes moved, when `len` bytes from `buf` were moved: 0 (no tail to copy)
+/// when the head holds them all, which is most requests (a copy costs about as much as its bytes).
+#[inline(always)]
+fn tail_after_head(buf: u64, len: u64) -> u64 {
+    if len <= DATA_HEAD_BYTES as u64 { 0 } else { buf + len }
+}
+
 /// The first iovec holds the head; the tail is in the iovec where the bytes moved end, looked
 /// for among the first few (headers + body + chunk trailer is the common shape of a response).
 /// The iovec array is in user memory at the syscall, in the kernel's copy inside TCP.
@@ -249,7 +258,7 @@ fn iov_buffers(iov: u64, count: u64, len: u64, kernel_copy: bool) -> (u64, u64, 
     let base = read(iov);
     let first_len = read(iov + 8);
     if first_len >= len {
-        return (base, len, base + len, len);
+        return (base, len, tail_after_head(base, len), len);
     }
     let mut before = first_len;
     let mut index = 1u64;
@@ -264,6 +273,17 @@ fn iov_buffers(iov: u64, count: u64, len: u64, kernel_copy: bool) -> (u64, u64, 
         index += 1;
     }
     (base, first_len, 0, 0)
+}
+
+/// `value`, at most `max`, with the bound where the verifier sees it. LLVM knows a copy length
+/// is in range from how it was computed and drops the check; older verifiers cannot follow that
+/// reasoning and reject the copy ("R2 min value is negative"). A volatile read hides the value
+/// from LLVM, so the comparison stays.
+#[inline(always)]
+fn verifier_bounded(value: u32, max: u32) -> u32 {
+    // SAFETY: reads a local.
+    let opaque = unsafe { core::ptr::read_volatile(&value) };
+    if opaque > max { max } else { opaque }
 }
 
 #[inline(always)]
@@ -300,9 +320,8 @@ fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
     let event = entry.as_mut_ptr();
     let (head_base, head_avail, tail_end, tail_avail) = buffers(state, len);
     let head_len = if head_avail < DATA_HEAD_BYTES as u64 { head_avail as u32 } else { DATA_HEAD_BYTES as u32 };
-    // Only bytes of the buffer the transfer ended in: the one before it may lie anywhere. None
-    // when the head holds every byte moved (most requests): a copy costs as much as its bytes.
-    let tail_len = if tail_end == 0 || head_avail == len && len <= DATA_HEAD_BYTES as u64 {
+    // Only bytes of the buffer the transfer ended in: the one before it may lie anywhere.
+    let tail_len = if tail_end == 0 {
         0
     } else if tail_avail < DATA_TAIL_BYTES as u64 {
         tail_avail as u32
@@ -323,6 +342,8 @@ fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
         (*event).shape = state.data_shape;
         (*event)._pad = 0;
         (*event).sock_lost = state.data_sock_lost as u16;
+        let head_len = verifier_bounded(head_len, DATA_HEAD_BYTES as u32);
+        let tail_len = verifier_bounded(tail_len, DATA_TAIL_BYTES as u32);
         let mut copied = 0u16;
         if head_len > 0
             && head_len <= DATA_HEAD_BYTES as u32
