@@ -34,6 +34,8 @@ fn main() -> ExitCode {
                 if args.once { top::once(&args.connect, args.format) } else { top::run(&args.connect, args.interval) };
             match result {
                 Ok(()) => ExitCode::SUCCESS,
+                // Nobody is left to read a message.
+                Err(top::TopError::TerminalGone) => ExitCode::FAILURE,
                 Err(err) => {
                     eprintln!("gateway-observer top: {err}");
                     ExitCode::FAILURE

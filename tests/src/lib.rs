@@ -15,11 +15,13 @@ pub mod metrics;
 pub mod netns;
 pub mod nginx;
 pub mod observer;
+pub mod pty;
 pub mod python;
 pub mod redis_server;
 pub mod reference_gateway;
 pub mod runtimes;
 pub mod summary;
+pub mod tmux;
 pub mod upstream;
 
 use std::{
