@@ -22,6 +22,7 @@ pub mod socket_events;
 pub mod state;
 pub mod symbolize;
 pub mod syscalls;
+pub mod target_files;
 pub mod thread_group;
 pub mod top;
 
