@@ -12,6 +12,7 @@ pub mod detect;
 pub mod events;
 pub mod hsperfdata;
 pub mod opaque;
+pub mod printable;
 pub mod probes;
 pub mod procfs;
 pub mod reason;

@@ -58,6 +58,9 @@ pub enum TopError {
     /// The interactive view was asked for without a terminal.
     #[error("stdout is not a terminal: use --once for scripts")]
     NotATerminal,
+    /// `--once` could not write its output.
+    #[error("cannot write to stdout: {0}")]
+    Output(std::io::Error),
     /// The terminal hung up or closed while the view was up.
     #[error("the terminal went away")]
     TerminalGone,
@@ -75,11 +78,12 @@ pub fn once(connect: &str, format: Format) -> Result<(), TopError> {
     let out = match format {
         Format::Json => {
             let (snapshot, alerts) = endpoint.fetch_raw(timeout)?;
-            once::json(snapshot, alerts)
+            crate::printable::json_text(once::json(snapshot, alerts))
         }
         Format::Text => once::text(&endpoint.fetch(timeout)?),
     };
-    println!("{}", out.trim_end());
+    // A reader that went away (`| head`) is no error: there is nobody left to tell.
+    crate::cli::output::line(out.trim_end()).map_err(TopError::Output)?;
     Ok(())
 }
 
