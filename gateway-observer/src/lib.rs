@@ -12,6 +12,7 @@ pub mod detect;
 pub mod events;
 pub mod hsperfdata;
 pub mod opaque;
+pub mod printable;
 pub mod probes;
 pub mod procfs;
 pub mod reason;
@@ -22,6 +23,7 @@ pub mod socket_events;
 pub mod state;
 pub mod symbolize;
 pub mod syscalls;
+pub mod target_files;
 pub mod thread_group;
 pub mod top;
 

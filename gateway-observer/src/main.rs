@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use gateway_observer::{
     cli::{Cli, Command, calibrate::calibrate as check_calibrate, check, run},
-    top,
+    report, top,
 };
 
 fn main() -> ExitCode {
@@ -17,7 +17,7 @@ fn main() -> ExitCode {
             // One line, not clap's usage block: the message names the flag and the problem.
             let text = err.to_string();
             let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
-            eprintln!("gateway-observer: {first}");
+            report!("gateway-observer: {first}");
             return ExitCode::from(2);
         }
     };
@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         Command::Calibrate { duration } => match check_calibrate(duration) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
-                eprintln!("gateway-observer: {err:#}");
+                report!("gateway-observer: {err:#}");
                 ExitCode::FAILURE
             }
         },
@@ -34,8 +34,10 @@ fn main() -> ExitCode {
                 if args.once { top::once(&args.connect, args.format) } else { top::run(&args.connect, args.interval) };
             match result {
                 Ok(()) => ExitCode::SUCCESS,
+                // Nobody is left to read a message.
+                Err(top::TopError::TerminalGone) => ExitCode::FAILURE,
                 Err(err) => {
-                    eprintln!("gateway-observer top: {err}");
+                    report!("gateway-observer top: {err}");
                     ExitCode::FAILURE
                 }
             }
@@ -56,7 +58,7 @@ fn main() -> ExitCode {
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime,
                 Err(err) => {
-                    eprintln!("gateway-observer: cannot start the async runtime: {err}");
+                    report!("gateway-observer: cannot start the async runtime: {err}");
                     return ExitCode::FAILURE;
                 }
             };
@@ -71,11 +73,11 @@ fn main() -> ExitCode {
 fn fail(err: &run::RunError) -> ExitCode {
     match err {
         run::RunError::Usage(message) => {
-            eprintln!("gateway-observer: {message}");
+            report!("gateway-observer: {message}");
             ExitCode::from(2)
         }
         run::RunError::Other(err) => {
-            eprintln!("gateway-observer: {err:#}");
+            report!("gateway-observer: {err:#}");
             ExitCode::FAILURE
         }
     }

@@ -256,6 +256,18 @@ fn parse_namespace_pid(status: &str) -> Option<u32> {
     line.split_whitespace().last()?.parse().ok()
 }
 
+/// The process's real, effective, saved and filesystem uids (/proc/PID/status `Uid:`), as the
+/// host sees them: whose files it could have written.
+pub fn uids(pid: u32) -> Vec<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    parse_uids(&status)
+}
+
+fn parse_uids(status: &str) -> Vec<u32> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap_or_default();
+    line.split_whitespace().filter_map(|v| v.parse().ok()).collect()
+}
+
 /// The cgroup paths of a process, one per hierarchy (a single `0::/path` line on cgroup v2).
 pub fn cgroups(pid: u32) -> Vec<String> {
     let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else { return Vec::new() };
@@ -299,6 +311,7 @@ mod tests {
     fn the_pid_a_process_sees_is_its_innermost() {
         assert_eq!(parse_namespace_pid("Name:\tjava\nNSpid:\t4398\t1\nNSpgid:\t1\n"), Some(1));
         assert_eq!(parse_namespace_pid("Name:\tjava\nNSpid:\t4398\n"), Some(4398));
+        assert_eq!(parse_uids("Name:\tnginx\nUid:\t33\t33\t0\t33\nGid:\t33\n"), vec![33, 33, 0, 33]);
         assert_eq!(parse_namespace_pid("Name:\tjava\n"), None);
         assert_eq!(namespace_pid(std::process::id()), Some(std::process::id()), "the tests run in the host's");
     }

@@ -3,13 +3,39 @@
 //! with -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit or perf-map-agent, Node with
 //! --perf-basic-prof) through /tmp/perf-PID.map. Unknown addresses stay hex. Nothing here
 //! touches the kernel.
+//!
+//! Every file named here is the target's to arrange (any local user can create /tmp/perf-N.map
+//! for any N), and this runs as root on the tick thread: files are opened through
+//! [`target_files`] (in the process's root, never blocking, regular files of root or the process
+//! only, capped), parsed once per identity (device, inode, mtime, size) and read no further than
+//! their cap. What is refused is counted by reason ([`Symbolizer::refusals`]).
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
+    io::Read as _,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use object::{Object as _, ObjectSymbol as _};
+
+use crate::{
+    procfs,
+    target_files::{self, Identity, Refusal},
+};
+
+/// /proc/PID/maps: a line is under 4 KiB, and vm.max_map_count (65530 by default) lines at ~100
+/// bytes each stay well under this.
+const MAX_MAPS_BYTES: u64 = 16 << 20;
+/// A perf map of ~600k JIT methods at ~100 bytes a line; Node's --perf-basic-prof appends for
+/// ever, and past this its stacks stay hex rather than the daemon reading without end.
+const MAX_PERF_MAP_BYTES: u64 = 64 << 20;
+/// Above the largest binaries gateways map (libjvm.so ~20 MiB, node ~100 MiB, envoy ~150 MiB).
+/// The file is read whole once per identity and dropped once its symbols are out, so this is
+/// also the daemon's peak memory for it; a larger file's frames stay hex with the file's name.
+const MAX_ELF_BYTES: u64 = 256 << 20;
+/// Parsed files kept (ELF files and perf maps each); past it the cache starts over.
+const MAX_CACHED: usize = 256;
 
 /// One executable mapping of a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,44 +65,129 @@ impl ElfSymbols {
     }
 }
 
+/// One line of a perf map: (start, size, name).
+type PerfEntry = (u64, u64, String);
+
 #[derive(Debug, Default)]
 pub struct Symbolizer {
-    elves: HashMap<PathBuf, Option<ElfSymbols>>,
+    /// Symbols by file identity; `None` for a file that is no ELF we can read.
+    elves: HashMap<Identity, Option<ElfSymbols>>,
+    /// Each process's perf map, with the identity it was parsed from.
+    perf_maps: HashMap<u32, (Identity, Arc<Vec<PerfEntry>>)>,
+    refusals: BTreeMap<&'static str, u64>,
 }
 
 impl Symbolizer {
     /// Names for `ips` of process `pid`, innermost first: `function+0xoff (file)`, or hex.
     pub fn symbolize(&mut self, pid: u32, ips: &[u64]) -> Vec<String> {
         let maps = read_maps(pid);
-        let perf_map = read_perf_map(pid);
-        ips.iter().map(|ip| self.name(*ip, &maps, &perf_map)).collect()
+        let owners = procfs::uids(pid);
+        let perf_map = self.perf_map(pid, &owners);
+        // Each file is opened (and checked) once per call, however many frames are in it.
+        let mut opened: HashMap<PathBuf, Option<Identity>> = HashMap::new();
+        ips.iter()
+            .map(|ip| {
+                if let Some((start, _, name)) = perf_map.iter().find(|(s, len, _)| ip >= s && *ip < s + len) {
+                    return format!("{name}+{:#x} [jit]", ip - start);
+                }
+                let Some(mapping) = maps.iter().find(|m| *ip >= m.start && *ip < m.end) else {
+                    return format!("{ip:#x}");
+                };
+                let identity = match opened.get(&mapping.path) {
+                    Some(identity) => *identity,
+                    None => {
+                        let identity = self.load_elf(pid, &mapping.path, &owners);
+                        opened.insert(mapping.path.clone(), identity);
+                        identity
+                    }
+                };
+                let elf = identity.and_then(|id| self.elves.get(&id)).and_then(Option::as_ref);
+                name(*ip, mapping, elf)
+            })
+            .collect()
     }
 
-    fn name(&mut self, ip: u64, maps: &[Mapping], perf_map: &[(u64, u64, String)]) -> String {
-        if let Some((start, _, name)) = perf_map.iter().find(|(s, len, _)| ip >= *s && ip < s + len) {
-            return format!("{name}+{:#x} [jit]", ip - start);
+    /// Opens refused so far, by reason (`not_regular`, `owner`, `too_large`, `symlink`, `io`).
+    pub fn refusals(&self) -> &BTreeMap<&'static str, u64> {
+        &self.refusals
+    }
+
+    fn refused(&mut self, refusal: &Refusal) {
+        if let Some(reason) = refusal.reason() {
+            *self.refusals.entry(reason).or_default() += 1;
         }
-        let Some(mapping) = maps.iter().find(|m| ip >= m.start && ip < m.end) else {
-            return format!("{ip:#x}");
-        };
-        let file = mapping.path.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned());
-        let symbols = self.elves.entry(mapping.path.clone()).or_insert_with(|| load_elf(&mapping.path));
-        if let Some(elf) = symbols
-            && let Some(vaddr) = elf.vaddr_of_offset(ip - mapping.start + mapping.file_offset)
-        {
-            let at = elf.symbols.partition_point(|(addr, _, _)| *addr <= vaddr);
-            if let Some((addr, size, name)) = at.checked_sub(1).and_then(|i| elf.symbols.get(i))
-                && (*size == 0 || vaddr < addr + size)
-            {
-                return format!("{:#}+{:#x} ({file})", rustc_demangle::demangle(name), vaddr - addr);
+    }
+
+    /// The file's identity once its symbols are in the cache; `None` if it cannot be opened.
+    fn load_elf(&mut self, pid: u32, path: &Path, owners: &[u32]) -> Option<Identity> {
+        let checked = match target_files::open(pid, path.to_str()?, owners, MAX_ELF_BYTES) {
+            Ok(checked) => checked,
+            Err(refusal) => {
+                self.refused(&refusal);
+                return None;
             }
+        };
+        let identity = checked.identity;
+        if !self.elves.contains_key(&identity) {
+            if self.elves.len() >= MAX_CACHED {
+                self.elves.clear();
+            }
+            let symbols = checked.read(MAX_ELF_BYTES).ok().and_then(|bytes| parse_elf(&bytes));
+            self.elves.insert(identity, symbols);
         }
-        format!("{ip:#x} ({file})")
+        Some(identity)
+    }
+
+    /// The process's perf map (as it sees /tmp and its own pid), parsed again only when the
+    /// file changed.
+    fn perf_map(&mut self, pid: u32, owners: &[u32]) -> Arc<Vec<PerfEntry>> {
+        let nspid = procfs::namespace_pid(pid).unwrap_or(pid);
+        let checked = match target_files::open(pid, &format!("/tmp/perf-{nspid}.map"), owners, MAX_PERF_MAP_BYTES) {
+            Ok(checked) => checked,
+            Err(refusal) => {
+                self.refused(&refusal);
+                self.perf_maps.remove(&pid);
+                return Arc::default();
+            }
+        };
+        if let Some((identity, entries)) = self.perf_maps.get(&pid)
+            && *identity == checked.identity
+        {
+            return entries.clone();
+        }
+        let identity = checked.identity;
+        let text = checked.read(MAX_PERF_MAP_BYTES).map(|b| String::from_utf8_lossy(&b).into_owned());
+        let entries = Arc::new(parse_perf_map(&text.unwrap_or_default()));
+        if self.perf_maps.len() >= MAX_CACHED {
+            self.perf_maps.clear();
+        }
+        self.perf_maps.insert(pid, (identity, entries.clone()));
+        entries
     }
 }
 
+/// `function+0xoff (file)` from the file's symbols, else the address with the file's name.
+fn name(ip: u64, mapping: &Mapping, elf: Option<&ElfSymbols>) -> String {
+    let file = mapping.path.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned());
+    if let Some(elf) = elf
+        && let Some(vaddr) = elf.vaddr_of_offset(ip - mapping.start + mapping.file_offset)
+    {
+        let at = elf.symbols.partition_point(|(addr, _, _)| *addr <= vaddr);
+        if let Some((addr, size, name)) = at.checked_sub(1).and_then(|i| elf.symbols.get(i))
+            && (*size == 0 || vaddr < addr + size)
+        {
+            return format!("{:#}+{:#x} ({file})", rustc_demangle::demangle(name), vaddr - addr);
+        }
+    }
+    format!("{ip:#x} ({file})")
+}
+
+/// The kernel writes /proc/PID/maps, but its size follows the target's mappings: capped.
 fn read_maps(pid: u32) -> Vec<Mapping> {
-    std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|t| parse_maps(&t)).unwrap_or_default()
+    let mut text = String::new();
+    let read = std::fs::File::open(format!("/proc/{pid}/maps"))
+        .and_then(|file| file.take(MAX_MAPS_BYTES).read_to_string(&mut text));
+    if read.is_ok() { parse_maps(&text) } else { Vec::new() }
 }
 
 /// Executable, file-backed lines of /proc/PID/maps.
@@ -101,11 +212,7 @@ fn parse_maps(text: &str) -> Vec<Mapping> {
 }
 
 /// /tmp/perf-PID.map: "START SIZE name" in hex, one per line.
-fn read_perf_map(pid: u32) -> Vec<(u64, u64, String)> {
-    std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).map(|t| parse_perf_map(&t)).unwrap_or_default()
-}
-
-fn parse_perf_map(text: &str) -> Vec<(u64, u64, String)> {
+fn parse_perf_map(text: &str) -> Vec<PerfEntry> {
     text.lines()
         .filter_map(|line| {
             let mut parts = line.splitn(3, ' ');
@@ -116,9 +223,8 @@ fn parse_perf_map(text: &str) -> Vec<(u64, u64, String)> {
         .collect()
 }
 
-fn load_elf(path: &Path) -> Option<ElfSymbols> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
+fn parse_elf(data: &[u8]) -> Option<ElfSymbols> {
+    let file = object::File::parse(data).ok()?;
     let segments = file
         .segments()
         .map(|seg| {
@@ -168,5 +274,94 @@ mod tests {
         assert!(names[0].contains("a_function_to_find"), "{names:?}");
         let unknown = s.symbolize(std::process::id(), &[8]);
         assert_eq!(unknown[0], "0x8");
+    }
+
+    /// A process to symbolize and its /tmp/perf-PID.map, both gone on drop.
+    struct Target {
+        child: std::process::Child,
+        perf_map: PathBuf,
+    }
+
+    impl Target {
+        fn start() -> Target {
+            let child = std::process::Command::new("sleep").arg("60").spawn().expect("spawn sleep");
+            let perf_map = PathBuf::from(format!("/tmp/perf-{}.map", child.id()));
+            let _ = std::fs::remove_file(&perf_map);
+            Target { child, perf_map }
+        }
+
+        fn pid(&self) -> u32 {
+            self.child.id()
+        }
+    }
+
+    impl Drop for Target {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.perf_map);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// `symbolize` on a thread of its own, so that a stall fails the test instead of hanging it.
+    fn symbolize_within(s: Symbolizer, pid: u32, ips: Vec<u64>) -> (Symbolizer, Vec<String>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut s = s;
+            let names = s.symbolize(pid, &ips);
+            let _ = tx.send((s, names));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5)).expect("symbolize stalled for 5 s")
+    }
+
+    #[test]
+    fn a_fifo_as_perf_map_neither_stalls_nor_is_read() {
+        let target = Target::start();
+        let path = std::ffi::CString::new(target.perf_map.to_string_lossy().into_owned()).expect("path");
+        // SAFETY: a NUL-terminated path of ours.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o666) }, 0, "mkfifo");
+        let (s, names) = symbolize_within(Symbolizer::default(), target.pid(), vec![0x1000]);
+        assert_eq!(names, vec!["0x1000"]);
+        assert_eq!(s.refusals().get("not_regular"), Some(&1), "{:?}", s.refusals());
+    }
+
+    #[test]
+    fn a_perf_map_is_parsed_once_per_identity() {
+        let target = Target::start();
+        std::fs::write(&target.perf_map, "1000 40 Lfirst;\n").expect("write");
+        let (s, names) = symbolize_within(Symbolizer::default(), target.pid(), vec![0x1010]);
+        assert_eq!(names, vec!["Lfirst;+0x10 [jit]"]);
+        // The same bytes count, inode and mtime: the parsed map is kept, the file not read again.
+        let mtime = std::fs::metadata(&target.perf_map).and_then(|m| m.modified()).expect("mtime");
+        std::fs::write(&target.perf_map, "1000 40 Lother;\n").expect("rewrite");
+        std::fs::File::options().write(true).open(&target.perf_map).and_then(|f| f.set_modified(mtime)).expect("touch");
+        let (s, names) = symbolize_within(s, target.pid(), vec![0x1010]);
+        assert_eq!(names, vec!["Lfirst;+0x10 [jit]"], "re-read although unchanged");
+        // A new size is a new file.
+        std::fs::write(&target.perf_map, "1000 40 Lchanged;\n").expect("rewrite");
+        let (_, names) = symbolize_within(s, target.pid(), vec![0x1010]);
+        assert_eq!(names, vec!["Lchanged;+0x10 [jit]"]);
+    }
+
+    #[test]
+    fn a_strangers_or_a_huge_perf_map_is_refused() {
+        let target = Target::start();
+        let file = std::fs::File::create(&target.perf_map).expect("create");
+        // Sparse: a terabyte that takes no disk, and would take the daemon for ever to read.
+        file.set_len(1 << 40).expect("set_len");
+        let (s, names) = symbolize_within(Symbolizer::default(), target.pid(), vec![0x1000]);
+        assert_eq!(names, vec!["0x1000"]);
+        assert_eq!(s.refusals().get("too_large"), Some(&1), "{:?}", s.refusals());
+        file.set_len(0).expect("truncate");
+        std::fs::write(&target.perf_map, "1000 40 Lplanted;\n").expect("write");
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: cannot give the perf map to another user; owner check not run");
+            return;
+        }
+        std::os::unix::fs::chown(&target.perf_map, Some(54_321), None).expect("chown");
+        let (s, names) = symbolize_within(s, target.pid(), vec![0x1010]);
+        assert_eq!(names, vec!["0x1010"], "a stranger's perf map was believed");
+        assert_eq!(s.refusals().get("owner"), Some(&1), "{:?}", s.refusals());
     }
 }

@@ -88,6 +88,25 @@ fn overview_shows_open_alerts_during_the_incident() {
     }
 }
 
+/// The blocked incident with names a target chose to drive a terminal: an escape sequence in the
+/// process name, a C1 control in a thread name.
+fn hostile() -> Data {
+    let swap = |text: String| text.replace("reference-gatew", "r\\u001b[31mgw").replace("gw-worker-0", "w\\u009b0");
+    Data::parse(&swap(fixture("blocked_snapshot.json")), &swap(fixture("blocked_alerts.json"))).expect("parses")
+}
+
+#[test]
+fn names_with_control_characters_are_shown_escaped() {
+    let mut app = app_with(hostile());
+    for screen_key in ['1', '2', '5'] {
+        app.on_key(Key::Char(screen_key));
+        let screen = render(&app, (200, 60));
+        assert!(screen.contains("r\\x1b[31mgw"), "the process name, escaped, on screen {screen_key}:\n{screen}");
+    }
+    let screen = render(&app, (200, 60));
+    assert!(screen.contains("w\\u{9b}0"), "the thread name, escaped, on the alerts screen:\n{screen}");
+}
+
 #[test]
 fn alerts_pane_shows_kind_subject_and_evidence() {
     for size in SIZES {

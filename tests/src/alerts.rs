@@ -14,6 +14,15 @@ pub fn alerts_of(alerts: &[Value], kind: &str, state: &str) -> Vec<Value> {
     alerts.iter().filter(|a| a["kind"] == kind && a["state"] == state).cloned().collect()
 }
 
+/// The user stack in the evidence of the first `EventLoopBlocked` that has one.
+pub fn blocked_stack(alerts: &[Value]) -> Option<Vec<String>> {
+    alerts
+        .iter()
+        .filter(|a| a["kind"] == "EventLoopBlocked")
+        .find_map(|a| serde_json::from_value::<Vec<String>>(a["evidence"]["stack"].clone()).ok())
+        .filter(|s| !s.is_empty())
+}
+
 /// Polls until an alert of `kind` fires, or panics after `within` with what the observer saw.
 pub fn wait_firing(observer: &Observer, kind: &str, within: Duration) -> (Value, Duration) {
     let start = Instant::now();

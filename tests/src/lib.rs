@@ -15,11 +15,13 @@ pub mod metrics;
 pub mod netns;
 pub mod nginx;
 pub mod observer;
+pub mod pty;
 pub mod python;
 pub mod redis_server;
 pub mod reference_gateway;
 pub mod runtimes;
 pub mod summary;
+pub mod tmux;
 pub mod upstream;
 
 use std::{
@@ -140,4 +142,17 @@ pub fn thread_syscall(pid: u32, tid: u32) -> Option<i64> {
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The write end of a pipe whose reader is gone, as a child's stdout: every write there fails
+/// with EPIPE, as after `| head` exits or a journal restarts.
+pub fn closed_pipe() -> std::process::Stdio {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 writes two new descriptors into an array of two.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2");
+    // SAFETY: both descriptors are new and owned by nobody else.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    std::process::Stdio::from(writer)
 }

@@ -29,12 +29,21 @@ impl Observer {
     /// As `start_with_targets`, with more `run` arguments (a `--config FILE`: the flags given
     /// here override it).
     pub fn start_with(targets: &[&str], extra: &[&str]) -> Observer {
+        Self::start_full(targets, extra, Stdio::null())
+    }
+
+    /// As `start_with_targets`, with stdout (alert transitions) going to `stdout`.
+    pub fn start_with_stdout(targets: &[&str], stdout: Stdio) -> Observer {
+        Self::start_full(targets, &[], stdout)
+    }
+
+    fn start_full(targets: &[&str], extra: &[&str], stdout: Stdio) -> Observer {
         let mut args: Vec<&str> = extra.to_vec();
         args.extend(targets.iter().flat_map(|t| ["--target", t]));
         // Nice 0, not the default 10: here the load generators share the two CPUs with the
         // daemon, and the tests time detection, not the daemon's manners.
         args.extend(["--interval", "500ms", "--nice", "0"]);
-        Self::spawn(&args)
+        Self::spawn_with(&args, stdout)
     }
 
     /// `gateway-observer run --interval 200ms ARGS...`: the probe scenarios, which read the
@@ -46,12 +55,16 @@ impl Observer {
     }
 
     fn spawn(args: &[&str]) -> Observer {
+        Self::spawn_with(args, Stdio::null())
+    }
+
+    fn spawn_with(args: &[&str], stdout: Stdio) -> Observer {
         let port = free_port();
         let child = Command::new(binary("gateway-observer"))
             .arg("run")
             .args(args)
             .args(["--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start gateway-observer");

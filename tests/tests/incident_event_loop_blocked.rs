@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 use tests::{
-    alerts::{assert_quiet, wait_firing, wait_resolved},
+    alerts::{assert_quiet, blocked_stack, wait_firing, wait_resolved},
     load::{load, stop, stop_flag},
     observer::Observer,
     privileged,
@@ -26,12 +26,7 @@ use tests::{
 fn wait_for_stack(observer: &Observer) -> Vec<String> {
     let end = Instant::now() + Duration::from_secs(10);
     loop {
-        let stack: Option<Vec<String>> = observer
-            .alerts()
-            .iter()
-            .filter(|a| a["kind"] == "EventLoopBlocked")
-            .find_map(|a| serde_json::from_value(a["evidence"]["stack"].clone()).ok());
-        if let Some(stack) = stack.filter(|s| !s.is_empty()) {
+        if let Some(stack) = blocked_stack(&observer.alerts()) {
             return stack;
         }
         assert!(Instant::now() < end, "no stack in EventLoopBlocked evidence: {:#?}", observer.alerts());

@@ -5,7 +5,6 @@
 //! daemon loads eBPF); loopback only; every wait is bounded.
 
 use std::{
-    process::{Command, Stdio},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -19,83 +18,9 @@ use tests::{
     privileged,
     redis_server::Redis,
     reference_gateway::{Gateway, access_config},
+    tmux::Tmux,
     upstream::{Behavior, Upstream},
 };
-
-/// A tmux server of our own (`-L`), so that the user's sessions are never touched; killed on
-/// drop, also when the test fails.
-struct Tmux {
-    socket: String,
-    session: &'static str,
-}
-
-impl Tmux {
-    /// Runs `command` in a detached `width`x`height` pane, or `None` if tmux is not installed.
-    fn start(command: &str, width: u16, height: u16) -> Option<Tmux> {
-        let socket = format!("go-top-test-{}", std::process::id());
-        let tmux = Tmux { socket, session: "top" };
-        let status = Command::new("tmux")
-            .args(["-L", &tmux.socket, "-f", "/dev/null", "new-session", "-d", "-s", tmux.session])
-            .args(["-x", &width.to_string(), "-y", &height.to_string()])
-            .arg(command)
-            .env("TERM", "xterm-256color")
-            .stderr(Stdio::inherit())
-            .status();
-        match status {
-            Ok(s) => {
-                assert!(s.success(), "tmux new-session failed: {s}");
-                Some(tmux)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => panic!("cannot run tmux: {e}"),
-        }
-    }
-
-    /// The pane's text now; empty once the session has ended.
-    fn capture(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p", "-t", self.session])
-            .stderr(Stdio::null())
-            .output()
-            .expect("run tmux capture-pane");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn send_keys(&self, keys: &str) {
-        let status = Command::new("tmux")
-            .args(["-L", &self.socket, "send-keys", "-t", self.session, keys])
-            .status()
-            .expect("tmux send-keys");
-        assert!(status.success(), "tmux send-keys {keys}");
-    }
-
-    fn alive(&self) -> bool {
-        Command::new("tmux")
-            .args(["-L", &self.socket, "has-session", "-t", self.session])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-
-    /// Polls the pane until `done` holds, or panics after `within` with the last screen.
-    fn wait_for(&self, what: &str, within: Duration, done: impl Fn(&str) -> bool) -> (String, Duration) {
-        let start = Instant::now();
-        loop {
-            let screen = self.capture();
-            if done(&screen) {
-                return (screen, start.elapsed());
-            }
-            assert!(start.elapsed() < within, "{what}: not on screen within {within:?}; the pane shows:\n{screen}");
-            thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux").args(["-L", &self.socket, "kill-server"]).stderr(Stdio::null()).status();
-    }
-}
 
 /// A line that names a blocked gateway worker next to the alert kind.
 fn blocked_line(screen: &str) -> Option<&str> {

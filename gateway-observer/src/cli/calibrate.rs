@@ -23,7 +23,10 @@ pub fn calibrate(duration: Duration) -> anyhow::Result<()> {
     let after = probes.stats_of(BASELINE_PROGRAMS);
     let _ = std::fs::write(STATS_SYSCTL, stats_were.trim());
     for ((name, t0, r0), (_, t1, r1)) in before.iter().zip(&after) {
-        println!("{name} {} {}", r1 - r0, (*t1 - *t0).as_nanos());
+        let line = format!("{name} {} {}", r1 - r0, (*t1 - *t0).as_nanos());
+        if !super::output::line(&line).context("cannot write to stdout")? {
+            break; // the reader went away
+        }
     }
     Ok(())
 }

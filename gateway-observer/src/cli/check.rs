@@ -1,7 +1,7 @@
 //! `gateway-observer check`: one line per requirement with ok/missing, then a verdict. It loads
 //! and attaches the real programs one by one, which is the only honest test of "will it work".
 
-use std::path::Path;
+use std::{fmt::Write as _, path::Path};
 
 use crate::probes::{
     DataHooks, ProbeSettings, Probes,
@@ -58,13 +58,15 @@ pub fn check() -> bool {
         Err(e) => lines.push(line("eBPF object and maps", false, error_chain(&e))),
     }
     let width = lines.iter().map(|l| l.requirement.len()).max().unwrap_or(0);
+    let mut out = String::new();
     for l in &lines {
-        println!("{:width$}  {:8}  {}", l.requirement, l.status.as_str(), l.detail);
+        let _ = writeln!(out, "{:width$}  {:8}  {}", l.requirement, l.status.as_str(), l.detail);
     }
     let runs = lines.iter().all(|l| l.status != Status::Missing);
     let degraded: Vec<&str> =
         lines.iter().filter(|l| l.status == Status::Degraded).map(|l| l.requirement.as_str()).collect();
-    println!(
+    let _ = write!(
+        out,
         "verdict: {}",
         match (runs, degraded.is_empty()) {
             (false, _) => "NOT ready (see the lines marked missing)".to_owned(),
@@ -72,6 +74,8 @@ pub fn check() -> bool {
             (true, false) => format!("ready, degraded: without {}", degraded.join(", ")),
         }
     );
+    // The exit status carries the verdict; a closed stdout loses only the lines.
+    let _ = super::output::line(&out);
     runs
 }
 

@@ -2,6 +2,7 @@
 
 pub mod calibrate;
 pub mod check;
+pub mod output;
 pub mod run;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};

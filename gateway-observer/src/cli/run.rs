@@ -1,5 +1,6 @@
 //! `gateway-observer run`: load and attach the probes, follow the targets, serve /metrics until
 //! SIGINT or SIGTERM, then detach everything (dropping the aya objects detaches the programs).
+//! SIGHUP is logged and ignored: there is no configuration reload.
 
 use std::{
     sync::Arc,
@@ -121,9 +122,21 @@ fn push_alerts(url: String, book: &AlertBook) {
     tokio::spawn(async move {
         let refs: Vec<&alerts::Alert> = alerts.iter().collect();
         if let Err(err) = alerts::alertmanager::push(&url, &refs, Duration::from_secs(5)).await {
-            eprintln!("gateway-observer: Alertmanager push failed: {err}");
+            crate::report!("gateway-observer: Alertmanager push failed: {err}");
         }
     });
+}
+
+/// Logs one alert transition on stdout; false once stdout is closed or failing, after which the
+/// daemon stops writing there (the API and the metrics still carry every alert).
+fn log_transition(line: &str) -> bool {
+    let why = match super::output::line(&crate::printable::json_text(line.to_owned())) {
+        Ok(true) => return true,
+        Ok(false) => "closed".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    crate::report!("gateway-observer: stdout {why}: alert transitions are no longer logged there");
+    false
 }
 
 /// Everything the HTTP sink serves, rendered once per tick.
@@ -155,7 +168,7 @@ fn alert_metrics(book: &AlertBook) -> String {
 pub fn set_nice(nice: i32) {
     // SAFETY: setpriority with constant arguments; it only changes this process's priority.
     if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
-        eprintln!("gateway-observer: cannot set nice {nice}: {}", std::io::Error::last_os_error());
+        crate::report!("gateway-observer: cannot set nice {nice}: {}", std::io::Error::last_os_error());
     }
 }
 
@@ -168,11 +181,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     .context("failed to load the eBPF programs (run `gateway-observer check`)")?;
     let attached = probes.attach_all().context("failed to attach the probes (run `gateway-observer check`)")?;
     match &attached.data {
-        Ok(source) => eprintln!("gateway-observer: socket bytes from {}", source.describe()),
-        Err(e) => eprintln!("gateway-observer: degraded: no source of socket bytes ({e}): requests are not timed"),
+        Ok(source) => crate::report!("gateway-observer: socket bytes from {}", source.describe()),
+        Err(e) => crate::report!("gateway-observer: degraded: no source of socket bytes ({e}): requests are not timed"),
     }
     for (optional, e) in &attached.missing {
-        eprintln!("gateway-observer: degraded: no {} ({e}): {}", optional.capability, optional.consequence);
+        crate::report!("gateway-observer: degraded: no {} ({e}): {}", optional.capability, optional.consequence);
     }
     let ring = probes.take_events().context("failed to open the event ring buffer")?;
     // SAFETY: the ring buffer owns its fd and is moved into the AsyncFd, which deregisters it
@@ -205,7 +218,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let server = tokio::spawn(http::serve(listener, published, http::ServeLimits::default(), access, async move {
         let _ = server_stopped.wait_for(|stop| *stop).await;
     }));
-    eprintln!(
+    crate::report!(
         "gateway-observer: watching {} target spec(s), metrics on http://{}/metrics",
         config.targets.len(),
         config.listen
@@ -213,6 +226,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut sighup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    let mut log_transitions = true;
     let mut last_push = std::time::Instant::now();
     let mut ring_drain = tokio::time::interval(RING_DRAIN);
     ring_drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -222,12 +237,14 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         tokio::select! {
             _ = ticker.tick() => {
                 if let Err(err) = collector.tick() {
-                    eprintln!("gateway-observer: collection failed, retrying next tick: {err}");
+                    crate::report!("gateway-observer: collection failed, retrying next tick: {err}");
                 }
                 let now = SystemTime::now();
                 let transitions = book.evaluate(now, collector.findings());
                 for transition in &transitions {
-                    println!("{}", alerts::log::transition_line(now, transition));
+                    if log_transitions {
+                        log_transitions = log_transition(&alerts::log::transition_line(now, transition));
+                    }
                 }
                 if let Some(url) = &config.alertmanager
                     && (!transitions.is_empty() || last_push.elapsed() >= ALERTMANAGER_REPOST)
@@ -255,6 +272,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             }
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
+            // Its default action would kill the daemon (a `systemctl reload`, a terminal that
+            // closed). The configuration is read once at start: nothing to reload.
+            _ = sighup.recv() => {
+                crate::report!("gateway-observer: SIGHUP ignored: the configuration is read at start; restart to apply a new one");
+            }
         }
     }
     let _ = stop_server.send(true);
@@ -262,6 +284,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     drop(ring);
     drop(sockets);
     drop(collector); // detaches every program
-    eprintln!("gateway-observer: detached, exiting");
+    crate::report!("gateway-observer: detached, exiting");
     Ok(())
 }

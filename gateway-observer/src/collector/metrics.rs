@@ -94,6 +94,12 @@ impl Collector {
         for (map, entries) in &self.map_entries {
             e.sample(name, &[("map", map)], *entries as f64);
         }
+        let name = "gateway_observer_symbol_files_refused_total";
+        e.family(name, "counter", "Files a target named for its stacks (ELF, perf map) that were not read, by reason.");
+        for reason in crate::target_files::REASONS {
+            let refused = self.symbolizer.refusals().get(reason).copied().unwrap_or(0);
+            e.sample(name, &[("reason", reason)], refused as f64);
+        }
         let name = "gateway_observer_targets";
         e.family(name, "gauge", "Watched processes (attached) and target specs matching nothing yet (waiting).");
         let attached = self.map_entries.get("targets").copied().unwrap_or(0);

@@ -354,7 +354,7 @@ impl Collector {
                 Ok(()) => {
                     live.insert(pid);
                 }
-                Err(err) => eprintln!("gateway-observer: cannot follow pid {pid} yet: {err}"),
+                Err(err) => crate::report!("gateway-observer: cannot follow pid {pid} yet: {err}"),
             }
         }
         Ok(live)

@@ -9,14 +9,13 @@
 //! read, a device would never end).
 
 use std::{
-    ffi::CString,
     fs::File,
     io::{self, Read as _},
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsRawFd as _, OwnedFd},
 };
 
 use super::format::{self, FormatError, PerfData};
-use crate::procfs;
+use crate::{procfs, target_files::openat2};
 
 /// HotSpot maps 64 KiB by default (`-XX:PerfDataMemorySize`); nothing legitimate is near this.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -129,30 +128,6 @@ fn open_file(tmp: &OwnedFd, location: &Location) -> io::Result<OwnedFd> {
         libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_XDEV,
     )
-}
-
-/// `struct open_how` (linux/openat2.h); libc's is non-exhaustive, so it cannot be built here.
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
-fn openat2(dir: &OwnedFd, path: &str, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
-    let path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: 0, resolve };
-    // SAFETY: openat2 reads a NUL-terminated path and an open_how of the size given, both ours and
-    // alive for the call; it returns a new descriptor or -1.
-    let fd = unsafe {
-        libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), path.as_ptr(), &how as *const OpenHow, size_of::<OpenHow>())
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = i32::try_from(fd).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
-    // SAFETY: the kernel just gave us this descriptor; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 #[cfg(test)]

@@ -67,7 +67,10 @@ impl JvmFiles {
                     self.found.remove(&pid);
                     self.looked.insert(pid, tick);
                     if self.errors.get(&pid) != Some(&err) {
-                        eprintln!("gateway-observer: cannot read the JVM counters of pid {pid}: {err}");
+                        crate::report!(
+                            "gateway-observer: cannot read the JVM counters of pid {pid}: {}",
+                            crate::printable::escape(&err.to_string())
+                        );
                         self.errors.insert(pid, err);
                     }
                 }

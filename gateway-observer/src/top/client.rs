@@ -121,10 +121,7 @@ impl Endpoint {
     /// `/api/v1/snapshot` and `/api/v1/alerts`, typed.
     pub fn fetch(&self, timeout: Duration) -> Result<Data, ClientError> {
         let (snapshot, alerts) = self.fetch_raw(timeout)?;
-        let json_error = |path: &'static str| move |source| ClientError::Json { path: path.to_owned(), source };
-        let snapshot = serde_json::from_value(snapshot).map_err(json_error("/api/v1/snapshot"))?;
-        let alerts: super::model::Alerts = serde_json::from_value(alerts).map_err(json_error("/api/v1/alerts"))?;
-        Ok(Data { snapshot, alerts: alerts.alerts })
+        Data::from_json(snapshot, alerts).map_err(|(path, source)| ClientError::Json { path: path.to_owned(), source })
     }
 }
 

@@ -5,11 +5,13 @@
 //! sends each refresh (or the reason it failed) over a channel. `app` is pure state, `view/` draws
 //! it, `client` speaks HTTP, `model` is the tolerant JSON shape, `once` is `--once`. Nothing is
 //! printed while the alternate screen is up: errors go to the header, and the terminal is
-//! restored on `q`, on SIGINT/SIGTERM/SIGHUP and on panic.
+//! restored on `q`, on SIGINT/SIGTERM/SIGHUP and on panic; `lifeline` ends it when the terminal
+//! goes away.
 
 pub mod app;
 pub mod client;
 pub mod format;
+pub mod lifeline;
 pub mod model;
 pub mod once;
 pub mod rows;
@@ -56,6 +58,12 @@ pub enum TopError {
     /// The interactive view was asked for without a terminal.
     #[error("stdout is not a terminal: use --once for scripts")]
     NotATerminal,
+    /// `--once` could not write its output.
+    #[error("cannot write to stdout: {0}")]
+    Output(std::io::Error),
+    /// The terminal hung up or closed while the view was up.
+    #[error("the terminal went away")]
+    TerminalGone,
 }
 
 /// How long one fetch may take before it counts as a failure.
@@ -70,37 +78,12 @@ pub fn once(connect: &str, format: Format) -> Result<(), TopError> {
     let out = match format {
         Format::Json => {
             let (snapshot, alerts) = endpoint.fetch_raw(timeout)?;
-            once::json(snapshot, alerts)
+            crate::printable::json_text(once::json(snapshot, alerts))
         }
         Format::Text => once::text(&endpoint.fetch(timeout)?),
     };
-    println!("{}", out.trim_end());
-    Ok(())
-}
-
-/// Set by SIGINT, SIGTERM or SIGHUP; the loop checks it between events.
-static SIGNALLED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    SIGNALLED.store(true, Ordering::Relaxed);
-}
-
-fn install_signal_handlers() -> std::io::Result<()> {
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: a zeroed sigaction is a valid starting point; the handler only stores to an
-        // atomic, which is async-signal-safe; the pointers passed are valid for the call.
-        let rc = unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-            action.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(signal, &action, std::ptr::null_mut())
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
+    // A reader that went away (`| head`) is no error: there is nobody left to tell.
+    crate::cli::output::line(out.trim_end()).map_err(TopError::Output)?;
     Ok(())
 }
 
@@ -194,13 +177,15 @@ fn fetcher(endpoint: Endpoint, interval: Duration, updates: mpsc::Sender<Update>
     }
 }
 
-/// The interactive view, until `q`, Ctrl-C or a signal.
+/// The interactive view, until `q`, Ctrl-C, a signal or the terminal's end.
 pub fn run(connect: &str, interval: Duration) -> Result<(), TopError> {
     let endpoint = Endpoint::parse(connect)?;
     if !std::io::stdout().is_terminal() {
         return Err(TopError::NotATerminal);
     }
-    install_signal_handlers()?;
+    lifeline::install_signal_handlers()?;
+    let input = lifeline::Input::open()?;
+    input.spawn_watchdog(restore_terminal)?;
     let interval = interval.max(Duration::from_millis(100));
     let (updates_tx, updates) = mpsc::channel();
     let (_stop, stop_rx) = mpsc::channel::<()>();
@@ -209,30 +194,48 @@ pub fn run(connect: &str, interval: Duration) -> Result<(), TopError> {
     let mut guard = TerminalGuard::enter()?;
     let mut app = App::new(connect);
     let mut dirty = true;
-    while !app.quit && !SIGNALLED.load(Ordering::Relaxed) {
+    let mut size = terminal::size().ok();
+    let ended = loop {
+        if app.quit || lifeline::signalled().is_some() {
+            break Ok(());
+        }
         if dirty {
             guard.terminal.draw(|frame| view::draw(frame, &app))?;
             dirty = false;
         }
-        if event::poll(Duration::from_millis(100))? {
-            match event::read()? {
-                Event::Key(event) => {
-                    if let Some(key) = key(event) {
-                        app.on_key(key);
-                        dirty = true;
+        match input.wait(Duration::from_millis(100)) {
+            lifeline::Wait::Gone => break Err(TopError::TerminalGone),
+            // Bytes are there, so crossterm's poll reads without waiting; it may parse more
+            // than one event from them.
+            lifeline::Wait::Ready => {
+                while event::poll(Duration::ZERO)? {
+                    match event::read()? {
+                        Event::Key(event) => {
+                            if let Some(key) = key(event) {
+                                app.on_key(key);
+                                dirty = true;
+                            }
+                        }
+                        Event::Resize(..) => dirty = true,
+                        _ => {}
                     }
                 }
-                Event::Resize(..) => dirty = true,
-                _ => {}
             }
+            lifeline::Wait::Idle => {}
+        }
+        // Resizes are seen here: crossterm reports them only from inside its own wait.
+        let now = terminal::size().ok();
+        if now != size {
+            size = now;
+            dirty = true;
         }
         while let Ok(update) = updates.try_recv() {
             app.apply(update);
             dirty = true;
         }
-    }
+    };
     // Dropping `_stop` ends the fetcher at its next wait; it is not joined, since it may sit in
     // a connect timeout and the process is about to exit anyway.
     drop(guard);
-    Ok(())
+    ended
 }

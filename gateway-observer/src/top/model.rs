@@ -204,9 +204,23 @@ pub struct Data {
 }
 
 impl Data {
-    /// Both bodies as JSON; an error names which one did not parse.
+    /// Both bodies as JSON.
     pub fn parse(snapshot: &str, alerts: &str) -> Result<Data, serde_json::Error> {
-        Ok(Data { snapshot: serde_json::from_str(snapshot)?, alerts: serde_json::from_str::<Alerts>(alerts)?.alerts })
+        Self::from_json(serde_json::from_str(snapshot)?, serde_json::from_str(alerts)?).map_err(|(_, e)| e)
+    }
+
+    /// Both bodies, typed, with every string's control characters escaped: names come from the
+    /// targets, and everything `top` shows is drawn from here. An error names the body.
+    pub fn from_json(
+        mut snapshot: serde_json::Value,
+        mut alerts: serde_json::Value,
+    ) -> Result<Data, (&'static str, serde_json::Error)> {
+        crate::printable::escape_json(&mut snapshot);
+        crate::printable::escape_json(&mut alerts);
+        Ok(Data {
+            snapshot: serde_json::from_value(snapshot).map_err(|e| ("/api/v1/snapshot", e))?,
+            alerts: serde_json::from_value::<Alerts>(alerts).map_err(|e| ("/api/v1/alerts", e))?.alerts,
+        })
     }
 }
 

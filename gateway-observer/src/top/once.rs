@@ -107,6 +107,20 @@ mod tests {
     }
 
     #[test]
+    fn names_with_control_characters_are_printed_escaped() {
+        // A process may name itself or its threads with escape sequences (prctl(PR_SET_NAME)).
+        let swap = |text: String| text.replace("reference-gatew", "r\\u001b[31mgw").replace("gw-worker-0", "w\\u009b0");
+        let data = Data::parse(&swap(fixture("blocked_snapshot.json")), &swap(fixture("blocked_alerts.json")))
+            .expect("parses");
+        let text = text(&data);
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "a control character reaches the terminal:\n{text:?}"
+        );
+        assert!(text.contains("r\\x1b[31mgw") && text.contains("w\\u{9b}0"), "{text}");
+    }
+
+    #[test]
     fn text_says_when_there_is_nothing() {
         let text = text(&Data::default());
         assert!(text.contains("no targets") && text.contains("no alerts"), "{text}");
