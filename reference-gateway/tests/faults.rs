@@ -108,6 +108,29 @@ fn workers_during_redis_pause(mode: &str) -> Option<(usize, Duration)> {
     Some((blocked, health_took))
 }
 
+/// Ports come from `free_port` and are free only until someone binds them; tests run in
+/// parallel. A server started on a port another test's server took first must be refused, not
+/// taken for ours because the other one answers PING or /health there: once, a gateway started
+/// that way left this file's warm-up request to another test's gateway, whose Redis did not know
+/// the token (401).
+#[test]
+fn a_port_another_tests_server_holds_is_never_taken_for_ours() {
+    let Some(redis) = Redis::start() else { return };
+    assert_eq!(Redis::start_on(redis.port).err(), Some(redis.port), "a second Redis on a port a Redis holds");
+    let up = Upstream::start("up", Behavior::Echo);
+    let gw = Gateway::start(&access_config(&redis, &up, "async"));
+    match Gateway::start_on(gw.port, free_port(), "", "") {
+        Ok(other) => {
+            panic!("a gateway on port {} (held by pid {}) was taken for pid {}", gw.port, gw.pid(), other.pid())
+        }
+        Err(complaint) => assert!(complaint.contains("Address already in use"), "{complaint}"),
+    }
+    // The upstream listens in this process, the gateway in its own.
+    let me = std::process::id();
+    assert!(listens_on(gw.pid(), gw.port) && !listens_on(me, gw.port));
+    assert!(listens_on(me, up.port) && !listens_on(gw.pid(), up.port));
+}
+
 #[test]
 fn blocking_redis_client_parks_the_worker_threads_in_socket_reads() {
     let Some((blocked, health_took)) = workers_during_redis_pause("blocking") else { return };

@@ -85,12 +85,42 @@ pub fn wait_until(what: &str, deadline: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago: free only until someone binds it. A server told
+/// to listen there may find it taken (tests run in parallel, and other checkouts' tests on the
+/// same host), and whoever took it answers in its place: wait for `listens_on` the child, not for
+/// an answer on the port.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("bind an ephemeral loopback port")
+}
+
+/// Whether process `pid` holds a TCP socket listening on `port` (in its own network namespace,
+/// any address): the process, not another one, answers there. Read from
+/// `/proc/PID/net/tcp{,6}` (the listening sockets' inodes) and `/proc/PID/fd` (the process's).
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let mut inodes = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else { continue };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let (Some(local), Some(&"0A"), Some(inode)) = (fields.get(1), fields.get(3), fields.get(9)) else {
+                continue; // 0A: TCP_LISTEN
+            };
+            let local_port = local.rsplit(':').next().and_then(|hex| u16::from_str_radix(hex, 16).ok());
+            if local_port == Some(port) {
+                inodes.push(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .any(|target| inodes.iter().any(|inode| target.as_os_str() == inode.as_str()))
 }
 
 /// A fresh directory for one test's files.

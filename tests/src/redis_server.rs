@@ -5,10 +5,14 @@ use std::{
     time::Duration,
 };
 
-use crate::{free_port, wait_until};
+use crate::{free_port, listens_on, wait_for};
 
-/// A real redis-server on a free loopback port; `None` (with the reason printed) when the
-/// binary is missing outside CI. In CI (CI=true) a missing redis-server fails the test.
+/// Fresh ports tried before giving up: each was free a moment before redis-server bound it.
+const START_ATTEMPTS: usize = 5;
+
+/// A real redis-server on a free loopback port, ours (not another test's that took the port
+/// first); `None` (with the reason printed) when the binary is missing outside CI. In CI
+/// (CI=true) a missing redis-server fails the test.
 pub struct Redis {
     child: Child,
     pub port: u16,
@@ -27,18 +31,40 @@ impl Redis {
             );
             return None;
         }
-        let port = free_port();
+        for _ in 0..START_ATTEMPTS {
+            match Self::start_on(free_port()) {
+                Ok(redis) => return Some(redis),
+                Err(port) => eprintln!("redis-server could not listen on port {port} (taken meanwhile); another port"),
+            }
+        }
+        panic!("redis-server could not listen on any of {START_ATTEMPTS} free ports");
+    }
+
+    /// A redis-server listening on `port`; Err(port) when another process holds it, even another
+    /// Redis that answers there.
+    pub fn start_on(port: u16) -> Result<Redis, u16> {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start redis-server");
-        let redis = Redis { child, port };
-        wait_until("redis-server PING", Duration::from_secs(10), || {
-            redis.try_conn().and_then(|mut c| redis::cmd("PING").query::<String>(&mut c).ok()).is_some()
+        let mut redis = Redis { child, port };
+        // Up once this redis-server listens on the port. A PING alone may be answered by another
+        // test's Redis that took the port first: this test's keys would land there, and its
+        // gateway and its CLIENT PAUSE would hit the other test's server.
+        let up = wait_for(Duration::from_secs(10), || {
+            if redis.child.try_wait().ok().flatten().is_some() {
+                return Some(false); // could not listen there
+            }
+            let ping = || redis.try_conn().and_then(|mut c| redis::cmd("PING").query::<String>(&mut c).ok());
+            (listens_on(redis.child.id(), port) && ping().is_some()).then_some(true)
         });
-        Some(redis)
+        match up {
+            Some(true) => Ok(redis),
+            Some(false) => Err(port),
+            None => panic!("redis-server not listening on port {port} within 10 s"),
+        }
     }
 
     pub fn url(&self) -> String {

@@ -1,5 +1,6 @@
 //! The reference gateway (`reference-gateway`) as a child process, configured per test in a
-//! fresh directory, killed on drop; readiness is polled on /health with a deadline.
+//! fresh directory, killed on drop; ready once it holds both its listeners and answers /health
+//! (polled with a deadline), started again on fresh ports when another process took one first.
 
 use std::{
     net::SocketAddr,
@@ -11,10 +12,14 @@ use std::{
 use crate::{
     free_port,
     http_client::{Response, request, try_request},
+    listens_on,
     redis_server::Redis,
     temp_dir,
     upstream::Upstream,
 };
+
+/// Pairs of fresh ports tried before giving up: each was free a moment before the gateway bound it.
+const START_ATTEMPTS: usize = 5;
 
 pub struct Gateway {
     pub child: Child,
@@ -31,8 +36,18 @@ impl Gateway {
 
     /// `server_extra` goes inside `[server]` (e.g. `workers = 2`).
     pub fn start_with(extra: &str, server_extra: &str) -> Gateway {
-        let port = free_port();
-        let admin_port = free_port();
+        for _ in 0..START_ATTEMPTS {
+            match Self::start_on(free_port(), free_port(), extra, server_extra) {
+                Ok(gw) => return gw,
+                Err(taken) => eprintln!("reference-gateway could not listen: {taken}; other ports"),
+            }
+        }
+        panic!("reference-gateway could not listen on any of {START_ATTEMPTS} pairs of free ports");
+    }
+
+    /// One start listening on `port` and `admin_port`; Err (with the gateway's complaint) when
+    /// another process holds one of them, even one that answers /health there.
+    pub fn start_on(port: u16, admin_port: u16, extra: &str, server_extra: &str) -> Result<Gateway, String> {
         let dir = temp_dir("gw");
         let config = format!(
             "[server]\nlisten = [\"127.0.0.1:{port}\"]\n{server_extra}\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n[access_log]\noutput = \"{}\"\n{extra}\n",
@@ -52,17 +67,27 @@ impl Gateway {
         let end = Instant::now() + Duration::from_secs(15);
         loop {
             if let Ok(Some(status)) = gw.child.try_wait() {
-                panic!("gateway exited during startup ({status}): {}", gw.stderr());
+                let stderr = gw.stderr();
+                if stderr.contains("Address already in use") {
+                    // anyhow's error and its cause, without the backtrace that may follow.
+                    let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).take(3).collect();
+                    return Err(lines.join(" "));
+                }
+                panic!("gateway exited during startup ({status}): {stderr}");
             }
-            if let Ok(r) = try_request(port, "GET", "/health", &[], b"", Duration::from_secs(1))
+            // Healthy once this gateway holds both listeners and answers: a /health alone may
+            // be answered by another test's gateway that took the port first, and this test
+            // would then talk to that one (and to its Redis: an unknown token, 401).
+            if listens_on(gw.pid(), port)
+                && listens_on(gw.pid(), admin_port)
+                && let Ok(r) = try_request(port, "GET", "/health", &[], b"", Duration::from_secs(1))
                 && r.status == 200
             {
-                break;
+                return Ok(gw);
             }
             assert!(Instant::now() < end, "gateway not healthy within 15 s: {}", gw.stderr());
             std::thread::sleep(Duration::from_millis(20));
         }
-        gw
     }
 
     pub fn addr(&self) -> SocketAddr {

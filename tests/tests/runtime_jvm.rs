@@ -329,6 +329,9 @@ const COLD_START: Duration = Duration::from_secs(12);
 
 // --- 1. Netty, with a Redis client on its own event loops --------------------------------------
 
+/// The Netty loops blocked on Redis are named by then (1 s of it pending by design).
+const NETTY_DETECT_WITHIN: Duration = Duration::from_secs(3);
+
 /// Four reactor-http-nio loops; the access check's Redis GET goes through a Netty Redis client
 /// with its own loop (lettuce-nioEventLoop-4-1) to a real redis-server.
 fn netty_loop_blocked(test: &str, fault: &str) {
@@ -368,6 +371,14 @@ fn netty_loop_blocked(test: &str, fault: &str) {
     scenario.healthy(Shape { clients: 4, pause: Duration::from_millis(2) });
     let before = scenario.fault(fault);
     let (alert, detected) = scenario.detected("EventLoopBlocked", &before);
+    // Issue 13's goal is 2 s; a second more for a shared, loaded host. The untimed fault once
+    // took 7-12 s here: the Redis client's loop completing every loop's call at once read as a
+    // JVM pause releasing them.
+    assert!(
+        detected <= NETTY_DETECT_WITHIN,
+        "EventLoopBlocked fired {detected:.2?} after the fault, more than {NETTY_DETECT_WITHIN:?}: {}",
+        alert["summary"]
+    );
     assert!(
         alert["subject"].as_str().is_some_and(|s| s.starts_with("reactor-http-ni")),
         "the HTTP loops are the ones blocked, not the Redis client's: {alert:#}"
@@ -391,7 +402,6 @@ fn jvm_netty_timed_get_on_the_loop_is_a_blocked_loop() {
 
 /// Reactor's `block()` / `join()`: the loop parks on the Redis reply without a timeout.
 #[test]
-#[ignore = "flaky since the wakeup hook moved to sched_waking (passed at 7.0 s once, missed its bound once on 2026-12-03): the untimed-wait classification sees the real waker now; runs in `cargo xtask bench detect` until fixed (issue 13)"]
 fn jvm_netty_untimed_get_on_the_loop_is_a_blocked_loop() {
     netty_loop_blocked(module_path!(), "untimed-get");
 }

@@ -90,7 +90,7 @@ impl AlertBook {
                     alert.evidence = finding.evidence;
                     if active
                         && alert.state == AlertState::Pending
-                        && elapsed(alert.since, now) >= self.config.fire_after
+                        && held_for(alert.since, now, self.config.fire_after)
                     {
                         alert.state = AlertState::Firing;
                         transitions.push(Transition { alert: alert.clone(), from: Some(AlertState::Pending) });
@@ -118,7 +118,7 @@ impl AlertBook {
             match alert.state {
                 AlertState::Pending => false,
                 AlertState::Firing => {
-                    if elapsed(entry.last_seen, now) >= config.resolve_after {
+                    if held_for(entry.last_seen, now, config.resolve_after) {
                         alert.state = AlertState::Resolved;
                         alert.resolved_at = Some(now);
                         transitions.push(Transition { alert: alert.clone(), from: Some(AlertState::Firing) });
@@ -154,6 +154,17 @@ fn rank(state: AlertState) -> u8 {
 /// `now - then`, zero when the wall clock went backwards in between.
 fn elapsed(then: SystemTime, now: SystemTime) -> Duration {
     now.duration_since(then).unwrap_or(Duration::ZERO)
+}
+
+/// How far short of a whole number of ticks two evaluations may be dated. The daemon dates each
+/// evaluation at its tick's scheduled time (ticks on a fixed grid), read from the wall clock
+/// less the monotonic time since: two such readings a second apart can differ from 1 s by a few
+/// microseconds either way, and 0.999999 s must not wait one more tick.
+const CLOCK_SLACK: Duration = Duration::from_micros(500);
+
+/// Whether `span` has passed from `then` to `now`, within `CLOCK_SLACK`.
+fn held_for(then: SystemTime, now: SystemTime, span: Duration) -> bool {
+    elapsed(then, now) + CLOCK_SLACK >= span
 }
 
 #[cfg(test)]
@@ -208,6 +219,24 @@ mod tests {
         assert_eq!(states(&t), [(Some(AlertState::Pending), AlertState::Firing)]);
         assert_eq!(t[0].alert.since(), at(0), "firing must keep the pending start as since");
         assert_eq!(book.alerts()[0].state(), AlertState::Firing);
+    }
+
+    #[test]
+    fn ticks_a_hair_short_of_a_second_apart_fire_and_resolve() {
+        // Two 500 ms ticks dated from two clocks: 999.998 ms apart is one second of ticks.
+        let hair = Duration::from_micros(2);
+        let mut book = book();
+        book.evaluate(at(0), vec![blocked("nio-2", "s")]);
+        book.evaluate(at(500), vec![blocked("nio-2", "s")]);
+        let t = book.evaluate(at(1000) - hair, vec![blocked("nio-2", "s")]);
+        assert_eq!(states(&t), [(Some(AlertState::Pending), AlertState::Firing)]);
+        let t = book.evaluate(at(6000) - hair, vec![]);
+        assert_eq!(states(&t), [(Some(AlertState::Firing), AlertState::Resolved)]);
+        // A tick short of the span is still short.
+        let mut early = self::book();
+        early.evaluate(at(0), vec![blocked("nio-2", "s")]);
+        let t = early.evaluate(at(990), vec![blocked("nio-2", "s")]);
+        assert!(t.is_empty(), "fired 990 ms into a 1 s pending: {t:?}");
     }
 
     #[test]

@@ -232,14 +232,20 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut ring_drain = tokio::time::interval(RING_DRAIN);
     ring_drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ticker = tokio::time::interval(config.interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Ticks stay on one grid: a tick that fires late (a busy host) does not move the next ones.
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
-            _ = ticker.tick() => {
+            scheduled = ticker.tick() => {
                 if let Err(err) = collector.tick() {
                     crate::report!("gateway-observer: collection failed, retrying next tick: {err}");
                 }
-                let now = SystemTime::now();
+                // Alerts are judged at the tick's scheduled time, not when the collection ended:
+                // ticks are then whole intervals apart, and a condition held for two 500 ms ticks
+                // has been pending 1 s, not 0.998 s and one more tick (a collection or a wakeup
+                // a few ms later than the one that opened the alert delayed it a whole interval,
+                // in about half the runs).
+                let now = SystemTime::now().checked_sub(scheduled.elapsed()).unwrap_or_else(SystemTime::now);
                 let transitions = book.evaluate(now, collector.findings());
                 for transition in &transitions {
                     if log_transitions {

@@ -479,6 +479,48 @@ mod tests {
     }
 
     #[test]
+    fn a_client_loop_answering_every_loop_at_once_leaves_them_blocked() {
+        // Four loops each wait ~97 ms on one slow Redis, ten times a second; the Redis client's
+        // own loop (tid 77, same process, another group) completes the four calls within a
+        // millisecond each time. Blocked, whether the loops wait with a timeout or without.
+        for waits in [reason::FUTEX, reason::FUTEX_TIMED] {
+            let start = Instant::now();
+            let mut h = History::new(Duration::from_secs(60));
+            let client = ThreadInfo::new(77, 100, "java".into(), "lettuce-nioEventLoop-4-1".into());
+            for s in 0..=10u64 {
+                let mut t = [0u64; reason::COUNT as usize];
+                t[reason::POLL as usize] = s * 100_000_000;
+                t[waits as usize] = s * 900_000_000;
+                for tid in 2..=5 {
+                    h.record(start + Duration::from_secs(s), thread(tid), t);
+                }
+                let mut polls = [0u64; reason::COUNT as usize];
+                polls[reason::POLL as usize] = s * 990_000_000;
+                h.record(start + Duration::from_secs(s), client.clone(), polls);
+            }
+            let now = start + Duration::from_secs(10);
+            let now_ns = 10_000_000_000;
+            let blocks: Vec<Block> = (1..=40u64)
+                .flat_map(|i| {
+                    (2..=5u32).map(move |tid| Block {
+                        reason: waits,
+                        waker_tid: 77,
+                        wait_ns: 97_000_000,
+                        ..block(tid, 0, now_ns - i * 100_000_000 + u64::from(tid) * 100_000, 0xbeef)
+                    })
+                })
+                .collect();
+            let found = blocked_loops(&h, &blocks, now, now_ns, &EventLoopConfig::default(), &LoopBaselines::default());
+            let tids: Vec<u32> = found.iter().map(|f| f.thread.tid).collect();
+            assert_eq!(tids, [2, 3, 4, 5], "reason {waits}");
+            for f in &found {
+                assert_eq!(f.reason, waits);
+                assert!(f.share > 0.7 && f.active, "reason {waits}: {f:?}");
+            }
+        }
+    }
+
+    #[test]
     fn name_patterns() {
         assert!(name_matches("reactor-http-nio-*", "reactor-http-nio-2"));
         assert!(name_matches("*nio*", "reactor-http-nio-2"));

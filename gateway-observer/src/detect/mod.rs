@@ -145,9 +145,7 @@ impl Detectors {
     }
 
     /// JVMs pausing now, each with how the kernel saw its pauses in the window: HotSpot's VM
-    /// thread ending untimed waits among `blocks` (`untimed::pause_releases`). Other releases of
-    /// several threads at once are left out here: a dispatcher handing work to two idle workers
-    /// looks the same.
+    /// thread ending untimed waits among `blocks` (`untimed::pause_releases`).
     pub fn jvm_pauses(&self, blocks: &[Block], now: Instant, now_mono_ns: u64) -> Vec<jvm_pause::PausedJvm> {
         let window_ns = u64::try_from(self.jvm.config.window.as_nanos()).unwrap_or(u64::MAX);
         let since = now_mono_ns.saturating_sub(window_ns);
@@ -157,9 +155,7 @@ impl Detectors {
         let releases =
             untimed::pause_releases(untimed, |tgid, tid| self.history.thread(tgid, tid).map(|t| t.name.as_str()));
         self.jvm.paused(now, |pid| {
-            let mine = releases
-                .iter()
-                .filter(|r| r.tgid == pid && r.by_vm_thread && r.blocks.iter().any(|b| b.timestamp_ns >= since));
+            let mine = releases.iter().filter(|r| r.tgid == pid && r.blocks.iter().any(|b| b.timestamp_ns >= since));
             mine.fold(jvm_pause::KernelView::default(), |view, r| jvm_pause::KernelView {
                 releases: view.releases + 1,
                 most_threads_released: view.most_threads_released.max(r.threads()),

@@ -14,8 +14,12 @@
 //!   thread, the thread that held the lock, a timer thread) means it was blocked on that thread's
 //!   work. This needs no history: an observer attached mid-incident sees it at the first long
 //!   wait;
-//! - a stop-the-world pause: two or more threads of a process woken by one thread within 2 ms
-//!   (a JVM safepoint or GC releasing every Java thread at once) is a pause, not a loop's block;
+//! - a stop-the-world pause: a wait HotSpot's `VM Thread` ended (it ends every safepoint and
+//!   stop-the-world collection, releasing the threads it stopped) is a pause, not a loop's block.
+//!   The waker is the real one (`sched_waking` runs in its context), so how many threads one
+//!   waker released at once says nothing: a Redis client's I/O loop answering the calls of every
+//!   gateway loop at once (all waiting on one slow Redis) releases them within microseconds,
+//!   and that fan-out is the incident itself;
 //! - a baseline for short waits (under the block threshold, so without a waker): a thread seen
 //!   idling in poll for several ticks with no untimed waits is a poll-only loop, and its short
 //!   untimed waits count as blocking (a fast Redis call inside the loop). Until it has been seen
@@ -38,11 +42,8 @@ const POLL_ONLY_MIN_POLL_SHARE: f64 = 0.10;
 /// ...and at most this share in untimed futex waits (a JVM safepoint parks a running Java thread
 /// for well under a millisecond).
 const POLL_ONLY_MAX_UNTIMED_SHARE: f64 = 0.02;
-/// Threads released together by one waker within this long were stopped together.
+/// Threads the VM thread released within this long of each other were stopped by one pause.
 const PAUSE_RELEASE_SPREAD_NS: u64 = 2_000_000;
-/// At least this many threads stopped together make a pause. Two: in a JVM whose other threads
-/// are parked, a full GC releases the thread that asked for it and the one loop it stopped.
-const PAUSE_MIN_THREADS: usize = 2;
 
 /// What a long untimed wait of an event loop was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,13 +155,11 @@ fn is_hotspot_vm_thread(name: &str) -> bool {
     name.strip_prefix(HOTSPOT_VM_THREAD).is_some_and(|rest| rest.is_empty() || rest.starts_with('#'))
 }
 
-/// Threads of one process that one waker released together: a stop-the-world pause ending.
+/// Threads of one process that its VM thread released together: a stop-the-world pause ending.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PauseRelease<'a> {
     pub tgid: u32,
     pub waker_tid: u32,
-    /// The waker is HotSpot's VM thread, which ends every safepoint.
-    pub by_vm_thread: bool,
     /// The waits it ended, oldest end first.
     pub blocks: Vec<&'a Block>,
 }
@@ -171,11 +170,14 @@ impl PauseRelease<'_> {
     }
 }
 
-/// Releases that ended a stop-the-world pause: a thread of the same process that released at
-/// least `PAUSE_MIN_THREADS` of its threads within `PAUSE_RELEASE_SPREAD_NS`, or HotSpot's VM
-/// thread releasing any. `name_of` names a thread of a process (tgid, tid) if it is followed.
-/// A waker from another process is never a pause: a server answering several of the gateway's
-/// blocking calls at once wakes them together (the wakeup is seen in the waker's context).
+/// Releases that ended a stop-the-world pause: HotSpot's VM thread of the same process ending
+/// waits, those within `PAUSE_RELEASE_SPREAD_NS` of each other as one release. `name_of` names
+/// a thread of a process (tgid, tid) if it is followed.
+///
+/// No other waker ends a pause, however many threads it releases at once: the kernel reports
+/// the real waker, and one that wakes several threads together is handing them results (a Redis
+/// client's I/O loop completing every loop's call when the slow reply comes in, a server in
+/// another process answering several blocking calls, a dispatcher handing work to idle workers).
 pub fn pause_releases<'a, 'n>(
     blocks: impl IntoIterator<Item = &'a Block>,
     name_of: impl Fn(u32, u32) -> Option<&'n str>,
@@ -186,8 +188,9 @@ pub fn pause_releases<'a, 'n>(
     }
     let mut releases = Vec::new();
     for ((tgid, waker_tid), mut released) in by_waker {
-        let Some(waker_name) = name_of(tgid, waker_tid) else { continue };
-        let vm_thread = is_hotspot_vm_thread(waker_name);
+        if !name_of(tgid, waker_tid).is_some_and(is_hotspot_vm_thread) {
+            continue;
+        }
         released.sort_by_key(|b| b.timestamp_ns);
         let mut start = 0;
         while start < released.len() {
@@ -196,11 +199,7 @@ pub fn pause_releases<'a, 'n>(
                 .iter()
                 .position(|b| b.timestamp_ns > first + PAUSE_RELEASE_SPREAD_NS)
                 .map_or(released.len(), |n| start + n);
-            let release =
-                PauseRelease { tgid, waker_tid, by_vm_thread: vm_thread, blocks: released[start..end].to_vec() };
-            if vm_thread || release.threads() >= PAUSE_MIN_THREADS {
-                releases.push(release);
-            }
+            releases.push(PauseRelease { tgid, waker_tid, blocks: released[start..end].to_vec() });
             start = end;
         }
     }
@@ -289,29 +288,68 @@ mod tests {
     }
 
     #[test]
-    fn threads_released_together_by_one_waker_were_paused() {
+    fn only_the_vm_thread_ends_a_pause() {
         let ms = 1_000_000;
         let blocks = [
             untimed(1, 9, 100 * ms),
             untimed(2, 9, 100 * ms + ms),
             untimed(3, 9, 100 * ms + ms + ms / 2),
-            // The same waker later, alone: a hand-over, not a pause.
+            // The same waker later, alone: a release of its own.
             untimed(1, 9, 300 * ms),
-            // Two threads released by another waker 3 ms apart: separate hand-overs.
+            // One thread released by another waker.
             untimed(4, 8, 500 * ms),
-            untimed(5, 8, 503 * ms),
         ];
-        let same_process = |_: u32, tid: u32| (tid == 8 || tid == 9).then_some("GC Thread#0");
-        let paused = paused_blocks(&blocks, same_process);
-        assert_eq!(paused, HashSet::from([(1, 100 * ms), (2, 101 * ms), (3, 101 * ms + ms / 2)]));
-        // The same release by a thread of another process (a server answering calls) is not one.
-        assert!(paused_blocks(&blocks, |_, _| None).is_empty());
-        // One thread stopped by HotSpot's VM thread (a young collection) is paused too.
-        let vm = |_: u32, tid: u32| (tid == 8).then_some("VM Thread");
-        assert!(paused_blocks(&blocks[4..5], vm).contains(&(4, 500 * ms)));
-        assert!(paused_blocks(&blocks[4..5], |_, _| None).is_empty());
+        let names = |_: u32, tid: u32| match tid {
+            9 => Some("VM Thread"),
+            8 => Some("GC Thread#0"),
+            _ => None,
+        };
+        let releases = pause_releases(&blocks, names);
+        let mut shapes: Vec<(u32, usize)> = releases.iter().map(|r| (r.waker_tid, r.threads())).collect();
+        shapes.sort_unstable();
+        assert_eq!(shapes, [(9, 1), (9, 3)], "the VM thread's releases, 2 ms apart at most, are one");
+        let paused = paused_blocks(&blocks, names);
+        assert_eq!(paused, HashSet::from([(1, 100 * ms), (2, 101 * ms), (3, 101 * ms + ms / 2), (1, 300 * ms)]));
+        // One thread stopped by the VM thread (a young collection) is paused too, and so it is
+        // for a second JVM's (`VM Thread#2`); a thread of that name in another process is not it.
         let second_jvm = |_: u32, tid: u32| (tid == 8).then_some("VM Thread#2");
         assert!(paused_blocks(&blocks[4..5], second_jvm).contains(&(4, 500 * ms)));
+        assert!(paused_blocks(&blocks[4..5], |_, _| None).is_empty());
+        assert!(paused_blocks(&blocks[4..5], |_, tid: u32| (tid == 8).then_some("VM Thread-ish")).is_empty());
+    }
+
+    #[test]
+    fn a_client_loop_completing_every_loops_call_at_once_is_no_pause() {
+        // Netty loops each parked in `future.get()` on one slow Redis: when the reply comes in,
+        // the Redis client's own loop (lettuce-nioEven, same JVM) completes all four futures
+        // within a millisecond. That fan-out is the incident, not a stop-the-world pause.
+        let ms = 1_000_000;
+        // Four `reactor-http-nio-N` in 15 bytes: one group, distinct labels (`state::threads`).
+        let reactor = |tid: u32, name: &str| ThreadInfo { group: "reactor-http-ni".into(), ..info(tid, name) };
+        let threads = [
+            reactor(1, "reactor-http-ni"),
+            reactor(2, "reactor-http-ni#2"),
+            reactor(3, "reactor-http-ni#3"),
+            reactor(4, "reactor-http-ni#4"),
+            info(7, "lettuce-nioEven"),
+        ];
+        let loops = loops(&threads);
+        let mut baselines = LoopBaselines::default();
+        for t in 1..=4 {
+            baselines.threads.entry(t).or_default().poll_only_ticks = POLL_ONLY_TICKS;
+        }
+        let released: Vec<Block> = (1..=4u32).map(|tid| untimed(tid, 7, 100 * ms + u64::from(tid) * 100_000)).collect();
+        let name_of = |_: u32, tid: u32| threads.iter().find(|t| t.tid == tid).map(|t| t.name.as_str());
+        let group_of = |_: u32, tid: u32| threads.iter().find(|t| t.tid == tid).map(|t| t.group.as_str());
+        let paused = paused_blocks(&released, name_of);
+        assert!(paused.is_empty(), "{paused:?}");
+        for (thread, block) in threads.iter().zip(&released) {
+            assert_eq!(classify(thread, block, &loops, &paused, &baselines, group_of), UntimedWait::Blocking);
+        }
+        // Learning from them marks no loop, and no group, as parking for work.
+        let history = History::new(Duration::from_secs(60));
+        baselines.learn(&history, &released, Instant::now(), &EventLoopConfig::default());
+        assert!(baselines.groups_parking.is_empty());
     }
 
     #[test]
