@@ -91,7 +91,7 @@ impl Accumulated {
     /// proxies) only the path, since the authority may carry credentials; identifiers and tokens
     /// in its segments redacted.
     pub(super) fn path(&self) -> String {
-        crate::redact::redact_path(&without_authority(self.raw_path()))
+        crate::redact::redact_path(&without_authority(self.raw_path()), MAX_PATH)
     }
 
     fn raw_path(&self) -> String {

@@ -7,21 +7,41 @@
 pub const REDACTED: &str = "{id}";
 
 /// `path` with each segment that looks like an identifier or a token replaced by [`REDACTED`],
-/// and every segment's `;` parameters dropped.
-pub fn redact_path(path: &str) -> String {
+/// and every segment's `;` parameters dropped, in at most `max_len` bytes: a redacted segment
+/// can be longer than the one it hides (`/7` → `/{id}`), so the bound is kept here. Where the
+/// route does not fit, it ends early with whole characters, and never with part of a
+/// [`REDACTED`], which would read as a literal segment.
+pub fn redact_path(path: &str, max_len: usize) -> String {
     if !path.starts_with('/') {
         // `*` (OPTIONS) or a CONNECT's host:port: no route to keep or hide.
-        return path.to_owned();
+        return truncated(path, max_len).to_owned();
     }
-    let mut out = String::with_capacity(path.len());
+    let mut out = String::with_capacity(path.len().min(max_len));
     for (i, segment) in path.split('/').enumerate() {
-        if i > 0 {
-            out.push('/');
-        }
+        let separator = if i > 0 { "/" } else { "" };
         let segment = segment.split(';').next().unwrap_or_default();
-        out.push_str(if looks_like_id(segment) { REDACTED } else { segment });
+        let redacted = looks_like_id(segment);
+        let piece = if redacted { REDACTED } else { segment };
+        let room = max_len.saturating_sub(out.len() + separator.len());
+        if out.len() + separator.len() > max_len || (piece.len() > room && redacted) {
+            break;
+        }
+        out.push_str(separator);
+        out.push_str(truncated(piece, room));
+        if piece.len() > room {
+            break;
+        }
     }
     out
+}
+
+/// The longest prefix of `s` of at most `max_len` bytes that ends on a character boundary.
+fn truncated(s: &str, max_len: usize) -> &str {
+    let mut end = s.len().min(max_len);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.get(..end).unwrap_or_default()
 }
 
 /// Numbers, UUIDs, hex and base64 strings, emails, percent-encoded data and anything of 16
@@ -70,7 +90,20 @@ mod tests {
             ("/t/sk_live_a1b2c3", "/t/{id}"),
         ];
         for (path, kept) in cases {
-            assert_eq!(redact_path(path), kept, "{path}");
+            assert_eq!(redact_path(path, 64), kept, "{path}");
         }
+    }
+
+    #[test]
+    fn a_redacted_route_stays_within_its_bound() {
+        // Short identifiers grow when redacted: found by the fuzzer, a 64-byte path of them.
+        let path = "/a/1/2/3/4/5/6/7/8/9/1/2/3/4/5/6/7/8/9/1/2/3/4/5/6/7/8/9/1/2/3/4";
+        assert_eq!(path.len(), 64);
+        let kept = redact_path(path, 64);
+        assert!(kept.len() <= 64, "{kept}");
+        assert!(kept.ends_with("/{id}"), "no part of a redaction at the end: {kept}");
+        assert_eq!(redact_path("/ab/cdéf", 7), "/ab/cd", "whole characters only");
+        assert_eq!(redact_path("/abc/12", 6), "/abc", "a redaction that does not fit is left out");
+        assert_eq!(redact_path("*", 0), "");
     }
 }
