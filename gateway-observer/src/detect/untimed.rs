@@ -15,7 +15,9 @@
 //!   work. This needs no history: an observer attached mid-incident sees it at the first long
 //!   wait;
 //! - a stop-the-world pause: a wait HotSpot's `VM Thread` ended (it ends every safepoint and
-//!   stop-the-world collection, releasing the threads it stopped) is a pause, not a loop's block.
+//!   stop-the-world collection, releasing the threads it stopped) is a pause, not a loop's block,
+//!   and so is a wait the pause covered nearly all of, whoever ended it (a worker the pause
+//!   stopped, releasing a lock the loop waited on).
 //!   The waker is the real one (`sched_waking` runs in its context), so how many threads one
 //!   waker released at once says nothing: a Redis client's I/O loop answering the calls of every
 //!   gateway loop at once (all waiting on one slow Redis) releases them within microseconds,
@@ -206,13 +208,53 @@ pub fn pause_releases<'a, 'n>(
     releases
 }
 
-/// Blocks (as (tid, end timestamp)) that a pause release ended (`pause_releases`): stopped with
-/// the rest of their process, whatever each thread was doing when it was stopped.
+/// How much of a wait may lie outside a pause for the wait to be the pause's: less than the
+/// shortest block the loop detector names on its own (50 ms), so nothing it would have named
+/// is hidden.
+const OUTSIDE_PAUSE_SLACK_NS: u64 = 20_000_000;
+
+/// Blocks (as (tid, end timestamp)) of a pause (`pause_releases`): those the VM thread ended,
+/// stopped with the rest of their process whatever each thread was doing; and those a pause
+/// covered all but `OUTSIDE_PAUSE_SLACK_NS` of, whoever ended them. A loop waiting on a lock a
+/// worker holds is woken by that worker, after the pause that stopped the worker too: its wait
+/// was the pause, not the loop's block.
 pub fn paused_blocks<'a, 'n>(
     blocks: impl IntoIterator<Item = &'a Block>,
     name_of: impl Fn(u32, u32) -> Option<&'n str>,
 ) -> HashSet<(u32, u64)> {
-    pause_releases(blocks, name_of).iter().flat_map(|r| r.blocks.iter().map(|b| (b.tid, b.timestamp_ns))).collect()
+    let blocks: Vec<&Block> = blocks.into_iter().collect();
+    let releases = pause_releases(blocks.iter().copied(), name_of);
+    let mut paused: HashSet<(u32, u64)> =
+        releases.iter().flat_map(|r| r.blocks.iter().map(|b| (b.tid, b.timestamp_ns))).collect();
+    for release in &releases {
+        let Some(span) = release.span() else { continue };
+        for b in blocks.iter().filter(|b| b.tgid == release.tgid) {
+            let start = b.timestamp_ns.saturating_sub(b.wait_ns);
+            let before = span.start.saturating_sub(start);
+            let after = b.timestamp_ns.saturating_sub(span.end);
+            let overlaps = start < span.end && b.timestamp_ns > span.start;
+            if overlaps && before.saturating_add(after) <= OUTSIDE_PAUSE_SLACK_NS {
+                paused.insert((b.tid, b.timestamp_ns));
+            }
+        }
+    }
+    paused
+}
+
+/// When a pause ran, as far as its release shows: it ended when the VM thread released the first
+/// thread, and began no later than the longest of the released threads' waits before that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PauseSpan {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl PauseRelease<'_> {
+    pub fn span(&self) -> Option<PauseSpan> {
+        let first = self.blocks.first()?;
+        let start = self.blocks.iter().map(|b| b.timestamp_ns.saturating_sub(b.wait_ns)).min()?;
+        Some(PauseSpan { start, end: first.timestamp_ns })
+    }
 }
 
 #[cfg(test)]
@@ -316,6 +358,34 @@ mod tests {
         assert!(paused_blocks(&blocks[4..5], second_jvm).contains(&(4, 500 * ms)));
         assert!(paused_blocks(&blocks[4..5], |_, _| None).is_empty());
         assert!(paused_blocks(&blocks[4..5], |_, tid: u32| (tid == 8).then_some("VM Thread-ish")).is_empty());
+    }
+
+    #[test]
+    fn a_loop_woken_by_a_stopped_worker_after_a_pause_was_paused() {
+        // A full GC of 400 ms from 100 ms on: the VM thread releases two workers at 500 ms. The
+        // dispatcher (5) waited on a lock worker 2 held; worker 2 releases it 3 ms after the GC.
+        let ms = 1_000_000;
+        let wait = |tid: u32, waker: u32, start_ms: u64, end_ms: u64| Block {
+            wait_ns: (end_ms - start_ms) * ms,
+            ..untimed(tid, waker, end_ms * ms)
+        };
+        let blocks = [
+            wait(1, 9, 100, 500),
+            wait(2, 9, 101, 500),
+            wait(5, 2, 95, 503),
+            // Blocked long before the pause began: the loop's own block, the pause inside it.
+            wait(6, 2, 10, 503),
+            // Woken long after the pause ended.
+            wait(7, 2, 120, 700),
+            // Another process's wait at the same time.
+            Block { tgid: 200, ..wait(8, 2, 100, 503) },
+        ];
+        let names = |_: u32, tid: u32| (tid == 9).then_some("VM Thread");
+        let releases = pause_releases(&blocks, names);
+        assert_eq!(releases.len(), 1);
+        assert_eq!(releases[0].span(), Some(PauseSpan { start: 100 * ms, end: 500 * ms }));
+        let paused = paused_blocks(&blocks, names);
+        assert_eq!(paused, HashSet::from([(1, 500 * ms), (2, 500 * ms), (5, 503 * ms)]));
     }
 
     #[test]
