@@ -74,6 +74,8 @@ impl AlertBook {
         let mut transitions = Vec::new();
         for (id, finding) in found {
             let active = finding.active;
+            let fire_after =
+                if finding.kind.holds_its_own_duration() { Duration::ZERO } else { self.config.fire_after };
             match self.entries.get_mut(&id) {
                 Some(entry) if entry.alert.state != AlertState::Resolved => {
                     let alert = &mut entry.alert;
@@ -88,10 +90,7 @@ impl AlertBook {
                     alert.process.comm = finding.comm;
                     alert.summary = finding.summary;
                     alert.evidence = finding.evidence;
-                    if active
-                        && alert.state == AlertState::Pending
-                        && held_for(alert.since, now, self.config.fire_after)
-                    {
+                    if active && alert.state == AlertState::Pending && held_for(alert.since, now, fire_after) {
                         alert.state = AlertState::Firing;
                         transitions.push(Transition { alert: alert.clone(), from: Some(AlertState::Pending) });
                     }
@@ -100,7 +99,7 @@ impl AlertBook {
                 _ if !active => {}
                 // New, or back after resolving: a new alert under the same id.
                 _ => {
-                    let state = if self.config.fire_after.is_zero() { AlertState::Firing } else { AlertState::Pending };
+                    let state = if fire_after.is_zero() { AlertState::Firing } else { AlertState::Pending };
                     let alert = Alert::new(finding, state, now);
                     transitions.push(Transition { alert: alert.clone(), from: None });
                     held.insert(id.clone());
@@ -244,6 +243,22 @@ mod tests {
         let mut book = AlertBook::new(LifecycleConfig { fire_after: Duration::ZERO, ..LifecycleConfig::default() });
         let t = book.evaluate(at(0), vec![blocked("nio-2", "s")]);
         assert_eq!(states(&t), [(None, AlertState::Firing)]);
+    }
+
+    #[test]
+    fn a_condition_that_measures_its_own_duration_fires_at_once() {
+        // An unanswered request's age is already the time the condition held.
+        let mut book = book();
+        let unanswered =
+            Finding { kind: AlertKind::UpstreamNoResponse, subject: "10.0.0.2:8081".into(), ..blocked("x", "s") };
+        let t = book.evaluate(at(0), vec![unanswered.clone(), blocked("nio-2", "s")]);
+        assert_eq!(states(&t), [(None, AlertState::Pending), (None, AlertState::Firing)], "{t:?}");
+        assert_eq!(t[1].alert.id(), "UpstreamNoResponse/1234/10.0.0.2:8081");
+        // It resolves like any other: 5 s after the condition was last seen.
+        let t = book.evaluate(at(4_500), vec![]);
+        assert!(t.iter().all(|t| t.alert.state != AlertState::Resolved), "{t:?}");
+        let t = book.evaluate(at(5_000), vec![]);
+        assert_eq!(states(&t), [(Some(AlertState::Firing), AlertState::Resolved)]);
     }
 
     #[test]

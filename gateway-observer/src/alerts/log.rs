@@ -50,11 +50,11 @@ mod tests {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_216_701_120);
         let mut book = AlertBook::new(LifecycleConfig::default());
         let finding = Finding {
-            kind: AlertKind::UpstreamNoResponse,
+            kind: AlertKind::PoolSaturated,
             pid: 77,
             comm: "gateway".into(),
-            subject: "10.0.0.5:6379".into(),
-            summary: "3 requests without response for 2.1 s".into(),
+            subject: "rpc-pool-*".into(),
+            summary: "pool rpc-pool-* saturated: 64 threads".into(),
             evidence: json!({"outstanding": 3}),
             active: true,
         };
@@ -79,7 +79,7 @@ mod tests {
         let mut keys: Vec<&str> = first.keys().map(String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(keys, ["alert", "event", "ts"]);
-        assert_eq!(parsed[2]["alert"]["id"], "UpstreamNoResponse/77/10.0.0.5:6379");
+        assert_eq!(parsed[2]["alert"]["id"], "PoolSaturated/77/rpc-pool-*");
         assert_eq!(parsed[2]["alert"]["state"], "resolved");
         assert_eq!(parsed[2]["alert"]["resolved_at"], "2026-12-02T13:05:07.120Z");
         assert_eq!(parsed[2]["alert"]["since"], "2026-12-02T13:05:01.120Z");

@@ -43,6 +43,13 @@ impl AlertKind {
             Self::JvmPause => "JvmPause",
         }
     }
+
+    /// Kinds whose condition is itself a duration held, measured from the events (a request's
+    /// age, how long a flow has retransmitted into silence): the detector's threshold has
+    /// already shown it ongoing for that long, so they fire without a pending time of their own.
+    pub fn holds_its_own_duration(self) -> bool {
+        matches!(self, Self::UpstreamNoResponse | Self::OneWayStall)
+    }
 }
 
 impl fmt::Display for AlertKind {

@@ -1,9 +1,12 @@
 //! Incident 3: an upstream whose responses never come back while the gateway keeps sending it
 //! requests and holding connections or threads for them.
 //!
-//! `UpstreamNoResponse`: requests written to a peer with no response past a threshold (5 s by
-//! default, or a multiple of the peer's recent p99 if that is larger, so a slow-but-working
-//! upstream is not flagged). `OneWayStall`: a connection to the peer keeps retransmitting while
+//! `UpstreamNoResponse`: requests written to a peer with no response past a threshold, or a
+//! multiple of the peer's recent p99 if that is larger, so a slow-but-working upstream is not
+//! flagged. The threshold is 1 s for a peer gone silent: one that answered before, has several
+//! requests outstanding, and has answered none of them, nor anything since the oldest was
+//! written (incident 3's shape). It stays 5 s for a peer that still answers others, or that was
+//! never seen answering (a long-poll or a cold peer). `OneWayStall`: a connection to the peer keeps retransmitting while
 //! nothing comes back: the return path is dead, not just the upstream's application. Both are
 //! judged from `PeerFacts`, which the request tracker builds; nothing here touches the kernel.
 
@@ -18,6 +21,10 @@ use crate::requests::flows::PeerFacts;
 pub struct UpstreamConfig {
     /// An outstanding request older than this (at least) is unanswered.
     pub no_response: Duration,
+    /// ...or older than this, when the peer has gone silent (see the module's doc).
+    pub silent_no_response: Duration,
+    /// Outstanding requests it takes for a peer to count as silent rather than slow on one call.
+    pub silent_outstanding: usize,
     /// ...or older than this many times the peer's recent p99, whichever is larger.
     pub p99_multiple: f64,
     /// A connection retransmitting with nothing coming back for this long is one-way.
@@ -26,7 +33,13 @@ pub struct UpstreamConfig {
 
 impl Default for UpstreamConfig {
     fn default() -> Self {
-        Self { no_response: Duration::from_secs(5), p99_multiple: 10.0, one_way: Duration::from_secs(2) }
+        Self {
+            no_response: Duration::from_secs(5),
+            silent_no_response: Duration::from_secs(1),
+            silent_outstanding: 2,
+            p99_multiple: 10.0,
+            one_way: Duration::from_secs(1),
+        }
     }
 }
 
@@ -34,9 +47,21 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A peer that answered before and has answered nothing since its oldest outstanding request was
+/// written, with several requests waiting on it.
+fn gone_silent(facts: &PeerFacts, config: &UpstreamConfig) -> bool {
+    let answered_before_oldest =
+        facts.last_answer_age_ns.zip(facts.oldest_age_ns).is_some_and(|(last, oldest)| last >= oldest);
+    facts.outstanding >= config.silent_outstanding && answered_before_oldest
+}
+
 /// The age past which a peer's outstanding request counts as unanswered.
 pub fn no_response_threshold_ns(facts: &PeerFacts, config: &UpstreamConfig) -> u64 {
-    let floor = u64::try_from(config.no_response.as_nanos()).unwrap_or(u64::MAX);
+    let floor = nanos(if gone_silent(facts, config) { config.silent_no_response } else { config.no_response });
     let from_p99 = facts.recent_p99_ns.map_or(0, |p99| (p99 as f64 * config.p99_multiple) as u64);
     floor.max(from_p99)
 }
@@ -84,6 +109,8 @@ pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<F
                     "outstanding": facts.outstanding,
                     "oldest_age_seconds": secs(oldest),
                     "threshold_seconds": secs(threshold),
+                    "gone_silent": gone_silent(facts, config),
+                    "last_answer_seconds_ago": facts.last_answer_age_ns.map(secs),
                     "recent_p99_seconds": facts.recent_p99_ns.map(secs),
                     "bytes_sent_since_last_response": facts.bytes_sent_since,
                     "bytes_received_since_last_response": facts.bytes_received_since,
@@ -101,7 +128,7 @@ pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<F
 }
 
 pub fn one_way_stall(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<Finding> {
-    let threshold = u64::try_from(config.one_way.as_nanos()).unwrap_or(u64::MAX);
+    let threshold = nanos(config.one_way);
     all.iter()
         .filter(|facts| facts.one_way_flows > 0 && facts.longest_one_way_ns >= threshold)
         .map(|facts| Finding {
@@ -183,12 +210,41 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_gone_silent_is_named_after_a_second_and_one_still_answering_after_five() {
+        let config = UpstreamConfig::default();
+        let mut silent = peer("10.0.0.2:8081", Some(2), 0);
+        // It answered 2.1 s ago; its three outstanding requests are at most 2 s old.
+        silent.last_answer_age_ns = Some(2 * S + S / 10);
+        silent.recent_p99_ns = Some(S / 1000);
+        let found = upstream_no_response(&[silent.clone()], &config);
+        assert_eq!(found.len(), 1, "silent since before its oldest request, 2 s > 1 s");
+        assert_eq!(found[0].evidence["gone_silent"], true);
+        assert_eq!(found[0].evidence["threshold_seconds"], 1.0);
+        // It answered something 0.5 s ago, after the oldest went out: slow, not silent.
+        let mut slow = silent.clone();
+        slow.last_answer_age_ns = Some(S / 2);
+        assert!(upstream_no_response(&[slow], &config).is_empty());
+        // One request alone (a long poll) waits the full 5 s.
+        let mut single = silent.clone();
+        single.outstanding = 1;
+        assert!(upstream_no_response(&[single], &config).is_empty());
+        // Never seen answering (a cold peer, or attached late): 5 s.
+        let mut cold = silent.clone();
+        cold.last_answer_age_ns = None;
+        assert!(upstream_no_response(&[cold], &config).is_empty());
+        // A peer whose p99 is 300 ms waits 3 s even when silent.
+        silent.recent_p99_ns = Some(3 * S / 10);
+        assert_eq!(no_response_threshold_ns(&silent, &config), 3 * S);
+        assert!(upstream_no_response(&[silent], &config).is_empty());
+    }
+
+    #[test]
     fn one_way_needs_a_stalled_flow_past_the_threshold() {
         let config = UpstreamConfig::default();
         let mut p = peer("10.0.0.2:8081", Some(3), 0);
         assert!(one_way_stall(&[p.clone()], &config).is_empty(), "no stalled flow: an upstream that only stays silent");
         p.one_way_flows = 2;
-        p.longest_one_way_ns = S;
+        p.longest_one_way_ns = S / 2;
         assert!(one_way_stall(&[p.clone()], &config).is_empty());
         p.longest_one_way_ns = 3 * S;
         p.stall_retransmits = 4;

@@ -97,6 +97,8 @@ pub struct PeerFacts {
     pub recent_p99_ns: Option<u64>,
     /// Responses completed by the peer in the recent window.
     pub answered_recently: usize,
+    /// Since the peer last completed a response, if it did in the last 10 minutes.
+    pub last_answer_age_ns: Option<u64>,
     /// Bytes written to / read from the peer since the last complete response, over connections
     /// with outstanding requests.
     pub bytes_sent_since: u64,

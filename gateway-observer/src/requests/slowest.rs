@@ -12,6 +12,9 @@ const KEEP_NS: u64 = 60_000_000_000;
 /// Upstream exchanges kept per process to explain slow requests (the newest few seconds).
 const UPSTREAM_MEMORY: usize = 4096;
 const UPSTREAM_KEEP_NS: u64 = 5_000_000_000;
+/// How long a peer's last answer is remembered: long enough that a peer silent for minutes is
+/// still known to have answered before, bounded so churning peers are forgotten.
+const LAST_ANSWER_KEEP_NS: u64 = 600_000_000_000;
 
 /// An upstream exchange, as far as a slow request's breakdown needs it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -74,6 +77,8 @@ pub struct Finished<'a> {
 pub struct Slowest {
     list: Vec<SlowRequest>,
     upstream: HashMap<u32, VecDeque<UpstreamCall>>,
+    /// When each process's peer last completed a response: (pid → peer → ns).
+    last_answer: HashMap<u32, HashMap<String, u64>>,
 }
 
 fn seconds(ns: u64) -> f64 {
@@ -82,6 +87,15 @@ fn seconds(ns: u64) -> f64 {
 
 impl Slowest {
     pub fn upstream_finished(&mut self, pid: u32, call: UpstreamCall) {
+        if call.status.is_some() {
+            let answers = self.last_answer.entry(pid).or_default();
+            match answers.get_mut(call.peer.as_str()) {
+                Some(at) => *at = (*at).max(call.response_end_ns),
+                None => {
+                    answers.insert(call.peer.clone(), call.response_end_ns);
+                }
+            }
+        }
         let calls = self.upstream.entry(pid).or_default();
         if calls.len() == UPSTREAM_MEMORY {
             calls.pop_front();
@@ -155,8 +169,18 @@ impl Slowest {
         (durations.len(), Some(durations[rank - 1]))
     }
 
+    /// When `peer` last completed a response to process `pid`, within the last 10 minutes.
+    pub fn peer_last_answer(&self, pid: u32, peer: &str) -> Option<u64> {
+        self.last_answer.get(&pid)?.get(peer).copied()
+    }
+
     /// Drops requests and upstream calls too old to matter and sets ages.
     pub fn expire(&mut self, now_ns: u64) {
+        let forgotten = now_ns.saturating_sub(LAST_ANSWER_KEEP_NS);
+        self.last_answer.retain(|_, answers| {
+            answers.retain(|_, at| *at >= forgotten);
+            !answers.is_empty()
+        });
         self.list.retain(|r| now_ns.saturating_sub(r.end_ns) < KEEP_NS);
         for r in &mut self.list {
             r.age_seconds = seconds(now_ns.saturating_sub(r.end_ns));
@@ -225,7 +249,12 @@ mod tests {
         assert!(slowest.list().windows(2).all(|w| w[0].duration_seconds >= w[1].duration_seconds));
         assert_eq!(slowest.peer_recent(1, "10.0.0.1:80"), (1, Some(7_700_000)));
         assert_eq!(slowest.peer_recent(1, "10.0.0.2:80"), (0, None));
+        assert_eq!(slowest.peer_last_answer(1, "10.0.0.1:80"), Some(9_000_000));
+        assert_eq!(slowest.peer_last_answer(3, "10.0.0.1:80"), None);
         slowest.expire(10_000_000 + KEEP_NS);
         assert!(slowest.list().iter().all(|r| r.end_ns > 10_000_000));
+        assert_eq!(slowest.peer_last_answer(1, "10.0.0.1:80"), Some(9_000_000), "a minute on, still known");
+        slowest.expire(9_000_001 + LAST_ANSWER_KEEP_NS);
+        assert_eq!(slowest.peer_last_answer(1, "10.0.0.1:80"), None, "forgotten after ten");
     }
 }

@@ -99,6 +99,7 @@ impl RequestTracker {
                     peer: peer.clone(),
                     answered_recently,
                     recent_p99_ns,
+                    last_answer_age_ns: self.slowest.peer_last_answer(tgid, peer).map(|t| now_ns.saturating_sub(t)),
                     ..PeerFacts::default()
                 }
             });
