@@ -628,7 +628,6 @@ fn jvm_pause_seconds(observer: &Observer) -> f64 {
 /// pause, not blocked loops or a saturated pool. One pause is a transient: `JvmPause` fires at
 /// the second one (see `detect::jvm_pause`), so about 2 s + two pauses + a tick after the fault.
 #[test]
-#[ignore = "flaky (1 run in 7): an untimed wait of HTTP-Dispatcher spanning a full GC, woken by a worker the GC stopped rather than by the VM thread, reads as a blocked loop; runs in `cargo xtask bench detect` until fixed (issue 13)"]
 fn jvm_full_gc_pauses_are_a_jvm_pause_not_blocked_loops() {
     let test = module_path!();
     if !privileged(test) || !jvm::available(test) {
