@@ -310,6 +310,8 @@ pub struct Scenario {
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
     clients: Vec<thread::JoinHandle<usize>>,
     fault_started: Option<(Instant, Vec<crate::metrics::Sample>)>,
+    /// Watches for alerts firing from the instant the fault is switched on.
+    firing: Option<crate::firing_watch::FiringWatch>,
 }
 
 /// Every load in these scenarios ends by this time after it started, whatever the test does.
@@ -324,7 +326,7 @@ impl Scenario {
         let done = crate::load::stop_flag();
         let clients =
             crate::load::load_paced(gateway.port, "/", clients, pause, done.clone(), Instant::now() + LOAD_AT_MOST);
-        let scenario = Scenario { gateway, observer, done, clients, fault_started: None };
+        let scenario = Scenario { gateway, observer, done, clients, fault_started: None, firing: None };
         let start = Instant::now();
         let quiet = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             crate::alerts::assert_quiet(&scenario.observer, healthy)
@@ -349,6 +351,7 @@ impl Scenario {
         let before = crate::metrics::parse(&self.observer.metrics());
         self.gateway.fault(fault);
         self.fault_started = Some((Instant::now(), before));
+        self.firing = Some(crate::firing_watch::FiringWatch::start(self.observer.port, LOAD_AT_MOST));
         // The slowest of three: a fault that blocks at intervals (a lock another thread holds
         // 200 ms at a time, released for 10 ms) may let one request through its gap.
         let latency = (0..3).map(|_| self.gateway.timed_get("/")).max().unwrap_or_default();
@@ -365,10 +368,11 @@ impl Scenario {
     /// the process's snapshot, off-CPU time by reason since the fault) and panics.
     pub fn detected(&self, kind: &str, within: Duration) -> (Value, Duration) {
         let (started, _) = self.fault_started.as_ref().expect("fault() first");
+        let watch = self.firing.as_ref().expect("fault() starts the watch");
         loop {
-            let alerts = self.observer.alerts();
-            if let Some(alert) = crate::alerts::alerts_of(&alerts, kind, "firing").into_iter().next() {
-                let after = started.elapsed();
+            // Seen by the watch from the fault's start on, while `fault` showed it in effect.
+            if let Some((at, alert)) = watch.first(kind) {
+                let after = at.duration_since(*started);
                 eprintln!(
                     "DETECTED {kind} {} after {:.2}s: {}\n  open alerts: {:?}",
                     alert["subject"].as_str().unwrap_or("?"),
@@ -391,6 +395,7 @@ impl Scenario {
     pub fn healed(&mut self, kind: &str, within: Duration) -> Duration {
         self.gateway.heal();
         self.fault_started = None;
+        self.firing = None;
         let after = crate::alerts::wait_resolved(&self.observer, kind, within);
         eprintln!(
             "RESOLVED {kind} {:.2}s after heal; still open: {:?}",
