@@ -13,6 +13,7 @@ pub mod events;
 pub mod hsperfdata;
 pub mod opaque;
 pub mod printable;
+pub mod privileges;
 pub mod probes;
 pub mod procfs;
 pub mod reason;

@@ -54,13 +54,34 @@ impl Observer {
         Self::spawn(&all)
     }
 
+    /// As `run`, started through `prefix` (a command that execs the rest, such as `setpriv
+    /// --bounding-set=...`), so the daemon keeps its pid.
+    pub fn run_under(prefix: &[&str], args: &[&str]) -> Observer {
+        let mut all = vec!["--interval", "200ms"];
+        all.extend(args);
+        Self::spawn_full(prefix, &all, Stdio::null())
+    }
+
     fn spawn(args: &[&str]) -> Observer {
         Self::spawn_with(args, Stdio::null())
     }
 
     fn spawn_with(args: &[&str], stdout: Stdio) -> Observer {
+        Self::spawn_full(&[], args, stdout)
+    }
+
+    fn spawn_full(prefix: &[&str], args: &[&str], stdout: Stdio) -> Observer {
         let port = free_port();
-        let child = Command::new(binary("gateway-observer"))
+        let daemon = binary("gateway-observer");
+        let mut command = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut command = Command::new(first);
+                command.args(rest).arg(&daemon);
+                command
+            }
+            None => Command::new(&daemon),
+        };
+        let child = command
             .arg("run")
             .args(args)
             .args(["--listen", &format!("127.0.0.1:{port}")])

@@ -23,7 +23,7 @@ use crate::{
     collector::Collector,
     config::Config,
     detect::event_loop::EventLoopConfig,
-    events,
+    events, privileges,
     probes::{ProbeSettings, Probes},
     procfs,
     sinks::{
@@ -212,6 +212,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         None => http::ApiAccess::default(),
     };
     let listener = http::bind(config.listen).await.with_context(|| format!("failed to listen on {}", config.listen))?;
+    // Loaded, attached and bound: from here on only what the daemon still does. Before the server
+    // task and any Alertmanager push start a thread, since capabilities are per thread.
+    let kept = privileges::drop_to_kept().context("failed to drop capabilities")?;
+    crate::report!("gateway-observer: {kept}");
     let mut book = AlertBook::new(LifecycleConfig::default());
     let (publish, published) = watch::channel(publication(&collector, &book));
     let (stop_server, mut server_stopped) = watch::channel(false);
