@@ -7,7 +7,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
     time::Duration,
 };
@@ -21,6 +21,7 @@ use gateway_observer::{
 use serde::Deserialize as _;
 use serde_json::Value;
 use tests::{
+    deploy::{DAEMONSET, UNIT, deploy_path, read_deploy, unit_words},
     http_client::try_request,
     observer::Observer,
     privileged,
@@ -30,24 +31,13 @@ use tests::{
     wait_until,
 };
 
-const UNIT: &str = "systemd/gateway-observer.service";
 const HOST_CONFIG: &str = "systemd/config.toml";
-const DAEMONSET: &str = "kubernetes/daemonset.yaml";
 const RULES: &str = "prometheus/gateway-observer.rules.yml";
 const RULE_TESTS: &str = "prometheus/gateway-observer.rules.test.yml";
 const DASHBOARD: &str = "grafana/gateway-observer.json";
 
 /// Where the unit and the DaemonSet install the config.
 const INSTALLED_CONFIG: &str = "/etc/gateway-observer/config.toml";
-
-fn deploy_path(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(relative)
-}
-
-fn read_deploy(relative: &str) -> String {
-    let path = deploy_path(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
-}
 
 /// Every YAML document of a deploy file, as JSON values.
 fn yaml_documents(relative: &str) -> Vec<Value> {
@@ -104,13 +94,8 @@ fn effective(mut args: RunArgs, local: &Path) -> Config {
 #[test]
 fn systemd_unit_runs_the_daemon_with_the_example_config() {
     let unit = read_deploy(UNIT);
-    let exec: Vec<String> = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("ExecStart="))
-        .expect("the unit has an ExecStart")
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
+    let exec = unit_words(&unit, "ExecStart");
+    assert!(!exec.is_empty(), "the unit has an ExecStart");
     assert_eq!(exec[0], "/usr/local/bin/gateway-observer");
     effective(run_args(&exec), &deploy_path(HOST_CONFIG));
     for cap in ["CAP_BPF", "CAP_PERFMON"] {
