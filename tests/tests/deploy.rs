@@ -111,7 +111,7 @@ fn systemd_unit_runs_the_daemon_with_the_example_config() {
         .split_whitespace()
         .map(str::to_owned)
         .collect();
-    assert_eq!(exec[0], "/usr/local/bin/gateway-observer");
+    assert_eq!(exec[0], "/usr/bin/gateway-observer", "where the Debian package installs it");
     effective(run_args(&exec), &deploy_path(HOST_CONFIG));
     for cap in ["CAP_BPF", "CAP_PERFMON"] {
         assert!(unit.contains(cap), "the unit's capabilities lack {cap}");
