@@ -96,7 +96,7 @@ fn systemd_unit_runs_the_daemon_with_the_example_config() {
     let unit = read_deploy(UNIT);
     let exec = unit_words(&unit, "ExecStart");
     assert!(!exec.is_empty(), "the unit has an ExecStart");
-    assert_eq!(exec[0], "/usr/local/bin/gateway-observer");
+    assert_eq!(exec[0], "/usr/bin/gateway-observer", "where the Debian package installs it");
     effective(run_args(&exec), &deploy_path(HOST_CONFIG));
     for cap in ["CAP_BPF", "CAP_PERFMON"] {
         assert!(unit.contains(cap), "the unit's capabilities lack {cap}");

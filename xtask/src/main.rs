@@ -1,5 +1,5 @@
-//! `cargo xtask setup | build | lint | test | test-kernels | bench probes|gateway|overhead|parser|detect |
-//! demo`: the project's own commands. Each installs what it needs first, so a fresh machine goes from
+//! `cargo xtask setup | build | lint | test | test-kernels | package | bench
+//! probes|gateway|overhead|parser|detect | demo`: the project's own commands. Each installs what it needs first, so a fresh machine goes from
 //! clone to green with `cargo xtask test`.
 
 mod bench_detect;
@@ -12,6 +12,7 @@ mod demo;
 mod fuzz;
 mod lint;
 mod loadgen;
+mod package;
 mod procstat;
 mod setup;
 mod test_kernels;
@@ -21,7 +22,7 @@ mod wrk;
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | test-kernels [--kernel 6.1|6.12] | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--pairs N] [--duration S] [--gateway reference|nginx|both] [--rate R] | bench parser | bench detect [--rounds N] [--filter SUBSTR] [--timeout S] | demo [--phase-seconds N] [--keep]>";
+const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | test-kernels [--kernel 6.1|6.12] | package [--check] | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--pairs N] [--duration S] [--gateway reference|nginx|both] [--rate R] | bench parser | bench detect [--rounds N] [--filter SUBSTR] [--timeout S] | demo [--phase-seconds N] [--keep]>";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -43,6 +44,10 @@ fn main() -> anyhow::Result<()> {
         Some("test-kernels") => {
             setup::run()?;
             test_kernels::run(rest)
+        }
+        Some("package") => {
+            setup::run()?;
+            package::run(rest)
         }
         Some("fuzz") => {
             setup::run()?;

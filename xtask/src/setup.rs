@@ -18,8 +18,9 @@ const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// iproute2 for network faults in namespaces, tmux for the terminal view, Alertmanager for the
 /// alert push, Prometheus for promtool (checks and unit tests of deploy/'s alert rules), and the
 /// runtimes of gateways this project did not write (Netty, Guava, embedded Tomcat for the JDK 17
-/// that is already there; Go; Node.js), and for `test-kernels` QEMU, a static busybox and cpio
-/// (the guest's initramfs).
+/// that is already there; Go; Node.js), for `test-kernels` QEMU, a static busybox and cpio
+/// (the guest's initramfs), and for `package` dpkg-dev (dpkg-shlibdeps computes the libc6
+/// dependency) and man-db (its check asks `man -w` for the installed page).
 const DEBIAN_PACKAGES: &[&str] = &[
     "redis-server",
     "nginx",
@@ -39,6 +40,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "busybox-static",
     "cpio",
+    "dpkg-dev",
+    "man-db",
 ];
 
 pub fn run() -> anyhow::Result<()> {
