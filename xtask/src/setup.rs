@@ -20,7 +20,8 @@ const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// runtimes of gateways this project did not write (Netty, Guava, embedded Tomcat for the JDK 17
 /// that is already there; Go; Node.js), for `test-kernels` QEMU, a static busybox and cpio
 /// (the guest's initramfs), and for `package` dpkg-dev (dpkg-shlibdeps computes the libc6
-/// dependency) and man-db (its check asks `man -w` for the installed page).
+/// dependency) and man-db (its check asks `man -w` for the installed page), and apparmor
+/// (`apparmor_parser` compiles deploy/'s profile in the deploy tests; nothing is loaded).
 const DEBIAN_PACKAGES: &[&str] = &[
     "redis-server",
     "nginx",
@@ -42,6 +43,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "cpio",
     "dpkg-dev",
     "man-db",
+    "apparmor",
 ];
 
 pub fn run() -> anyhow::Result<()> {
