@@ -10,6 +10,7 @@ pub mod alerts;
 pub mod fixture;
 pub mod http_client;
 pub mod jvm;
+pub mod jvm_scenario;
 pub mod load;
 pub mod metrics;
 pub mod netns;
