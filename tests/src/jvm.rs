@@ -1,7 +1,7 @@
 //! Gateways on the JVM that this project did not write the runtime of: real Netty 4.1, Guava's
-//! RateLimiter and the JDK's own HttpServer (Debian's jars), in small fixtures under
-//! `tests/fixtures/jvm/`. The fixtures are compiled with javac once per test run into
-//! `<target>/jvm-fixtures/` (again when a `.java` is newer than its class), started with
+//! RateLimiter, the JDK's own HttpServer and embedded Tomcat 10.1 (Debian's jars), in small
+//! fixtures under `tests/fixtures/jvm/`. The fixtures are compiled with javac once per test run
+//! into `<target>/jvm-fixtures/` (again when a `.java` is newer than its class), started with
 //! `java -cp ...` as child processes (killed on drop, also when a test panics; they also exit when
 //! their stdin closes), and driven over stdin/stdout:
 //!
@@ -25,9 +25,11 @@ use std::{
 
 use crate::free_port;
 
-/// The jars the fixtures compile and run against (Debian's libnetty-java and libguava-java;
-/// `netty-all.jar` is an empty aggregator, so the parts are listed).
-pub const JARS: [&str; 9] = [
+/// The jars the fixtures compile and run against (Debian's libnetty-java, libguava-java,
+/// libtomcat10-embed-java and libjakarta-annotation-api-java; `netty-all.jar` is an empty
+/// aggregator, so the parts are listed; without the annotation jar Tomcat's context fails to
+/// start).
+pub const JARS: [&str; 13] = [
     "/usr/share/java/netty-common.jar",
     "/usr/share/java/netty-buffer.jar",
     "/usr/share/java/netty-transport.jar",
@@ -37,7 +39,15 @@ pub const JARS: [&str; 9] = [
     "/usr/share/java/netty-handler.jar",
     "/usr/share/java/netty-resolver.jar",
     "/usr/share/java/guava.jar",
+    "/usr/share/java/tomcat10-embed-core.jar",
+    "/usr/share/java/tomcat10-embed-el.jar",
+    "/usr/share/java/tomcat10-embed-websocket.jar",
+    "/usr/share/java/jakarta-annotation-api.jar",
 ];
+
+/// The Debian packages of the JDK and `JARS`, for a message that says how to get them.
+const PACKAGES: &str =
+    "default-jdk-headless libnetty-java libguava-java libtomcat10-embed-java libjakarta-annotation-api-java";
 
 /// Whether java, javac and the jars are here; without them a test says why it skips (and fails
 /// under CI=true, where a skipped test is a failure).
@@ -51,9 +61,9 @@ pub fn available(test: &str) -> bool {
     }
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
-        "{test}: missing {missing:?} and CI=true (apt-get install default-jdk-headless libnetty-java libguava-java)"
+        "{test}: missing {missing:?} and CI=true (apt-get install {PACKAGES})"
     );
-    eprintln!("SKIPPED {test}: missing {missing:?} (apt-get install default-jdk-headless libnetty-java libguava-java)");
+    eprintln!("SKIPPED {test}: missing {missing:?} (apt-get install {PACKAGES})");
     false
 }
 

@@ -12,6 +12,7 @@ pub mod firing_watch;
 pub mod fixture;
 pub mod http_client;
 pub mod jvm;
+pub mod jvm_scenario;
 pub mod load;
 pub mod metrics;
 pub mod netns;

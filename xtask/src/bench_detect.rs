@@ -23,6 +23,7 @@ use crate::util::{cargo, output as command_output, target_dir, workspace_root};
 /// The suites with a fault to detect: the runtimes', the incidents' and the single-kind ones.
 const SUITES: &[&str] = &[
     "runtime_jvm",
+    "runtime_tomcat",
     "runtime_node",
     "runtime_python",
     "runtime_go",
