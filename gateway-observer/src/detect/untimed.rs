@@ -242,7 +242,7 @@ pub fn paused_blocks<'a, 'n>(
 }
 
 /// When a pause ran, as far as its release shows: it ended when the VM thread released the first
-/// thread, and began no later than the longest of the released threads' waits before that.
+/// thread, and lasted about as long as the released threads waited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PauseSpan {
     pub start: u64,
@@ -250,10 +250,20 @@ pub struct PauseSpan {
 }
 
 impl PauseRelease<'_> {
+    /// The pause's span, from the median wait of the threads released (the lower one of an even
+    /// count): most were stopped at its start, but the VM thread also wakes threads that had
+    /// idled for seconds (a service or compiler thread), and taking the longest wait would
+    /// stretch a 1 ms safepoint over every loop block of those seconds. A release of one thread
+    /// says nothing reliable about how long the pause was: no span.
     pub fn span(&self) -> Option<PauseSpan> {
-        let first = self.blocks.first()?;
-        let start = self.blocks.iter().map(|b| b.timestamp_ns.saturating_sub(b.wait_ns)).min()?;
-        Some(PauseSpan { start, end: first.timestamp_ns })
+        if self.threads() < 2 {
+            return None;
+        }
+        let end = self.blocks.first()?.timestamp_ns;
+        let mut waits: Vec<u64> = self.blocks.iter().map(|b| b.wait_ns).collect();
+        waits.sort_unstable();
+        let median = waits[(waits.len() - 1) / 2];
+        Some(PauseSpan { start: end.saturating_sub(median), end })
     }
 }
 
@@ -383,9 +393,35 @@ mod tests {
         let names = |_: u32, tid: u32| (tid == 9).then_some("VM Thread");
         let releases = pause_releases(&blocks, names);
         assert_eq!(releases.len(), 1);
-        assert_eq!(releases[0].span(), Some(PauseSpan { start: 100 * ms, end: 500 * ms }));
+        assert_eq!(releases[0].span(), Some(PauseSpan { start: 101 * ms, end: 500 * ms }));
         let paused = paused_blocks(&blocks, names);
         assert_eq!(paused, HashSet::from([(1, 500 * ms), (2, 500 * ms), (5, 503 * ms)]));
+    }
+
+    #[test]
+    fn a_long_idle_thread_the_vm_thread_woke_does_not_stretch_a_short_safepoint() {
+        // A 2 ms safepoint at 5 s releases two Java threads and a service thread (3) that had
+        // idled for 5 s. The loop's 50 ms blocks of those seconds (woken by a completer, 4) were
+        // its own, not the safepoint's.
+        let ms = 1_000_000;
+        let wait = |tid: u32, waker: u32, start_ms: u64, end_ms: u64| Block {
+            wait_ns: (end_ms - start_ms) * ms,
+            ..untimed(tid, waker, end_ms * ms)
+        };
+        let blocks = [
+            wait(1, 9, 4_998, 5_000),
+            wait(2, 9, 4_998, 5_000),
+            wait(3, 9, 0, 5_000),
+            wait(5, 4, 2_000, 2_050),
+            wait(5, 4, 4_960, 5_010),
+        ];
+        let names = |_: u32, tid: u32| (tid == 9).then_some("VM Thread");
+        let paused = paused_blocks(&blocks, names);
+        assert_eq!(paused, HashSet::from([(1, 5_000 * ms), (2, 5_000 * ms), (3, 5_000 * ms)]));
+        // One thread released alone (a young collection that stopped one thread) gives no span:
+        // only what the VM thread itself woke is paused.
+        let alone = [wait(3, 9, 0, 5_000), wait(5, 4, 2_000, 2_050)];
+        assert_eq!(paused_blocks(&alone, names), HashSet::from([(3, 5_000 * ms)]));
     }
 
     #[test]
