@@ -103,11 +103,12 @@ fn run_scenario(runtime: &str, observer: &Observer, port: u16, ns: &NetNs, healt
     let evidence = &no_response["evidence"];
     assert!(evidence["outstanding"].as_u64().is_some_and(|n| n >= 1), "{evidence:#}");
     // A peer that answered until the fault and then nothing: judged silent, 1 s (not 5 s) is
-    // enough, and the oldest request is at least that old.
+    // enough, and the requests written since its last answer are at least that old.
     assert_eq!(evidence["gone_silent"], true, "{evidence:#}");
-    let threshold = evidence["threshold_seconds"].as_f64().unwrap_or(f64::NAN);
-    assert!((1.0..5.0).contains(&threshold), "{evidence:#}");
-    assert!(evidence["oldest_age_seconds"].as_f64().is_some_and(|s| s >= threshold), "{evidence:#}");
+    let silent = evidence["silent_seconds"].as_f64().unwrap_or(f64::NAN);
+    assert!((1.0..5.0).contains(&silent), "{evidence:#}");
+    assert!(evidence["written_since_answer"].as_u64().is_some_and(|n| n >= 2), "{evidence:#}");
+    assert!(evidence["oldest_age_seconds"].as_f64().is_some_and(|s| s >= silent), "{evidence:#}");
     assert!(evidence["connections_waiting"].as_u64().is_some_and(|n| n >= 1), "{evidence:#}");
     let healthy = evidence["other_peers"]
         .as_array()

@@ -3,10 +3,12 @@
 //!
 //! `UpstreamNoResponse`: requests written to a peer with no response past a threshold, or a
 //! multiple of the peer's recent p99 if that is larger, so a slow-but-working upstream is not
-//! flagged. The threshold is 1 s for a peer gone silent: one that answered before, has several
-//! requests outstanding, and has answered none of them, nor anything since the oldest was
-//! written (incident 3's shape). It stays 5 s for a peer that still answers others, or that was
-//! never seen answering (a long-poll or a cold peer). `OneWayStall`: a connection to the peer keeps retransmitting while
+//! flagged. A peer gone silent is named after 1 s instead: it answered before, and several
+//! requests written to it since its last answer are all unanswered, the oldest of them 1 s old
+//! (incident 3's shape; requests in flight when it last answered do not count either way, since
+//! a fault cuts some responses off mid-flight). A peer that still answers, a single long poll, or
+//! a peer never seen answering (cold, or the observer just attached) waits the 5 s.
+//! `OneWayStall`: a connection to the peer keeps retransmitting while
 //! nothing comes back: the return path is dead, not just the upstream's application. Both are
 //! judged from `PeerFacts`, which the request tracker builds; nothing here touches the kernel.
 
@@ -51,19 +53,22 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// A peer that answered before and has answered nothing since its oldest outstanding request was
-/// written, with several requests waiting on it.
-fn gone_silent(facts: &PeerFacts, config: &UpstreamConfig) -> bool {
-    let answered_before_oldest =
-        facts.last_answer_age_ns.zip(facts.oldest_age_ns).is_some_and(|(last, oldest)| last >= oldest);
-    facts.outstanding >= config.silent_outstanding && answered_before_oldest
+fn from_p99(facts: &PeerFacts, config: &UpstreamConfig) -> u64 {
+    facts.recent_p99_ns.map_or(0, |p99| (p99 as f64 * config.p99_multiple) as u64)
 }
 
 /// The age past which a peer's outstanding request counts as unanswered.
 pub fn no_response_threshold_ns(facts: &PeerFacts, config: &UpstreamConfig) -> u64 {
-    let floor = nanos(if gone_silent(facts, config) { config.silent_no_response } else { config.no_response });
-    let from_p99 = facts.recent_p99_ns.map_or(0, |p99| (p99 as f64 * config.p99_multiple) as u64);
-    floor.max(from_p99)
+    nanos(config.no_response).max(from_p99(facts, config))
+}
+
+/// How long a peer has been silent, if it has gone silent (see the module's doc): the age of the
+/// oldest of the requests written since its last answer, when there are enough of them and it
+/// is past 1 s (or the p99 multiple).
+fn gone_silent_for(facts: &PeerFacts, config: &UpstreamConfig) -> Option<u64> {
+    let age = facts.oldest_since_answer_ns?;
+    let threshold = nanos(config.silent_no_response).max(from_p99(facts, config));
+    (facts.written_since_answer >= config.silent_outstanding && age >= threshold).then_some(age)
 }
 
 /// Other peers of the same process and whether each answers: one bad upstream is told apart from
@@ -73,7 +78,8 @@ fn other_peers(facts: &PeerFacts, all: &[PeerFacts], config: &UpstreamConfig) ->
         .iter()
         .filter(|o| o.pid == facts.pid && o.peer != facts.peer)
         .map(|o| {
-            let stuck = o.oldest_age_ns.is_some_and(|age| age >= no_response_threshold_ns(o, config));
+            let stuck = o.oldest_age_ns.is_some_and(|age| age >= no_response_threshold_ns(o, config))
+                || gone_silent_for(o, config).is_some();
             json!({"peer": o.peer, "answered_recently": o.answered_recently, "healthy": o.answered_recently > 0 && !stuck})
         })
         .collect();
@@ -85,7 +91,8 @@ pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<F
         .filter_map(|facts| {
             let oldest = facts.oldest_age_ns?;
             let threshold = no_response_threshold_ns(facts, config);
-            if oldest < threshold {
+            let silent_for = gone_silent_for(facts, config);
+            if oldest < threshold && silent_for.is_none() {
                 return None;
             }
             let others = other_peers(facts, all, config);
@@ -109,7 +116,9 @@ pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<F
                     "outstanding": facts.outstanding,
                     "oldest_age_seconds": secs(oldest),
                     "threshold_seconds": secs(threshold),
-                    "gone_silent": gone_silent(facts, config),
+                    "gone_silent": silent_for.is_some(),
+                    "silent_seconds": silent_for.map(secs),
+                    "written_since_answer": facts.written_since_answer,
                     "last_answer_seconds_ago": facts.last_answer_age_ns.map(secs),
                     "recent_p99_seconds": facts.recent_p99_ns.map(secs),
                     "bytes_sent_since_last_response": facts.bytes_sent_since,
@@ -212,30 +221,37 @@ mod tests {
     #[test]
     fn a_peer_gone_silent_is_named_after_a_second_and_one_still_answering_after_five() {
         let config = UpstreamConfig::default();
+        // It answered 2.1 s ago; one request in flight then (2.2 s old) and three written since
+        // (the oldest 2 s old) are all unanswered.
         let mut silent = peer("10.0.0.2:8081", Some(2), 0);
-        // It answered 2.1 s ago; its three outstanding requests are at most 2 s old.
+        silent.oldest_age_ns = Some(2 * S + S / 5);
+        silent.outstanding = 4;
         silent.last_answer_age_ns = Some(2 * S + S / 10);
+        silent.written_since_answer = 3;
+        silent.oldest_since_answer_ns = Some(2 * S);
         silent.recent_p99_ns = Some(S / 1000);
         let found = upstream_no_response(&[silent.clone()], &config);
-        assert_eq!(found.len(), 1, "silent since before its oldest request, 2 s > 1 s");
+        assert_eq!(found.len(), 1, "silent for 2 s > 1 s");
         assert_eq!(found[0].evidence["gone_silent"], true);
-        assert_eq!(found[0].evidence["threshold_seconds"], 1.0);
-        // It answered something 0.5 s ago, after the oldest went out: slow, not silent.
-        let mut slow = silent.clone();
-        slow.last_answer_age_ns = Some(S / 2);
-        assert!(upstream_no_response(&[slow], &config).is_empty());
-        // One request alone (a long poll) waits the full 5 s.
+        assert_eq!(found[0].evidence["silent_seconds"], 2.0);
+        // It answered 0.5 s ago: what was written since is younger than a second.
+        let mut answering = silent.clone();
+        answering.last_answer_age_ns = Some(S / 2);
+        answering.oldest_since_answer_ns = Some(S / 2 - 1);
+        assert!(upstream_no_response(&[answering], &config).is_empty(), "a peer that still answers");
+        // One request alone since (a long poll) waits the full 5 s.
         let mut single = silent.clone();
-        single.outstanding = 1;
+        single.written_since_answer = 1;
         assert!(upstream_no_response(&[single], &config).is_empty());
-        // Never seen answering (a cold peer, or attached late): 5 s.
+        // Never seen answering (a cold peer, or attached late): nothing counts as since.
         let mut cold = silent.clone();
-        cold.last_answer_age_ns = None;
+        (cold.last_answer_age_ns, cold.written_since_answer, cold.oldest_since_answer_ns) = (None, 0, None);
         assert!(upstream_no_response(&[cold], &config).is_empty());
-        // A peer whose p99 is 300 ms waits 3 s even when silent.
+        // A peer whose p99 is 300 ms is silent only after 3 s.
         silent.recent_p99_ns = Some(3 * S / 10);
-        assert_eq!(no_response_threshold_ns(&silent, &config), 3 * S);
-        assert!(upstream_no_response(&[silent], &config).is_empty());
+        assert!(upstream_no_response(&[silent.clone()], &config).is_empty());
+        silent.oldest_since_answer_ns = Some(3 * S);
+        assert_eq!(upstream_no_response(&[silent], &config).len(), 1);
     }
 
     #[test]

@@ -99,6 +99,11 @@ pub struct PeerFacts {
     pub answered_recently: usize,
     /// Since the peer last completed a response, if it did in the last 10 minutes.
     pub last_answer_age_ns: Option<u64>,
+    /// Requests written to the peer after its last answer and not answered, and the oldest one's
+    /// age: what a peer that went silent leaves (requests in flight when it last answered may
+    /// be older, and are not counted here).
+    pub written_since_answer: usize,
+    pub oldest_since_answer_ns: Option<u64>,
     /// Bytes written to / read from the peer since the last complete response, over connections
     /// with outstanding requests.
     pub bytes_sent_since: u64,
