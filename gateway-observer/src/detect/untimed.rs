@@ -292,6 +292,11 @@ mod tests {
         }
     }
 
+    /// An untimed wait of `tid` from `start_ms` to `end_ms`, ended by `waker`.
+    fn wait(tid: u32, waker: u32, start_ms: u64, end_ms: u64) -> Block {
+        Block { wait_ns: (end_ms - start_ms) * 1_000_000, ..untimed(tid, waker, end_ms * 1_000_000) }
+    }
+
     fn loops(threads: &[ThreadInfo]) -> HashMap<u32, &ThreadInfo> {
         threads.iter().map(|t| (t.tid, t)).collect()
     }
@@ -375,10 +380,6 @@ mod tests {
         // A full GC of 400 ms from 100 ms on: the VM thread releases two workers at 500 ms. The
         // dispatcher (5) waited on a lock worker 2 held; worker 2 releases it 3 ms after the GC.
         let ms = 1_000_000;
-        let wait = |tid: u32, waker: u32, start_ms: u64, end_ms: u64| Block {
-            wait_ns: (end_ms - start_ms) * ms,
-            ..untimed(tid, waker, end_ms * ms)
-        };
         let blocks = [
             wait(1, 9, 100, 500),
             wait(2, 9, 101, 500),
@@ -404,10 +405,6 @@ mod tests {
         // idled for 5 s. The loop's 50 ms blocks of those seconds (woken by a completer, 4) were
         // its own, not the safepoint's.
         let ms = 1_000_000;
-        let wait = |tid: u32, waker: u32, start_ms: u64, end_ms: u64| Block {
-            wait_ns: (end_ms - start_ms) * ms,
-            ..untimed(tid, waker, end_ms * ms)
-        };
         let blocks = [
             wait(1, 9, 4_998, 5_000),
             wait(2, 9, 4_998, 5_000),

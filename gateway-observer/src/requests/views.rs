@@ -113,14 +113,11 @@ impl RequestTracker {
                 facts.oldest_age_ns = facts.oldest_age_ns.max(oldest);
                 facts.threads_waiting.extend(waiting.iter().map(|r| r.tid));
                 if let Some(answered_at) = facts.last_answer_age_ns.map(|age| now_ns.saturating_sub(age)) {
-                    let since: Vec<u64> = waiting
-                        .iter()
-                        .filter(|r| r.request_start_ns > answered_at)
-                        .map(|r| r.request_start_ns)
-                        .collect();
-                    facts.written_since_answer += since.len();
-                    let oldest = since.iter().map(|start| now_ns.saturating_sub(*start)).max();
-                    facts.oldest_since_answer_ns = facts.oldest_since_answer_ns.max(oldest);
+                    for r in waiting.iter().filter(|r| r.request_start_ns > answered_at) {
+                        facts.written_since_answer += 1;
+                        let age = now_ns.saturating_sub(r.request_start_ns);
+                        facts.oldest_since_answer_ns = facts.oldest_since_answer_ns.max(Some(age));
+                    }
                 }
                 facts.bytes_sent_since += conn.flow.tx_since_response;
                 facts.bytes_received_since += conn.flow.rx_since_response;
