@@ -287,12 +287,23 @@ mod tests {
 
     #[tokio::test]
     async fn push_to_a_closed_port_is_an_error() {
-        let port = free_port();
+        let (_held, port) = closed_port();
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_millis(T0_MS);
         let mut book = eager_book();
         book.evaluate(t0, vec![finding("nio-1")]);
         let result = push(&format!("http://127.0.0.1:{port}"), &book.alerts(), Duration::from_secs(2)).await;
         assert!(matches!(result, Err(PushError::Connect { .. })), "{result:?}");
+    }
+
+    /// A port bound but never listened on: connects are refused, and no other process can
+    /// take the port (and accept) while the socket is held.
+    fn closed_port() -> (socket2::Socket, u16) {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+        let any_port: std::net::SocketAddr = "127.0.0.1:0".parse().expect("address");
+        socket.bind(&any_port.into()).expect("bind 127.0.0.1:0");
+        let port = socket.local_addr().expect("local addr").as_socket().expect("inet").port();
+        (socket, port)
     }
 
     /// A port free at the time of asking. Another process could take it before Alertmanager
