@@ -28,6 +28,8 @@ use peers::PeerLabels;
 use slowest::{Finished, Slowest, UpstreamCall};
 use stats::{RequestStats, Side};
 
+type FastHash = foldhash::fast::RandomState;
+
 /// Connections followed at once (the kernel's SOCKS map holds as many); past it the least
 /// recently active is forgotten (counted).
 const MAX_CONNECTIONS: usize = gateway_observer_common::MAX_SOCKETS as usize;
@@ -45,7 +47,7 @@ struct Tracked {
     /// Its network namespace, when known: the listener is (namespace, port).
     netns: Option<u32>,
     /// Outbound: the peer's metric label (`ip:port`, or `other` past the cap), once the owner is known.
-    peer: Option<String>,
+    peer: Option<Arc<str>>,
     /// The owner's name, kept with the connection: its last records may come after the process
     /// is gone (and its pid must never become a label).
     process: Option<Arc<str>>,
@@ -74,11 +76,13 @@ pub struct TrackerCounts {
 
 #[derive(Default)]
 pub struct RequestTracker {
-    conns: HashMap<u64, Tracked>,
+    /// Looked up for every socket record: keyed by kernel pointers, which need no DoS-resistant
+    /// hash, so the fast one.
+    conns: HashMap<u64, Tracked, FastHash>,
     listen_ports: HashMap<u32, BTreeSet<u16>>,
     /// Each listening target's network namespace.
     netns_of: HashMap<u32, u32>,
-    names: HashMap<u32, Arc<str>>,
+    names: HashMap<u32, Arc<str>, FastHash>,
     peers: PeerLabels,
     pub stats: RequestStats,
     pub slowest: Slowest,
@@ -142,7 +146,7 @@ impl RequestTracker {
         conn.flow.on_retransmit(flow);
         let peer = match conn.side {
             Some(Side::Inbound) => "clients".to_owned(),
-            _ => conn.peer.clone().unwrap_or_else(|| "unknown".to_owned()),
+            _ => conn.peer.as_deref().unwrap_or("unknown").to_owned(),
         };
         let Some(process) = conn.process.clone() else { return };
         *self.retransmits.entry((process, peer)).or_default() += 1;
@@ -213,14 +217,14 @@ impl RequestTracker {
             };
             self.conns.insert(data.sk, tracked);
         }
-        self.names
-            .entry(data.tgid)
-            .or_insert_with(|| Arc::from(crate::procfs::comm(data.tgid).unwrap_or_else(|| data.tgid.to_string())));
-        let name = self.names.get(&data.tgid).cloned();
         let Some(conn) = self.conns.get_mut(&data.sk) else { return };
         conn.tgid = Some(data.tgid);
         if conn.process.is_none() {
-            conn.process = name;
+            let name = self
+                .names
+                .entry(data.tgid)
+                .or_insert_with(|| Arc::from(crate::procfs::comm(data.tgid).unwrap_or_else(|| data.tgid.to_string())));
+            conn.process = Some(name.clone());
         }
         conn.last_active_ns = data.timestamp_ns;
         if data.read {
@@ -269,9 +273,11 @@ impl RequestTracker {
         {
             conn.peer = Some(self.peers.label(data.tgid, remote));
         }
-        let (side, peer, process) = (conn.side, conn.peer.clone(), conn.process.clone());
-        for exchange in done.drain(..) {
-            self.finished(data.tgid, process.clone(), side, peer.as_deref(), &exchange);
+        if !done.is_empty() {
+            let (side, peer, process) = (conn.side, conn.peer.clone(), conn.process.clone());
+            for exchange in done.drain(..) {
+                self.finished(data.tgid, process.clone(), side, peer.as_ref(), &exchange);
+            }
         }
         self.scratch = done;
     }
@@ -283,7 +289,7 @@ impl RequestTracker {
         let mut done = std::mem::take(&mut self.scratch);
         http.on_close(ts_ns, &mut done);
         for exchange in done.drain(..) {
-            self.finished(tgid, conn.process.clone(), conn.side, conn.peer.as_deref(), &exchange);
+            self.finished(tgid, conn.process.clone(), conn.side, conn.peer.as_ref(), &exchange);
         }
         self.scratch = done;
         self.counts.closed_resyncs += http.lost_sync();
@@ -303,7 +309,7 @@ impl RequestTracker {
         tgid: u32,
         process: Option<Arc<str>>,
         side: Option<Side>,
-        peer: Option<&str>,
+        peer: Option<&Arc<str>>,
         exchange: &Exchange,
     ) {
         let Some(side) = side else { return };
@@ -328,7 +334,7 @@ impl RequestTracker {
             Side::Outbound => {
                 let call = UpstreamCall {
                     tid: exchange.tid,
-                    peer: peer.unwrap_or("unknown").to_owned(),
+                    peer: peer.cloned().unwrap_or_else(|| Arc::from("unknown")),
                     status: exchange.status,
                     request_start_ns: exchange.request_start_ns,
                     response_end_ns: exchange.response_end_ns,

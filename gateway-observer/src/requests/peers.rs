@@ -2,27 +2,32 @@
 //! `ip:port`, later ones share `other`, so a gateway talking to thousands of hosts cannot blow up
 //! the label set.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 pub const MAX_PEER_LABELS: usize = 32;
 pub const OTHER_PEER: &str = "other";
 
 #[derive(Debug, Default)]
 pub struct PeerLabels {
-    named: HashMap<u32, HashSet<SocketAddr>>,
+    /// Labels are shared (`Arc`): every record of an outbound connection carries one, and a
+    /// finished call keeps it, so handing one out allocates nothing.
+    named: HashMap<u32, HashMap<SocketAddr, Arc<str>>>,
+    other: Option<Arc<str>>,
 }
 
 impl PeerLabels {
     /// The label of `peer` for process `tgid`.
-    pub fn label(&mut self, tgid: u32, peer: SocketAddr) -> String {
+    pub fn label(&mut self, tgid: u32, peer: SocketAddr) -> Arc<str> {
         let named = self.named.entry(tgid).or_default();
-        if named.contains(&peer) || named.len() < MAX_PEER_LABELS {
-            named.insert(peer);
-            peer.to_string()
-        } else {
-            OTHER_PEER.to_owned()
+        if let Some(label) = named.get(&peer) {
+            return label.clone();
         }
+        if named.len() < MAX_PEER_LABELS {
+            return named.entry(peer).or_insert_with(|| Arc::from(peer.to_string())).clone();
+        }
+        self.other.get_or_insert_with(|| Arc::from(OTHER_PEER)).clone()
     }
 
     /// Forget processes that are gone.
@@ -40,16 +45,16 @@ mod tests {
         let mut labels = PeerLabels::default();
         for port in 0..MAX_PEER_LABELS as u16 {
             assert_eq!(
-                labels.label(1, SocketAddr::from(([10, 0, 0, 1], 1000 + port))),
+                &*labels.label(1, SocketAddr::from(([10, 0, 0, 1], 1000 + port))),
                 format!("10.0.0.1:{}", 1000 + port)
             );
         }
-        assert_eq!(labels.label(1, SocketAddr::from(([10, 0, 0, 2], 80))), OTHER_PEER);
+        assert_eq!(&*labels.label(1, SocketAddr::from(([10, 0, 0, 2], 80))), OTHER_PEER);
         assert_eq!(
-            labels.label(1, SocketAddr::from(([10, 0, 0, 1], 1000))),
+            &*labels.label(1, SocketAddr::from(([10, 0, 0, 1], 1000))),
             "10.0.0.1:1000",
             "known peers keep theirs"
         );
-        assert_eq!(labels.label(2, SocketAddr::from(([10, 0, 0, 2], 80))), "10.0.0.2:80", "caps are per process");
+        assert_eq!(&*labels.label(2, SocketAddr::from(([10, 0, 0, 2], 80))), "10.0.0.2:80", "caps are per process");
     }
 }

@@ -2,6 +2,7 @@
 //! the gateway's own work before it called an upstream, the upstream, and writing the response.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -22,7 +23,7 @@ pub struct UpstreamCall {
     /// The thread that wrote the request upstream.
     #[serde(skip)]
     pub tid: u32,
-    pub peer: String,
+    pub peer: Arc<str>,
     pub status: Option<u16>,
     #[serde(skip)]
     pub request_start_ns: u64,
@@ -78,7 +79,7 @@ pub struct Slowest {
     list: Vec<SlowRequest>,
     upstream: HashMap<u32, VecDeque<UpstreamCall>>,
     /// When each process's peer last completed a response: (pid → peer → ns).
-    last_answer: HashMap<u32, HashMap<String, u64>>,
+    last_answer: HashMap<u32, HashMap<Arc<str>, u64>>,
 }
 
 fn seconds(ns: u64) -> f64 {
@@ -89,7 +90,7 @@ impl Slowest {
     pub fn upstream_finished(&mut self, pid: u32, call: UpstreamCall) {
         if call.status.is_some() {
             let answers = self.last_answer.entry(pid).or_default();
-            match answers.get_mut(call.peer.as_str()) {
+            match answers.get_mut(&*call.peer) {
                 Some(at) => *at = (*at).max(call.response_end_ns),
                 None => {
                     answers.insert(call.peer.clone(), call.response_end_ns);
@@ -158,7 +159,7 @@ impl Slowest {
         let Some(calls) = self.upstream.get(&pid) else { return (0, None) };
         let mut durations: Vec<u64> = calls
             .iter()
-            .filter(|c| c.peer == peer && c.status.is_some())
+            .filter(|c| &*c.peer == peer && c.status.is_some())
             .map(|c| c.response_end_ns.saturating_sub(c.request_start_ns))
             .collect();
         if durations.is_empty() {

@@ -59,8 +59,8 @@ impl RequestTracker {
             };
             let oldest = http.in_flight().map(|r| r.request_start_ns).min();
             let outstanding = http.in_flight().count();
-            let entry = by_peer.entry((tgid, peer.as_str())).or_insert(UpstreamPeer {
-                peer: peer.clone(),
+            let entry = by_peer.entry((tgid, &**peer)).or_insert(UpstreamPeer {
+                peer: peer.to_string(),
                 connections: 0,
                 outstanding: 0,
                 oldest_age_seconds: 0.0,
@@ -91,12 +91,12 @@ impl RequestTracker {
             else {
                 continue;
             };
-            let facts = by_peer.entry((tgid, peer.as_str())).or_insert_with(|| {
+            let facts = by_peer.entry((tgid, &**peer)).or_insert_with(|| {
                 let (answered_recently, recent_p99_ns) = self.slowest.peer_recent(tgid, peer);
                 PeerFacts {
                     pid: tgid,
                     comm: self.process_name(tgid).to_string(),
-                    peer: peer.clone(),
+                    peer: peer.to_string(),
                     answered_recently,
                     recent_p99_ns,
                     last_answer_age_ns: self.slowest.peer_last_answer(tgid, peer).map(|t| now_ns.saturating_sub(t)),

@@ -29,6 +29,8 @@ pub(super) struct Phase {
     wrk: WrkResult,
     /// With the observer attached: (kernel programs ns, daemon ns) of CPU per request, peak RSS.
     observer: Option<(f64, f64, f64)>,
+    /// With the observer attached: the costliest kernel programs, for the line under the phase's.
+    programs: Option<String>,
 }
 
 /// Warms the gateway up, then runs `opts.pairs` (off, on) pairs.
@@ -50,7 +52,7 @@ pub(super) fn pairs(
             let phase = if attached {
                 phase_on(opts.wrk, target, observer, pair)?
             } else {
-                Phase { wrk: wrk::run(opts.wrk, target.port)?, observer: None }
+                Phase { wrk: wrk::run(opts.wrk, target.port)?, observer: None, programs: None }
             };
             print_phase(pair + 1, &phase);
             *(if attached { &mut on } else { &mut off }) = Some(phase);
@@ -82,8 +84,7 @@ fn phase_on(spec: WrkSpec, target: &Target, observer: &Path, pair: usize) -> Res
             )
         })
         .collect();
-    println!("        kernel programs: {}", top.join(", "));
-    Ok(Phase { wrk, observer: Some(observer) })
+    Ok(Phase { wrk, observer: Some(observer), programs: Some(top.join(", ")) })
 }
 
 fn print_phase(pair: usize, p: &Phase) {
@@ -98,6 +99,9 @@ fn print_phase(pair: usize, p: &Phase) {
         p.wrk.p99_ms,
         p.wrk.errors
     );
+    if let Some(programs) = &p.programs {
+        println!("        kernel programs: {programs}");
+    }
 }
 
 pub(super) fn add_rows(report: &mut Report, gateway: &str, pairs: &[(Phase, Phase)]) {
