@@ -218,6 +218,7 @@ mod tests {
             summary: "event loop blocked 71% of the last 5s in futex wait".into(),
             evidence: json!({"reason": "futex"}),
             active: true,
+            held_for: std::time::Duration::ZERO,
         }
     }
 

@@ -76,6 +76,9 @@ impl AlertBook {
             let active = finding.active;
             let fire_after =
                 if finding.kind.holds_its_own_duration() { Duration::ZERO } else { self.config.fire_after };
+            // The condition began `held_for` ago by the events' own clock, or at the alert's
+            // `since`, whichever is earlier.
+            let served = finding.held_for >= fire_after;
             match self.entries.get_mut(&id) {
                 Some(entry) if entry.alert.state != AlertState::Resolved => {
                     let alert = &mut entry.alert;
@@ -90,7 +93,10 @@ impl AlertBook {
                     alert.process.comm = finding.comm;
                     alert.summary = finding.summary;
                     alert.evidence = finding.evidence;
-                    if active && alert.state == AlertState::Pending && held_for(alert.since, now, fire_after) {
+                    if active
+                        && alert.state == AlertState::Pending
+                        && (served || held_for(alert.since, now, fire_after))
+                    {
                         alert.state = AlertState::Firing;
                         transitions.push(Transition { alert: alert.clone(), from: Some(AlertState::Pending) });
                     }
@@ -99,7 +105,7 @@ impl AlertBook {
                 _ if !active => {}
                 // New, or back after resolving: a new alert under the same id.
                 _ => {
-                    let state = if fire_after.is_zero() { AlertState::Firing } else { AlertState::Pending };
+                    let state = if served { AlertState::Firing } else { AlertState::Pending };
                     let alert = Alert::new(finding, state, now);
                     transitions.push(Transition { alert: alert.clone(), from: None });
                     held.insert(id.clone());
@@ -188,6 +194,7 @@ mod tests {
             summary: summary.into(),
             evidence: json!({"reason": "futex"}),
             active: true,
+            held_for: std::time::Duration::ZERO,
         }
     }
 
@@ -218,6 +225,25 @@ mod tests {
         assert_eq!(states(&t), [(Some(AlertState::Pending), AlertState::Firing)]);
         assert_eq!(t[0].alert.since(), at(0), "firing must keep the pending start as since");
         assert_eq!(book.alerts()[0].state(), AlertState::Firing);
+    }
+
+    /// A loop iteration that has not come back for a second has shown its condition for a
+    /// second: no more pending; one that has for 600 ms waits the other 400 ms.
+    #[test]
+    fn a_condition_the_events_date_serves_its_pending_time() {
+        let mut book = book();
+        let stuck = Finding { held_for: Duration::from_secs(1), ..blocked("nio-1", "s") };
+        let t = book.evaluate(at(0), vec![stuck]);
+        assert_eq!(states(&t), [(None, AlertState::Firing)]);
+
+        let mut book = self::book();
+        let part = |ms| Finding { held_for: Duration::from_millis(ms), ..blocked("nio-1", "s") };
+        let t = book.evaluate(at(0), vec![part(600)]);
+        assert_eq!(states(&t), [(None, AlertState::Pending)]);
+        let t = book.evaluate(at(300), vec![part(900)]);
+        assert!(t.is_empty(), "fired after 900 ms of a 1 s pending: {t:?}");
+        let t = book.evaluate(at(400), vec![part(1000)]);
+        assert_eq!(states(&t), [(Some(AlertState::Pending), AlertState::Firing)]);
     }
 
     #[test]

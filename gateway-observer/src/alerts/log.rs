@@ -57,6 +57,7 @@ mod tests {
             summary: "pool rpc-pool-* saturated: 64 threads".into(),
             evidence: json!({"outstanding": 3}),
             active: true,
+            held_for: std::time::Duration::ZERO,
         };
         let mut lines = Vec::new();
         for (ms, findings) in [(0, vec![finding.clone()]), (1000, vec![finding]), (6000, vec![])] {

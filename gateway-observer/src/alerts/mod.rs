@@ -75,6 +75,10 @@ pub struct Finding {
     /// active finding opens an alert, moves it from pending to firing, or keeps it from resolving:
     /// a window that still remembers a condition that ended must not raise or hold an alert.
     pub active: bool,
+    /// How long the events themselves show the condition ongoing already (a loop iteration that
+    /// has not come back for a second): that much of the pending time is served. Zero for
+    /// conditions judged over windows, whose start the detector cannot date.
+    pub held_for: std::time::Duration,
 }
 
 impl Finding {

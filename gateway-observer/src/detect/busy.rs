@@ -23,6 +23,9 @@ pub struct BusyLoop {
     pub window: Duration,
     /// An iteration is still running: the loop has not come back to poll yet.
     pub ongoing: bool,
+    /// On-CPU time of that running iteration so far (0 when none): how long the loop has not
+    /// come back, which the alert counts toward its pending time.
+    pub ongoing_on_cpu_ns: u64,
     /// A long iteration ended in the last tick, or one is still running.
     pub active: bool,
 }
@@ -76,6 +79,9 @@ pub fn busy_loops(
             entry.longest_on_cpu_ns = entry.longest_on_cpu_ns.max(it.on_cpu_ns);
             entry.total_on_cpu_ns += it.on_cpu_ns;
             entry.ongoing |= it.ongoing;
+            if it.ongoing {
+                entry.ongoing_on_cpu_ns = entry.ongoing_on_cpu_ns.max(it.on_cpu_ns);
+            }
             entry.active |= recent;
             continue;
         }
@@ -90,6 +96,7 @@ pub fn busy_loops(
             total_on_cpu_ns: it.on_cpu_ns,
             window: config.window,
             ongoing: it.ongoing,
+            ongoing_on_cpu_ns: if it.ongoing { it.on_cpu_ns } else { 0 },
             active: recent,
         });
     }
@@ -176,9 +183,11 @@ mod tests {
         let found = busy_loops(&h, std::slice::from_ref(&spinning), at, now, &EventLoopConfig::default());
         assert!(found[0].ongoing && found[0].longest_on_cpu_ns == 2_000_000_000, "{found:?}");
         assert!(found[0].active, "still running");
+        assert_eq!(found[0].ongoing_on_cpu_ns, 2_000_000_000, "the loop has not come back for 2 s");
         let found = busy_loops(&h, &[its[0].clone(), spinning], at, now, &EventLoopConfig::default());
         assert!(found[0].ongoing && found[0].longest_on_cpu_ns == 2_000_000_000, "{found:?}");
         assert!(found[0].summary(&EventLoopConfig::default()).contains("still running"));
+        assert_eq!(found[0].ongoing_on_cpu_ns, 2_000_000_000, "the running iteration, not the longest");
         assert!(busy_loops(&h, &[], at, now, &EventLoopConfig::default()).is_empty());
         // One GC-length iteration is a metric, not an incident; so is one still running briefly.
         assert!(busy_loops(&h, &its[..1], at, now, &EventLoopConfig::default()).is_empty());

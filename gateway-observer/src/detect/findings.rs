@@ -37,6 +37,7 @@ pub fn event_loop_blocked(found: &BlockedLoop, config: &EventLoopConfig) -> Find
         summary: found.summary(config),
         evidence,
         active: found.active,
+        held_for: std::time::Duration::ZERO,
     }
 }
 
@@ -58,6 +59,7 @@ pub fn event_loop_busy(found: &BusyLoop, config: &EventLoopConfig) -> Finding {
             "window_seconds": found.window.as_secs_f64(),
         }),
         active: found.active,
+        held_for: std::time::Duration::from_nanos(found.ongoing_on_cpu_ns),
     }
 }
 
@@ -89,6 +91,7 @@ pub fn pool_saturated(found: &SaturatedPool) -> Finding {
         summary: found.summary(),
         evidence,
         active: found.active,
+        held_for: std::time::Duration::ZERO,
     }
 }
 
@@ -120,6 +123,7 @@ pub fn jvm_pause(found: &PausedJvm, config: &JvmPauseConfig) -> Finding {
         summary: found.summary(config),
         evidence,
         active: found.active,
+        held_for: std::time::Duration::ZERO,
     }
 }
 

@@ -142,6 +142,7 @@ fn finding(facts: &QueueFacts, config: &QueueingConfig) -> Finding {
         // Requests unread now, or delayed ones completed in the last tick: a window that still
         // holds a burst which ended (a warm-up) is not a queue.
         active: facts.waiting() > 0 || facts.delayed_last_tick > 0,
+        held_for: std::time::Duration::ZERO,
     }
 }
 
@@ -228,6 +229,7 @@ mod tests {
             summary: String::new(),
             evidence: json!({}),
             active: true,
+            held_for: std::time::Duration::ZERO,
         };
         findings.push(blocked(7));
         findings.push(blocked(8));

@@ -197,6 +197,7 @@ fn finding(facts: &StallFacts, config: &StalledConfig) -> Finding {
         }),
         // Waiting requests and their ages are facts of now.
         active: true,
+        held_for: std::time::Duration::ZERO,
     }
 }
 

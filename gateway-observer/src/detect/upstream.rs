@@ -131,6 +131,7 @@ pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<F
                 }),
                 // Outstanding requests and their age are facts of now.
                 active: true,
+                held_for: std::time::Duration::ZERO,
             })
         })
         .collect()
@@ -166,6 +167,7 @@ pub fn one_way_stall(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<Finding>
             }),
             // The stalled flows are those of now.
             active: true,
+            held_for: std::time::Duration::ZERO,
         })
         .collect()
 }
