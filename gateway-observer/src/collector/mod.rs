@@ -507,8 +507,12 @@ impl Collector {
         self.blocked_loops = self.detectors.blocked_loops(recent, now, now_mono);
         self.count_untimed_loop_blocks(recent, now);
         let min_age = u64::try_from(self.detectors.pool.sleep_pressure_age.as_nanos()).unwrap_or(u64::MAX);
-        let waiting = self.requests.waiting_inbound(now_mono, min_age);
-        self.saturated_pools = self.detectors.saturated_pools(recent, now, now_mono, &waiting);
+        let pressure = crate::detect::pool::RequestPressure {
+            waiting: self.requests.waiting_inbound(now_mono, min_age),
+            held: self.requests.waiting_inbound_by_thread(now_mono, min_age),
+            queued: crate::detect::queueing::queued_by_process(&self.request_queues.last),
+        };
+        self.saturated_pools = self.detectors.saturated_pools(recent, now, now_mono, &pressure);
         let iterations: Vec<LongIteration> =
             self.recent_iterations.iter().chain(&self.open_iterations).cloned().collect();
         self.busy_loops = self.detectors.busy_loops(&iterations, now, now_mono);

@@ -81,6 +81,8 @@ pub fn pool_saturated(found: &SaturatedPool) -> Finding {
             .collect::<Vec<_>>(),
         "cpu_cores": found.cpu_cores,
         "waiting_requests": found.waiting_requests,
+        "held_requests": found.held_requests,
+        "queued_requests": found.queued_requests,
         "refusals": null,
     });
     Finding {

@@ -132,15 +132,21 @@ impl Detectors {
         busy::busy_loops(&self.history, iterations, now, now_mono_ns, &self.event_loop)
     }
 
-    /// `waiting_requests`: per process, inbound requests in flight for `pool.sleep_pressure_age`.
+    /// `requests`: what the process's requests say about its threads' waits, but the timed
+    /// waits' outcomes, which the detectors keep themselves.
     pub fn saturated_pools(
         &self,
         blocks: &[Block],
         now: Instant,
         now_mono_ns: u64,
-        waiting_requests: &std::collections::HashMap<u32, usize>,
+        requests: &pool::RequestPressure,
     ) -> Vec<SaturatedPool> {
-        let signals = pool::SleepSignals { waiting_requests, timed_waits: &self.timed_waits };
+        let signals = pool::SleepSignals {
+            waiting_requests: &requests.waiting,
+            held_requests: &requests.held,
+            queued_requests: &requests.queued,
+            timed_waits: &self.timed_waits,
+        };
         saturated_pools(&self.history, blocks, now, now_mono_ns, &self.pool, &self.event_loop, &signals)
     }
 

@@ -17,6 +17,13 @@
 //! when the observer attached, is still `futex_timed`: when the group's timed waits lately all
 //! ended by their timeout (`timed_waits`), its `futex_timed` time is sleep too.
 //!
+//! An untimed wait (`futex`) is how a worker waits for a task, and also how it waits on a
+//! `CompletableFuture.get()` or a lock. It counts as work when work is waiting that an idle pool
+//! would have taken: requests of the process wait unread in its sockets (queued behind the pool),
+//! while the group's own threads hold at least half as many requests, read and unanswered for
+//! `sleep_pressure_age`, as it has threads in untimed waits. An event loop's requests are held
+//! by the loop, not by an idle pool beside it, and an async server's long polls queue nothing.
+//!
 //! Saturation is judged over the last `confirm` (a second: with the alert book's second of
 //! pending, a pool is named two seconds after it fills); the window gives the evidence's shares.
 //! Event loops are left to `EventLoopBlocked`.
@@ -91,6 +98,10 @@ pub struct SaturatedPool {
     pub blocked_by_reason: Vec<(&'static str, f64)>,
     /// Inbound requests of the process in flight for `sleep_pressure_age` or more.
     pub waiting_requests: usize,
+    /// Of them, those the group's own threads read and hold.
+    pub held_requests: usize,
+    /// Requests of the process that waited unread in its sockets lately (`queued_by_process`).
+    pub queued_requests: usize,
     /// Futex words the group's long blocks waited on, with how many threads waited on each.
     pub hot_futexes: Vec<(u64, usize)>,
     /// CPU the group used, in cores (busy seconds / window).
@@ -106,6 +117,8 @@ struct GroupTotals {
     threads: usize,
     created: usize,
     tids: Vec<u32>,
+    /// Requests its threads read and hold unanswered (see `SleepSignals::held_requests`).
+    held: usize,
     /// The group's thread time over the window, the last `confirm`, and the last tick.
     window: Period,
     recent: Period,
@@ -134,21 +147,69 @@ impl Period {
         self.offcpu_ns[POOL_SLEEP_REASON as usize] += std::mem::take(&mut self.offcpu_ns[reason::FUTEX_TIMED as usize]);
     }
 
-    /// Share of the stretch that was on CPU, blocked in work (sleeps too, while `waiting`
-    /// requests make them work) or waiting for a CPU; 0 for an empty stretch.
-    fn saturation(&self, threads: usize, waiting: usize) -> f64 {
+    /// Share of the stretch that was on CPU, blocked in work (sleeps and untimed waits too,
+    /// while requests make them work) or waiting for a CPU; 0 for an empty stretch.
+    fn saturation(&self, threads: usize, held: usize, pressure: Pressure) -> f64 {
         if self.elapsed_ns == 0 {
             return 0.0;
         }
-        let sleep_counts = sleep_is_work(threads, self.elapsed_ns, &self.offcpu_ns, waiting);
-        saturated_ns(self.elapsed_ns, &self.offcpu_ns, sleep_counts) / self.elapsed_ns as f64
+        let work = WaitsAsWork::of(threads, held, self.elapsed_ns, &self.offcpu_ns, pressure);
+        saturated_ns(self.elapsed_ns, &self.offcpu_ns, work) / self.elapsed_ns as f64
     }
 }
 
-/// What tells sleeping in work from idling, besides the threads' own time.
+/// A process's requests that press on its groups.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pressure {
+    /// Inbound requests in flight for `sleep_pressure_age` or more.
+    waiting: usize,
+    /// Requests that waited unread in its sockets lately.
+    queued: usize,
+}
+
+/// Which of a group's waits count as work over a stretch (see the module doc).
+#[derive(Debug, Clone, Copy, Default)]
+struct WaitsAsWork {
+    sleep: bool,
+    untimed: bool,
+}
+
+impl WaitsAsWork {
+    fn of(
+        threads: usize,
+        held: usize,
+        elapsed_ns: u128,
+        offcpu_ns: &[u64; reason::COUNT as usize],
+        pressure: Pressure,
+    ) -> Self {
+        let sleep_ns = offcpu_ns[POOL_SLEEP_REASON as usize];
+        let untimed_ns = offcpu_ns[reason::FUTEX as usize];
+        Self {
+            sleep: holds_requests(threads, elapsed_ns, sleep_ns, pressure.waiting),
+            untimed: pressure.queued > 0 && holds_requests(threads, elapsed_ns, untimed_ns, held),
+        }
+    }
+}
+
+/// The request side of [`SleepSignals`], as the collector gathers it.
+#[derive(Debug, Default)]
+pub struct RequestPressure {
+    /// Per process, inbound requests in flight for `sleep_pressure_age` or more.
+    pub waiting: HashMap<u32, usize>,
+    /// The same per thread that read them.
+    pub held: HashMap<u32, usize>,
+    /// Per process, requests that waited unread in its sockets lately.
+    pub queued: HashMap<u32, usize>,
+}
+
+/// What tells sleeping or waiting in work from idling, besides the threads' own time.
 pub struct SleepSignals<'a> {
     /// Per process, inbound requests in flight for `sleep_pressure_age` or more.
     pub waiting_requests: &'a HashMap<u32, usize>,
+    /// The same requests per thread that read them.
+    pub held_requests: &'a HashMap<u32, usize>,
+    /// Per process, requests that waited unread in its sockets lately.
+    pub queued_requests: &'a HashMap<u32, usize>,
     /// How each thread's timed waits ended lately.
     pub timed_waits: &'a TimedWaits,
 }
@@ -163,7 +224,7 @@ pub fn saturated_pools(
     loops: &super::event_loop::EventLoopConfig,
     signals: &SleepSignals,
 ) -> Vec<SaturatedPool> {
-    let SleepSignals { waiting_requests, timed_waits } = signals;
+    let SleepSignals { waiting_requests, held_requests, queued_requests, timed_waits } = signals;
     let loop_tids: std::collections::HashSet<u32> = history.event_loops(now, loops).map(|t| t.tid).collect();
     let mut groups: BTreeMap<(u32, String), GroupTotals> = BTreeMap::new();
     for thread in history.threads() {
@@ -175,6 +236,7 @@ pub fn saturated_pools(
         totals.comm.clone_from(&thread.comm);
         totals.threads += 1;
         totals.tids.push(thread.tid);
+        totals.held += held_requests.get(&thread.tid).copied().unwrap_or(0);
         if let Some(at) = history.created_at(thread.tid, config.window) {
             totals.created += usize::from(now.duration_since(at) <= config.window);
         }
@@ -193,20 +255,23 @@ pub fn saturated_pools(
     groups
         .into_iter()
         .filter_map(|((pid, group), t)| {
-            let waiting = waiting_requests.get(&pid).copied().unwrap_or(0);
-            judge(group, t, blocks, window_start_ns, config, waiting)
+            let pressure = Pressure {
+                waiting: waiting_requests.get(&pid).copied().unwrap_or(0),
+                queued: queued_requests.get(&pid).copied().unwrap_or(0),
+            };
+            judge(group, t, blocks, window_start_ns, config, pressure)
         })
         .collect()
 }
 
-/// Whether the group's sleeping threads count as busy: the process has at least half as many
-/// requests waiting as the group has threads asleep over `elapsed_ns` (each sleeper holds one).
-fn sleep_is_work(threads: usize, elapsed_ns: u128, offcpu_ns: &[u64; reason::COUNT as usize], waiting: usize) -> bool {
-    if elapsed_ns == 0 || offcpu_ns[POOL_SLEEP_REASON as usize] == 0 {
+/// Whether a group's threads spending `wait_ns` of `elapsed_ns` in one kind of wait are busy
+/// with `requests`: at least half as many requests as threads in that wait (each holds one).
+fn holds_requests(threads: usize, elapsed_ns: u128, wait_ns: u64, requests: usize) -> bool {
+    if elapsed_ns == 0 || wait_ns == 0 {
         return false;
     }
-    let asleep = threads as f64 * offcpu_ns[POOL_SLEEP_REASON as usize] as f64 / elapsed_ns as f64;
-    waiting as f64 * 2.0 >= asleep.max(1.0)
+    let in_wait = threads as f64 * wait_ns as f64 / elapsed_ns as f64;
+    requests as f64 * 2.0 >= in_wait.max(1.0)
 }
 
 fn judge(
@@ -215,7 +280,7 @@ fn judge(
     blocks: &[Block],
     window_start_ns: u64,
     config: &PoolConfig,
-    waiting: usize,
+    pressure: Pressure,
 ) -> Option<SaturatedPool> {
     let mut t = t;
     if t.timed_waits.asleep(MIN_TIMEOUTS_FOR_A_SLEEPING_GROUP) {
@@ -230,11 +295,11 @@ fn judge(
     }
     let total = (elapsed_ns as f64).max(1.0);
     let ns = |r: u32| t.window.offcpu_ns[r as usize] as f64;
-    let sleep_counts = sleep_is_work(t.threads, elapsed_ns, &t.window.offcpu_ns, waiting);
-    let sleep = ns(POOL_SLEEP_REASON);
-    let idle: f64 = POOL_IDLE_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + if sleep_counts { 0.0 } else { sleep };
-    let blocked: f64 =
-        POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + if sleep_counts { sleep } else { 0.0 };
+    let work = WaitsAsWork::of(t.threads, t.held, elapsed_ns, &t.window.offcpu_ns, pressure);
+    let (sleep, untimed) = (ns(POOL_SLEEP_REASON), ns(reason::FUTEX));
+    let (sleep_work, untimed_work) = (if work.sleep { sleep } else { 0.0 }, if work.untimed { untimed } else { 0.0 });
+    let idle: f64 = POOL_IDLE_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + sleep - sleep_work - untimed_work;
+    let blocked: f64 = POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + sleep_work + untimed_work;
     let runqueue = ns(reason::RUNQUEUE);
     let busy = (total - t.window.offcpu_ns.iter().map(|v| *v as f64).sum::<f64>()).max(0.0);
     // Without history (only new threads) there is no share to speak of: all zero, idle whole.
@@ -242,10 +307,10 @@ fn judge(
     // Judge the share only on enough history (half of `confirm` per thread on average); before
     // that, only growth can tell, and the shares are evidence.
     let enough_history = t.recent.elapsed_ns * 2 >= config.confirm.as_nanos() * t.threads as u128;
-    if !(growing || (enough_history && t.recent.saturation(t.threads, waiting) >= config.saturated_share)) {
+    if !(growing || (enough_history && t.recent.saturation(t.threads, t.held, pressure) >= config.saturated_share)) {
         return None;
     }
-    let saturated_last_tick = t.last.saturation(t.threads, waiting) >= config.saturated_share;
+    let saturated_last_tick = t.last.saturation(t.threads, t.held, pressure) >= config.saturated_share;
     // Growth is judged over the window and is recent by itself: a pool that filled in half a
     // second and stays full is still an incident after it stopped growing.
     let active = saturated_last_tick || growing;
@@ -275,23 +340,27 @@ fn judge(
         blocked_by_reason: POOL_BLOCKING_REASONS
             .iter()
             .chain(&[POOL_SLEEP_REASON, reason::FUTEX_TIMED])
+            .chain(work.untimed.then_some(&reason::FUTEX))
             .filter(|r| ns(**r) > 0.0)
             .map(|r| (reason_label(*r), ns(*r) / 1e9))
             .collect(),
-        waiting_requests: waiting,
+        waiting_requests: pressure.waiting,
+        held_requests: t.held,
+        queued_requests: pressure.queued,
         hot_futexes,
         cpu_cores: if elapsed_ns == 0 { 0.0 } else { busy / 1e9 / config.window.as_secs_f64() },
         active,
     })
 }
 
-/// Thread time over `elapsed_ns` that was on CPU, blocked in work (sleeps too, when
-/// `sleep_counts`) or waiting for a CPU.
-fn saturated_ns(elapsed_ns: u128, offcpu_ns: &[u64; reason::COUNT as usize], sleep_counts: bool) -> f64 {
+/// Thread time over `elapsed_ns` that was on CPU, blocked in work (sleeps and untimed waits
+/// too, as `work` says) or waiting for a CPU.
+fn saturated_ns(elapsed_ns: u128, offcpu_ns: &[u64; reason::COUNT as usize], work: WaitsAsWork) -> f64 {
     let ns = |r: u32| offcpu_ns[r as usize] as f64;
     let busy = (elapsed_ns as f64 - offcpu_ns.iter().map(|v| *v as f64).sum::<f64>()).max(0.0);
-    let sleep = if sleep_counts { ns(POOL_SLEEP_REASON) } else { 0.0 };
-    busy + POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + ns(reason::RUNQUEUE) + sleep
+    let sleep = if work.sleep { ns(POOL_SLEEP_REASON) } else { 0.0 };
+    let untimed = if work.untimed { ns(reason::FUTEX) } else { 0.0 };
+    busy + POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + ns(reason::RUNQUEUE) + sleep + untimed
 }
 
 impl SaturatedPool {
@@ -308,10 +377,13 @@ impl SaturatedPool {
             .filter(|(_, secs)| *secs > 0.0)
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .map_or("idle", |(r, _)| r);
-        let waiting = match self.waiting_requests {
+        let mut waiting = match self.waiting_requests {
             0 => String::new(),
             n => format!(", {n} requests waiting"),
         };
+        if self.queued_requests > 0 {
+            waiting.push_str(&format!(", {} waited unread in its sockets", self.queued_requests));
+        }
         format!(
             "pool {} saturated: {} threads (+{} in {:.1}s), {:.0}% busy or blocked (mostly {}), {:.2} CPU{}",
             self.group,
@@ -333,9 +405,18 @@ mod tests {
 
     /// Every saturated pool, with default configs; `waiting`: (pid, requests waiting).
     fn judge_all(h: &History, now: Instant, now_mono_ns: u64, waiting: &[(u32, usize)]) -> Vec<SaturatedPool> {
-        let waiting: HashMap<u32, usize> = waiting.iter().copied().collect();
+        let requests = RequestPressure { waiting: waiting.iter().copied().collect(), ..RequestPressure::default() };
+        judge_with(h, now, now_mono_ns, &requests)
+    }
+
+    fn judge_with(h: &History, now: Instant, now_mono_ns: u64, requests: &RequestPressure) -> Vec<SaturatedPool> {
         let loops = crate::detect::event_loop::EventLoopConfig::default();
-        let signals = SleepSignals { waiting_requests: &waiting, timed_waits: &TimedWaits::default() };
+        let signals = SleepSignals {
+            waiting_requests: &requests.waiting,
+            held_requests: &requests.held,
+            queued_requests: &requests.queued,
+            timed_waits: &TimedWaits::default(),
+        };
         saturated_pools(h, &[], now, now_mono_ns, &PoolConfig::default(), &loops, &signals)
     }
 
@@ -394,6 +475,47 @@ mod tests {
         assert!(summary.contains("mostly futex_sleep") && summary.contains("80 requests waiting"), "{summary}");
     }
 
+    /// Every worker of a thread-per-request pool parked on a `CompletableFuture.get()`, each
+    /// holding the request it read, while more requests wait unread: the pool is full, not idle.
+    #[test]
+    fn untimed_waits_holding_requests_while_requests_queue_are_a_full_pool() {
+        let start = Instant::now();
+        let mut h = History::new(Duration::from_secs(60));
+        pool_in(&mut h, start, 64, "http-nio-8080-exec", reason::FUTEX, 995);
+        let now = start + Duration::from_secs(6);
+        let held: HashMap<u32, usize> = (1000..1064).map(|tid| (tid, 1)).collect();
+        let full = RequestPressure {
+            waiting: HashMap::from([(50, 64)]),
+            held: held.clone(),
+            queued: HashMap::from([(50, 40)]),
+        };
+        let found = judge_with(&h, now, 6_000_000_000, &full);
+        assert_eq!(found.len(), 1, "a full pool");
+        let p = &found[0];
+        assert!(p.active);
+        assert!((p.blocked_share - 0.995).abs() < 0.01, "{}", p.blocked_share);
+        assert_eq!((p.held_requests, p.queued_requests), (64, 40));
+        let summary = p.summary();
+        assert!(summary.contains("(mostly futex)") && summary.contains("40 waited unread in its sockets"), "{summary}");
+
+        // Nothing queued (an async server's long polls, or spare threads): waiting for work.
+        let nothing_queued = RequestPressure { queued: HashMap::new(), ..full };
+        assert!(judge_with(&h, now, 6_000_000_000, &nothing_queued).is_empty());
+        // Requests queue behind a blocked event loop, which holds them: the idle pool beside it
+        // is not the one that is full.
+        let held_elsewhere = RequestPressure {
+            waiting: HashMap::from([(50, 64)]),
+            held: HashMap::from([(7, 64)]),
+            queued: HashMap::from([(50, 40)]),
+        };
+        assert!(judge_with(&h, now, 6_000_000_000, &held_elsewhere).is_empty());
+        // Half the workers parked on requests they hold, the other half idle: still room.
+        let half: HashMap<u32, usize> = (1000..1016).map(|tid| (tid, 1)).collect();
+        let quarter =
+            RequestPressure { waiting: HashMap::from([(50, 16)]), held: half, queued: HashMap::from([(50, 40)]) };
+        assert!(judge_with(&h, now, 6_000_000_000, &quarter).is_empty(), "16 requests held by 64 parked threads");
+    }
+
     #[test]
     fn first_sleeps_count_once_the_groups_timed_waits_all_time_out() {
         // Attached mid-incident: every thread is in its first observed timed wait (futex_timed),
@@ -405,7 +527,13 @@ mod tests {
         let loops = crate::detect::event_loop::EventLoopConfig::default();
         let waiting = HashMap::from([(50, 70)]);
         let judge = |waits: &TimedWaits| {
-            let signals = SleepSignals { waiting_requests: &waiting, timed_waits: waits };
+            let none = HashMap::new();
+            let signals = SleepSignals {
+                waiting_requests: &waiting,
+                held_requests: &none,
+                queued_requests: &none,
+                timed_waits: waits,
+            };
             saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &loops, &signals)
         };
         let mut waits = TimedWaits::default();

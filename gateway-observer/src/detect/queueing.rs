@@ -84,6 +84,24 @@ impl QueueFacts {
     }
 }
 
+/// Requests that queued unread, for every process sharing each listener: connections holding
+/// unread bytes past the threshold now, and the window's requests whose bytes waited that long.
+/// A full thread-per-request pool reads a request whenever a worker frees up, so its queue
+/// comes and goes from tick to tick: the window says whether requests wait for its threads.
+pub fn queued_by_process(facts: &[QueueFacts]) -> std::collections::HashMap<u32, usize> {
+    let mut out = std::collections::HashMap::new();
+    for f in facts {
+        let queued = f.waiting() as usize + f.delayed as usize;
+        if queued == 0 {
+            continue;
+        }
+        for pid in f.sharers.iter().chain(std::iter::once(&f.pid)) {
+            *out.entry(*pid).or_insert(0) = queued;
+        }
+    }
+    out
+}
+
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }

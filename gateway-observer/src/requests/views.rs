@@ -159,6 +159,19 @@ impl RequestTracker {
         out
     }
 
+    /// Inbound requests in flight for at least `min_age_ns`, per thread that read them: what a
+    /// thread-per-request pool's parked threads hold.
+    pub fn waiting_inbound_by_thread(&self, now_ns: u64, min_age_ns: u64) -> HashMap<u32, usize> {
+        let mut out = HashMap::new();
+        for conn in self.conns.values() {
+            let (Some(Side::Inbound), Some(http)) = (conn.side, &conn.http) else { continue };
+            for request in http.in_flight().filter(|r| now_ns.saturating_sub(r.request_start_ns) >= min_age_ns) {
+                *out.entry(request.tid).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
     /// Inbound requests in flight per process, oldest first (at most `IN_FLIGHT_LISTED`), and
     /// their total.
     pub fn in_flight(&self, now_ns: u64) -> BTreeMap<u32, (usize, Vec<InFlightRequest>)> {
