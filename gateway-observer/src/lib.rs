@@ -11,6 +11,7 @@ pub mod config;
 pub mod detect;
 pub mod events;
 pub mod hsperfdata;
+pub mod logging;
 pub mod opaque;
 pub mod printable;
 pub mod privileges;

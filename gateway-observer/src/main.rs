@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use gateway_observer::{
     cli::{Cli, Command, calibrate::calibrate as check_calibrate, check, run},
-    report, top,
+    logging, report, top,
 };
 
 fn main() -> ExitCode {
@@ -50,6 +50,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Run(args) => {
+            logging::init(args.log_format);
             let config = match run::effective_config(&args) {
                 Ok(config) => config,
                 Err(err) => return fail(&err),
@@ -58,7 +59,7 @@ fn main() -> ExitCode {
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime,
                 Err(err) => {
-                    report!("gateway-observer: cannot start the async runtime: {err}");
+                    tracing::error!("cannot start the async runtime: {err}");
                     return ExitCode::FAILURE;
                 }
             };
@@ -70,14 +71,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// The daemon's last line, through its log (its format and destination).
 fn fail(err: &run::RunError) -> ExitCode {
     match err {
         run::RunError::Usage(message) => {
-            report!("gateway-observer: {message}");
+            tracing::error!("{message}");
             ExitCode::from(2)
         }
         run::RunError::Other(err) => {
-            report!("gateway-observer: {err:#}");
+            tracing::error!("{err:#}");
             ExitCode::FAILURE
         }
     }

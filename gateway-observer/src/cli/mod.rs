@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// The daemon's nice value, -20..19 [default: 10: the gateways come first].
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<i32>,
+    /// Log lines as text (`gateway-observer: message key=value`) or as JSON objects, one a line;
+    /// `RUST_LOG` filters them (default `info`).
+    #[arg(long, value_enum, default_value_t)]
+    pub log_format: crate::logging::LogFormat,
 }
 
 #[derive(Debug, clap::Args)]

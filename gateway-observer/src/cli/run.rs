@@ -122,7 +122,7 @@ fn push_alerts(url: String, book: &AlertBook) {
     tokio::spawn(async move {
         let refs: Vec<&alerts::Alert> = alerts.iter().collect();
         if let Err(err) = alerts::alertmanager::push(&url, &refs, Duration::from_secs(5)).await {
-            crate::report!("gateway-observer: Alertmanager push failed: {err}");
+            tracing::warn!(error = %err, "Alertmanager push failed");
         }
     });
 }
@@ -135,7 +135,7 @@ fn log_transition(line: &str) -> bool {
         Ok(false) => "closed".to_owned(),
         Err(e) => e.to_string(),
     };
-    crate::report!("gateway-observer: stdout {why}: alert transitions are no longer logged there");
+    tracing::warn!("stdout {why}: alert transitions are no longer logged there");
     false
 }
 
@@ -168,7 +168,7 @@ fn alert_metrics(book: &AlertBook) -> String {
 pub fn set_nice(nice: i32) {
     // SAFETY: setpriority with constant arguments; it only changes this process's priority.
     if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
-        crate::report!("gateway-observer: cannot set nice {nice}: {}", std::io::Error::last_os_error());
+        tracing::warn!(nice, error = %std::io::Error::last_os_error(), "cannot set the nice value");
     }
 }
 
@@ -181,11 +181,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     .context("failed to load the eBPF programs (run `gateway-observer check`)")?;
     let attached = probes.attach_all().context("failed to attach the probes (run `gateway-observer check`)")?;
     match &attached.data {
-        Ok(source) => crate::report!("gateway-observer: socket bytes from {}", source.describe()),
-        Err(e) => crate::report!("gateway-observer: degraded: no source of socket bytes ({e}): requests are not timed"),
+        Ok(source) => tracing::info!("socket bytes from {}", source.describe()),
+        Err(e) => tracing::warn!("degraded: no source of socket bytes ({e}): requests are not timed"),
     }
     for (optional, e) in &attached.missing {
-        crate::report!("gateway-observer: degraded: no {} ({e}): {}", optional.capability, optional.consequence);
+        tracing::warn!("degraded: no {} ({e}): {}", optional.capability, optional.consequence);
     }
     let ring = probes.take_events().context("failed to open the event ring buffer")?;
     // SAFETY: the ring buffer owns its fd and is moved into the AsyncFd, which deregisters it
@@ -215,18 +215,14 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     // Loaded, attached and bound: from here on only what the daemon still does. Before the server
     // task and any Alertmanager push start a thread, since capabilities are per thread.
     let kept = privileges::drop_to_kept().context("failed to drop capabilities")?;
-    crate::report!("gateway-observer: {kept}");
+    tracing::info!("{kept}");
     let mut book = AlertBook::new(LifecycleConfig::default());
     let (publish, published) = watch::channel(publication(&collector, &book));
     let (stop_server, mut server_stopped) = watch::channel(false);
     let server = tokio::spawn(http::serve(listener, published, http::ServeLimits::default(), access, async move {
         let _ = server_stopped.wait_for(|stop| *stop).await;
     }));
-    crate::report!(
-        "gateway-observer: watching {} target spec(s), metrics on http://{}/metrics",
-        config.targets.len(),
-        config.listen
-    );
+    tracing::info!("watching {} target spec(s), metrics on http://{}/metrics", config.targets.len(), config.listen);
 
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
@@ -242,7 +238,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         tokio::select! {
             scheduled = ticker.tick() => {
                 if let Err(err) = collector.tick() {
-                    crate::report!("gateway-observer: collection failed, retrying next tick: {err}");
+                    tracing::error!(error = %err, "collection failed, retrying next tick");
                 }
                 // Alerts are judged at the tick's scheduled time, not when the collection ended:
                 // ticks are then whole intervals apart, and a condition held for two 500 ms ticks
@@ -285,7 +281,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             // Its default action would kill the daemon (a `systemctl reload`, a terminal that
             // closed). The configuration is read once at start: nothing to reload.
             _ = sighup.recv() => {
-                crate::report!("gateway-observer: SIGHUP ignored: the configuration is read at start; restart to apply a new one");
+                tracing::info!("SIGHUP ignored: the configuration is read at start; restart to apply a new one");
             }
         }
     }
@@ -294,6 +290,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     drop(ring);
     drop(sockets);
     drop(collector); // detaches every program
-    crate::report!("gateway-observer: detached, exiting");
+    tracing::info!("detached, exiting");
     Ok(())
 }

@@ -354,7 +354,7 @@ impl Collector {
                 Ok(()) => {
                     live.insert(pid);
                 }
-                Err(err) => crate::report!("gateway-observer: cannot follow pid {pid} yet: {err}"),
+                Err(err) => tracing::warn!(pid, error = %err, "cannot follow a target process yet"),
             }
         }
         Ok(live)

@@ -67,9 +67,10 @@ impl JvmFiles {
                     self.found.remove(&pid);
                     self.looked.insert(pid, tick);
                     if self.errors.get(&pid) != Some(&err) {
-                        crate::report!(
-                            "gateway-observer: cannot read the JVM counters of pid {pid}: {}",
-                            crate::printable::escape(&err.to_string())
+                        tracing::warn!(
+                            pid,
+                            error = %crate::printable::escape(&err.to_string()),
+                            "cannot read the JVM counters"
                         );
                         self.errors.insert(pid, err);
                     }
