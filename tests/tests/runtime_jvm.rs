@@ -21,7 +21,7 @@ use tests::{
     alerts::{alerts_of, assert_quiet, wait_resolved},
     jvm::{self, JvmGateway, thread_census},
     jvm_scenario::{
-        DETECT_WITHIN, HEALTHY, LOAD_AT_MOST, Load, RESOLVE_WITHIN, Scenario, Shape, cold_start_is_quiet,
+        self, DETECT_WITHIN, HEALTHY, LOAD_AT_MOST, Load, RESOLVE_WITHIN, Scenario, Shape, cold_start_is_quiet,
         expect_firing, explain,
     },
     load::{stop, stop_flag},
@@ -47,11 +47,17 @@ fn jvm_netty_cold_start_under_load_is_quiet() {
         return;
     }
     let _serial = serial();
-    let Some(redis) = Redis::start() else { return };
-    let redis_port = redis.port.to_string();
-    let gateway = JvmGateway::start("NettyGateway", &[&redis_port], &["-Xmx256m"]);
+    let Some((redis, gateway)) = netty_gateway() else { return };
     cold_start_is_quiet("jvm netty", &gateway, 16);
     drop(redis);
+}
+
+/// Netty's gateway, its access check asking a real redis-server; None (the test skips) without
+/// one. The gateway is dropped before Redis.
+fn netty_gateway() -> Option<(Redis, JvmGateway)> {
+    let redis = Redis::start()?;
+    let gateway = JvmGateway::start("NettyGateway", &[&redis.port.to_string()], &["-Xmx256m"]);
+    Some((redis, gateway))
 }
 
 /// The same for the JDK's HttpServer serving on its dispatcher thread, which once ran a 180 ms
@@ -79,9 +85,7 @@ fn netty_loop_blocked(test: &str, fault: &str) {
         return;
     }
     let _serial = serial();
-    let Some(redis) = Redis::start() else { return };
-    let redis_port = redis.port.to_string();
-    let gateway = JvmGateway::start("NettyGateway", &[&redis_port], &["-Xmx256m"]);
+    let Some((redis, gateway)) = netty_gateway() else { return };
     // The kernel keeps 15 bytes of a name: reactor-http-nio-N is `reactor-http-ni` to the
     // observer, lettuce-nioEventLoop-4-1 is `lettuce-nioEven`.
     let mut scenario = Scenario::new(
@@ -97,17 +101,7 @@ fn netty_loop_blocked(test: &str, fault: &str) {
     // call on a loop is harmless against a Redis answering in 200 µs (here it blocked the loops
     // about 3 % of the time), and an incident once Redis is slow: the incident is the pair.
     let slow = stop_flag();
-    let pauser = {
-        let slow = slow.clone();
-        let mut con = redis.conn();
-        thread::spawn(move || {
-            let end = Instant::now() + LOAD_AT_MOST;
-            while !slow.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < end {
-                let _: Result<(), _> = redis::cmd("CLIENT").arg("PAUSE").arg(60).arg("ALL").query(&mut con);
-                thread::sleep(Duration::from_millis(80));
-            }
-        })
-    };
+    let pauser = slow_redis(&redis, &slow);
     scenario.healthy(Shape { clients: 4, pause: Duration::from_millis(2) });
     let before = scenario.fault(fault);
     let (alert, detected) = scenario.detected("EventLoopBlocked", &before);
@@ -134,6 +128,19 @@ fn netty_loop_blocked(test: &str, fault: &str) {
     drop(redis);
 }
 
+/// Pauses every Redis client 60 ms out of 80 (CLIENT PAUSE) until `slow` is set: a slow Redis.
+fn slow_redis(redis: &Redis, slow: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> thread::JoinHandle<()> {
+    let slow = slow.clone();
+    let mut con = redis.conn();
+    thread::spawn(move || {
+        let end = Instant::now() + LOAD_AT_MOST;
+        while !slow.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < end {
+            let _: Result<(), _> = redis::cmd("CLIENT").arg("PAUSE").arg(60).arg("ALL").query(&mut con);
+            thread::sleep(Duration::from_millis(80));
+        }
+    })
+}
+
 /// Lettuce's sync API on an event loop (incident 1's shape): `future.get(2, SECONDS)`.
 #[test]
 fn jvm_netty_timed_get_on_the_loop_is_a_blocked_loop() {
@@ -150,6 +157,51 @@ fn jvm_netty_untimed_get_on_the_loop_is_a_blocked_loop() {
 #[test]
 fn jvm_netty_contended_monitor_on_the_loop_is_a_blocked_loop() {
     netty_loop_blocked(module_path!(), "synchronized");
+}
+
+/// Incident 1 as an SRE meets it: the Netty loops are already parked on Redis replies (Reactor's
+/// untimed `block()`, Redis slow) when the observer attaches, so it has no healthy history of
+/// them. Between two blocked calls a loop returns to its selector for the next request, which is
+/// how the observer learns it is a loop: EventLoopBlocked within 5 s of the observer being ready
+/// (issue 13), a few seconds more allowed for a shared, loaded host.
+#[test]
+fn jvm_netty_loops_already_blocked_when_the_observer_attaches() {
+    let test = module_path!();
+    if !privileged(test) || !jvm::available(test) {
+        return;
+    }
+    let _serial = serial();
+    let Some((redis, mut gateway)) = netty_gateway() else { return };
+    let slow = stop_flag();
+    let pauser = slow_redis(&redis, &slow);
+    let load = Load::start(gateway.port, "/api/x", Shape { clients: 4, pause: Duration::from_millis(2) });
+    jvm_scenario::warm_up(&mut gateway);
+    gateway.fault("untimed-get");
+    thread::sleep(Duration::from_secs(2));
+    eprintln!("attach: {}", thread_census(gateway.pid(), "reactor-http-ni", 10));
+    let observer = Observer::start(gateway.pid());
+    let ready = Instant::now();
+    let (alert, detected) = expect_firing(
+        &observer,
+        gateway.pid(),
+        "EventLoopBlocked",
+        (ready, Duration::from_secs(8)),
+        &["reactor-http-ni"],
+        &[],
+    );
+    eprintln!("attach: EventLoopBlocked firing {detected:.2?} after the observer was ready: {}", alert["summary"]);
+    assert!(
+        alert["subject"].as_str().is_some_and(|s| s.starts_with("reactor-http-ni")),
+        "the HTTP loops are the ones blocked, not the Redis client's: {alert:#}"
+    );
+    gateway.heal();
+    let resolved = wait_resolved(&observer, "EventLoopBlocked", RESOLVE_WITHIN);
+    Detection { runtime: "jvm netty", fault: "untimed-get", kind: "EventLoopBlocked", start: Start::Attached }
+        .report(detected, Some(resolved));
+    stop(&slow);
+    let _ = pauser.join();
+    assert!(load.finish() > 50, "the load barely ran");
+    drop(redis);
 }
 
 // --- 2-4. Guava's RateLimiter in JDK HttpServer worker pools ----------------------------------
