@@ -506,11 +506,14 @@ impl Collector {
         let now_mono = monotonic_ns();
         self.blocked_loops = self.detectors.blocked_loops(recent, now, now_mono);
         self.count_untimed_loop_blocks(recent, now);
-        let min_age = u64::try_from(self.detectors.pool.sleep_pressure_age.as_nanos()).unwrap_or(u64::MAX);
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let (min_age, all_along) = (ns(self.detectors.pool.sleep_pressure_age), ns(self.detectors.pool.confirm));
         let pressure = crate::detect::pool::RequestPressure {
             waiting: self.requests.waiting_inbound(now_mono, min_age),
             held: self.requests.waiting_inbound_by_thread(now_mono, min_age),
             queued: crate::detect::queueing::queued_by_process(&self.request_queues.last),
+            waiting_all_along: self.requests.waiting_inbound(now_mono, all_along),
+            held_all_along: self.requests.waiting_inbound_by_thread(now_mono, all_along),
         };
         self.saturated_pools = self.detectors.saturated_pools(recent, now, now_mono, &pressure);
         let iterations: Vec<LongIteration> =

@@ -93,7 +93,7 @@ pub fn pool_saturated(found: &SaturatedPool) -> Finding {
         summary: found.summary(),
         evidence,
         active: found.active,
-        held_for: std::time::Duration::ZERO,
+        held_for: found.saturated_for,
     }
 }
 

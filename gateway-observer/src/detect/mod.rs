@@ -141,12 +141,7 @@ impl Detectors {
         now_mono_ns: u64,
         requests: &pool::RequestPressure,
     ) -> Vec<SaturatedPool> {
-        let signals = pool::SleepSignals {
-            waiting_requests: &requests.waiting,
-            held_requests: &requests.held,
-            queued_requests: &requests.queued,
-            timed_waits: &self.timed_waits,
-        };
+        let signals = pool::SleepSignals { requests, timed_waits: &self.timed_waits };
         saturated_pools(&self.history, blocks, now, now_mono_ns, &self.pool, &self.event_loop, &signals)
     }
 

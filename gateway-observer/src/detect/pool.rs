@@ -18,14 +18,20 @@
 //! ended by their timeout (`timed_waits`), its `futex_timed` time is sleep too.
 //!
 //! An untimed wait (`futex`) is how a worker waits for a task, and also how it waits on a
-//! `CompletableFuture.get()` or a lock. It counts as work when work is waiting that an idle pool
-//! would have taken: requests of the process wait unread in its sockets (queued behind the pool),
-//! while the group's own threads hold at least half as many requests, read and unanswered for
-//! `sleep_pressure_age`, as it has threads in untimed waits. An event loop's requests are held
-//! by the loop, not by an idle pool beside it, and an async server's long polls queue nothing.
+//! `CompletableFuture.get()` or a lock; a timed one not yet known to run to its timeout
+//! (`futex_timed`) is a keep-alive poll for a task, or a `Thread.sleep`. Both count as work when
+//! work is waiting that an idle pool would have taken: requests of the process waited unread in
+//! its sockets (queued behind the pool), while the group's own threads hold at least half as
+//! many requests, read and unanswered for `sleep_pressure_age`, as it has threads in those
+//! waits: a thread parked in the middle of a request is not waiting for work. This needs no
+//! history, so a pool is named from the first sleeps of its fault, before any has timed out.
+//! An event loop's requests are held by the loop, not by an idle pool beside it, and an async
+//! server's workers, which hold requests while their tasks await, queue nothing unread.
 //!
-//! Saturation is judged over the last `confirm` (a second: with the alert book's second of
-//! pending, a pool is named two seconds after it fills); the window gives the evidence's shares.
+//! Saturation is judged over the last `confirm` (a second), which is itself the condition held
+//! that long: the alert serves its pending time with it (`Finding::held_for`), so a pool is named
+//! a second after it fills, while growth alone waits out the alert book's pending second. The
+//! window gives the evidence's shares.
 //! Event loops are left to `EventLoopBlocked`.
 
 use std::{
@@ -108,6 +114,9 @@ pub struct SaturatedPool {
     pub cpu_cores: f64,
     /// Saturated in the last tick too, or still growing in it.
     pub active: bool,
+    /// How long the share shows the pool saturated: `confirm` when it was over the whole last
+    /// `confirm` and the last tick, zero when only growth names it.
+    pub saturated_for: Duration,
 }
 
 #[derive(Default)]
@@ -117,8 +126,10 @@ struct GroupTotals {
     threads: usize,
     created: usize,
     tids: Vec<u32>,
-    /// Requests its threads read and hold unanswered (see `SleepSignals::held_requests`).
+    /// Requests its threads read and hold unanswered (see `RequestPressure::held`), and those of
+    /// them held for all of `confirm`.
     held: usize,
+    held_all_along: usize,
     /// The group's thread time over the window, the last `confirm`, and the last tick.
     window: Period,
     recent: Period,
@@ -147,7 +158,7 @@ impl Period {
         self.offcpu_ns[POOL_SLEEP_REASON as usize] += std::mem::take(&mut self.offcpu_ns[reason::FUTEX_TIMED as usize]);
     }
 
-    /// Share of the stretch that was on CPU, blocked in work (sleeps and untimed waits too,
+    /// Share of the stretch that was on CPU, blocked in work (sleeps and parked waits too,
     /// while requests make them work) or waiting for a CPU; 0 for an empty stretch.
     fn saturation(&self, threads: usize, held: usize, pressure: Pressure) -> f64 {
         if self.elapsed_ns == 0 {
@@ -171,7 +182,8 @@ struct Pressure {
 #[derive(Debug, Clone, Copy, Default)]
 struct WaitsAsWork {
     sleep: bool,
-    untimed: bool,
+    /// Untimed and timed futex waits: the threads hold the requests they parked in.
+    parked: bool,
 }
 
 impl WaitsAsWork {
@@ -183,16 +195,16 @@ impl WaitsAsWork {
         pressure: Pressure,
     ) -> Self {
         let sleep_ns = offcpu_ns[POOL_SLEEP_REASON as usize];
-        let untimed_ns = offcpu_ns[reason::FUTEX as usize];
+        let parked_ns = parked_ns(offcpu_ns) as u64;
         Self {
             sleep: holds_requests(threads, elapsed_ns, sleep_ns, pressure.waiting),
-            untimed: pressure.queued > 0 && holds_requests(threads, elapsed_ns, untimed_ns, held),
+            parked: pressure.queued > 0 && holds_requests(threads, elapsed_ns, parked_ns, held),
         }
     }
 }
 
 /// The request side of [`SleepSignals`], as the collector gathers it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct RequestPressure {
     /// Per process, inbound requests in flight for `sleep_pressure_age` or more.
     pub waiting: HashMap<u32, usize>,
@@ -200,16 +212,15 @@ pub struct RequestPressure {
     pub held: HashMap<u32, usize>,
     /// Per process, requests that waited unread in its sockets lately.
     pub queued: HashMap<u32, usize>,
+    /// `waiting` and `held` counting only requests in flight for all of `confirm`: a share
+    /// reached with these dates the saturation back over the whole stretch.
+    pub waiting_all_along: HashMap<u32, usize>,
+    pub held_all_along: HashMap<u32, usize>,
 }
 
 /// What tells sleeping or waiting in work from idling, besides the threads' own time.
 pub struct SleepSignals<'a> {
-    /// Per process, inbound requests in flight for `sleep_pressure_age` or more.
-    pub waiting_requests: &'a HashMap<u32, usize>,
-    /// The same requests per thread that read them.
-    pub held_requests: &'a HashMap<u32, usize>,
-    /// Per process, requests that waited unread in its sockets lately.
-    pub queued_requests: &'a HashMap<u32, usize>,
+    pub requests: &'a RequestPressure,
     /// How each thread's timed waits ended lately.
     pub timed_waits: &'a TimedWaits,
 }
@@ -224,7 +235,7 @@ pub fn saturated_pools(
     loops: &super::event_loop::EventLoopConfig,
     signals: &SleepSignals,
 ) -> Vec<SaturatedPool> {
-    let SleepSignals { waiting_requests, held_requests, queued_requests, timed_waits } = signals;
+    let SleepSignals { requests, timed_waits } = signals;
     let loop_tids: std::collections::HashSet<u32> = history.event_loops(now, loops).map(|t| t.tid).collect();
     let mut groups: BTreeMap<(u32, String), GroupTotals> = BTreeMap::new();
     for thread in history.threads() {
@@ -236,7 +247,8 @@ pub fn saturated_pools(
         totals.comm.clone_from(&thread.comm);
         totals.threads += 1;
         totals.tids.push(thread.tid);
-        totals.held += held_requests.get(&thread.tid).copied().unwrap_or(0);
+        totals.held += requests.held.get(&thread.tid).copied().unwrap_or(0);
+        totals.held_all_along += requests.held_all_along.get(&thread.tid).copied().unwrap_or(0);
         if let Some(at) = history.created_at(thread.tid, config.window) {
             totals.created += usize::from(now.duration_since(at) <= config.window);
         }
@@ -255,11 +267,11 @@ pub fn saturated_pools(
     groups
         .into_iter()
         .filter_map(|((pid, group), t)| {
-            let pressure = Pressure {
-                waiting: waiting_requests.get(&pid).copied().unwrap_or(0),
-                queued: queued_requests.get(&pid).copied().unwrap_or(0),
-            };
-            judge(group, t, blocks, window_start_ns, config, pressure)
+            let of = |requests: &HashMap<u32, usize>| requests.get(&pid).copied().unwrap_or(0);
+            let queued = of(&requests.queued);
+            let pressure = Pressure { waiting: of(&requests.waiting), queued };
+            let all_along = Pressure { waiting: of(&requests.waiting_all_along), queued };
+            judge(group, t, blocks, window_start_ns, config, (pressure, all_along))
         })
         .collect()
 }
@@ -280,7 +292,7 @@ fn judge(
     blocks: &[Block],
     window_start_ns: u64,
     config: &PoolConfig,
-    pressure: Pressure,
+    (pressure, all_along): (Pressure, Pressure),
 ) -> Option<SaturatedPool> {
     let mut t = t;
     if t.timed_waits.asleep(MIN_TIMEOUTS_FOR_A_SLEEPING_GROUP) {
@@ -296,10 +308,11 @@ fn judge(
     let total = (elapsed_ns as f64).max(1.0);
     let ns = |r: u32| t.window.offcpu_ns[r as usize] as f64;
     let work = WaitsAsWork::of(t.threads, t.held, elapsed_ns, &t.window.offcpu_ns, pressure);
-    let (sleep, untimed) = (ns(POOL_SLEEP_REASON), ns(reason::FUTEX));
-    let (sleep_work, untimed_work) = (if work.sleep { sleep } else { 0.0 }, if work.untimed { untimed } else { 0.0 });
-    let idle: f64 = POOL_IDLE_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + sleep - sleep_work - untimed_work;
-    let blocked: f64 = POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + sleep_work + untimed_work;
+    let sleep = ns(POOL_SLEEP_REASON);
+    let sleep_work = if work.sleep { sleep } else { 0.0 };
+    let parked_work = if work.parked { parked_ns(&t.window.offcpu_ns) } else { 0.0 };
+    let idle: f64 = POOL_IDLE_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + sleep - sleep_work - parked_work;
+    let blocked: f64 = POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + sleep_work + parked_work;
     let runqueue = ns(reason::RUNQUEUE);
     let busy = (total - t.window.offcpu_ns.iter().map(|v| *v as f64).sum::<f64>()).max(0.0);
     // Without history (only new threads) there is no share to speak of: all zero, idle whole.
@@ -307,10 +320,16 @@ fn judge(
     // Judge the share only on enough history (half of `confirm` per thread on average); before
     // that, only growth can tell, and the shares are evidence.
     let enough_history = t.recent.elapsed_ns * 2 >= config.confirm.as_nanos() * t.threads as u128;
-    if !(growing || (enough_history && t.recent.saturation(t.threads, t.held, pressure) >= config.saturated_share)) {
+    let saturated_recently =
+        enough_history && t.recent.saturation(t.threads, t.held, pressure) >= config.saturated_share;
+    if !(growing || saturated_recently) {
         return None;
     }
     let saturated_last_tick = t.last.saturation(t.threads, t.held, pressure) >= config.saturated_share;
+    // Dated only by requests in flight all along: waits the stretch began with, before the
+    // requests that make them work arrived, were idle.
+    let saturated_all_along =
+        saturated_recently && t.recent.saturation(t.threads, t.held_all_along, all_along) >= config.saturated_share;
     // Growth is judged over the window and is recent by itself: a pool that filled in half a
     // second and stays full is still an incident after it stopped growing.
     let active = saturated_last_tick || growing;
@@ -340,7 +359,7 @@ fn judge(
         blocked_by_reason: POOL_BLOCKING_REASONS
             .iter()
             .chain(&[POOL_SLEEP_REASON, reason::FUTEX_TIMED])
-            .chain(work.untimed.then_some(&reason::FUTEX))
+            .chain(work.parked.then_some(&reason::FUTEX))
             .filter(|r| ns(**r) > 0.0)
             .map(|r| (reason_label(*r), ns(*r) / 1e9))
             .collect(),
@@ -350,17 +369,23 @@ fn judge(
         hot_futexes,
         cpu_cores: if elapsed_ns == 0 { 0.0 } else { busy / 1e9 / config.window.as_secs_f64() },
         active,
+        saturated_for: if saturated_last_tick && saturated_all_along { config.confirm } else { Duration::ZERO },
     })
 }
 
-/// Thread time over `elapsed_ns` that was on CPU, blocked in work (sleeps and untimed waits
+/// Thread time in futex waits, untimed and timed (not yet known to be sleeps).
+fn parked_ns(offcpu_ns: &[u64; reason::COUNT as usize]) -> f64 {
+    (offcpu_ns[reason::FUTEX as usize] + offcpu_ns[reason::FUTEX_TIMED as usize]) as f64
+}
+
+/// Thread time over `elapsed_ns` that was on CPU, blocked in work (sleeps and parked waits
 /// too, as `work` says) or waiting for a CPU.
 fn saturated_ns(elapsed_ns: u128, offcpu_ns: &[u64; reason::COUNT as usize], work: WaitsAsWork) -> f64 {
     let ns = |r: u32| offcpu_ns[r as usize] as f64;
     let busy = (elapsed_ns as f64 - offcpu_ns.iter().map(|v| *v as f64).sum::<f64>()).max(0.0);
     let sleep = if work.sleep { ns(POOL_SLEEP_REASON) } else { 0.0 };
-    let untimed = if work.untimed { ns(reason::FUTEX) } else { 0.0 };
-    busy + POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + ns(reason::RUNQUEUE) + sleep + untimed
+    let parked = if work.parked { parked_ns(offcpu_ns) } else { 0.0 };
+    busy + POOL_BLOCKING_REASONS.iter().map(|r| ns(*r)).sum::<f64>() + ns(reason::RUNQUEUE) + sleep + parked
 }
 
 impl SaturatedPool {
@@ -411,12 +436,7 @@ mod tests {
 
     fn judge_with(h: &History, now: Instant, now_mono_ns: u64, requests: &RequestPressure) -> Vec<SaturatedPool> {
         let loops = crate::detect::event_loop::EventLoopConfig::default();
-        let signals = SleepSignals {
-            waiting_requests: &requests.waiting,
-            held_requests: &requests.held,
-            queued_requests: &requests.queued,
-            timed_waits: &TimedWaits::default(),
-        };
+        let signals = SleepSignals { requests, timed_waits: &TimedWaits::default() };
         saturated_pools(h, &[], now, now_mono_ns, &PoolConfig::default(), &loops, &signals)
     }
 
@@ -488,6 +508,7 @@ mod tests {
             waiting: HashMap::from([(50, 64)]),
             held: held.clone(),
             queued: HashMap::from([(50, 40)]),
+            ..RequestPressure::default()
         };
         let found = judge_with(&h, now, 6_000_000_000, &full);
         assert_eq!(found.len(), 1, "a full pool");
@@ -499,7 +520,7 @@ mod tests {
         assert!(summary.contains("(mostly futex)") && summary.contains("40 waited unread in its sockets"), "{summary}");
 
         // Nothing queued (an async server's long polls, or spare threads): waiting for work.
-        let nothing_queued = RequestPressure { queued: HashMap::new(), ..full };
+        let nothing_queued = RequestPressure { queued: HashMap::new(), ..full.clone() };
         assert!(judge_with(&h, now, 6_000_000_000, &nothing_queued).is_empty());
         // Requests queue behind a blocked event loop, which holds them: the idle pool beside it
         // is not the one that is full.
@@ -507,13 +528,48 @@ mod tests {
             waiting: HashMap::from([(50, 64)]),
             held: HashMap::from([(7, 64)]),
             queued: HashMap::from([(50, 40)]),
+            ..RequestPressure::default()
         };
         assert!(judge_with(&h, now, 6_000_000_000, &held_elsewhere).is_empty());
         // Half the workers parked on requests they hold, the other half idle: still room.
         let half: HashMap<u32, usize> = (1000..1016).map(|tid| (tid, 1)).collect();
-        let quarter =
-            RequestPressure { waiting: HashMap::from([(50, 16)]), held: half, queued: HashMap::from([(50, 40)]) };
+        let quarter = RequestPressure {
+            waiting: HashMap::from([(50, 16)]),
+            held: half,
+            queued: HashMap::from([(50, 40)]),
+            ..RequestPressure::default()
+        };
         assert!(judge_with(&h, now, 6_000_000_000, &quarter).is_empty(), "16 requests held by 64 parked threads");
+    }
+
+    /// A fixed pool's workers in their first `RateLimiter` sleeps (timed waits none of which has
+    /// timed out yet), each holding the request it read, while more requests wait unread: full,
+    /// with no history of how its timed waits end.
+    #[test]
+    fn timed_waits_holding_requests_while_requests_queue_are_a_full_pool() {
+        let start = Instant::now();
+        let mut h = History::new(Duration::from_secs(60));
+        pool_in(&mut h, start, 64, "rpc-pool-", reason::FUTEX_TIMED, 990);
+        let now = start + Duration::from_secs(6);
+        let held: HashMap<u32, usize> = (1000..1064).map(|tid| (tid, 1)).collect();
+        let full = RequestPressure {
+            waiting: HashMap::from([(50, 64)]),
+            held: held.clone(),
+            queued: HashMap::from([(50, 3)]),
+            ..RequestPressure::default()
+        };
+        let found = judge_with(&h, now, 6_000_000_000, &full);
+        assert_eq!(found.len(), 1, "a full pool");
+        assert!(found[0].active && (found[0].blocked_share - 0.99).abs() < 0.01, "{:?}", found[0]);
+        // The requests came within the last second: the waits before them may have been idle.
+        assert_eq!(found[0].saturated_for, Duration::ZERO, "not dated by requests this young");
+        let all_along =
+            RequestPressure { waiting_all_along: full.waiting.clone(), held_all_along: held, ..full.clone() };
+        let found = judge_with(&h, now, 6_000_000_000, &all_along);
+        assert_eq!(found[0].saturated_for, Duration::from_secs(1), "parked on the same requests all second");
+        // The same waits with nothing held: a pool's keep-alive polls for work.
+        let idle = RequestPressure { held: HashMap::new(), ..full };
+        assert!(judge_with(&h, now, 6_000_000_000, &idle).is_empty());
     }
 
     #[test]
@@ -525,15 +581,9 @@ mod tests {
         pool_in(&mut h, start, 64, "rpc-pool", reason::FUTEX_TIMED, 995);
         let now = start + Duration::from_secs(6);
         let loops = crate::detect::event_loop::EventLoopConfig::default();
-        let waiting = HashMap::from([(50, 70)]);
+        let requests = RequestPressure { waiting: HashMap::from([(50, 70)]), ..RequestPressure::default() };
         let judge = |waits: &TimedWaits| {
-            let none = HashMap::new();
-            let signals = SleepSignals {
-                waiting_requests: &waiting,
-                held_requests: &none,
-                queued_requests: &none,
-                timed_waits: waits,
-            };
+            let signals = SleepSignals { requests: &requests, timed_waits: waits };
             saturated_pools(&h, &[], now, 6_000_000_000, &PoolConfig::default(), &loops, &signals)
         };
         let mut waits = TimedWaits::default();
@@ -600,5 +650,6 @@ mod tests {
         let found = judge_all(&h, now, 11_000_000_000, &[]);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].created_in_window, 20);
+        assert_eq!(found[0].saturated_for, Duration::ZERO, "named by growth alone: the alert waits its pending time");
     }
 }
