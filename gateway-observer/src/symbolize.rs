@@ -87,10 +87,10 @@ impl Symbolizer {
         let mut opened: HashMap<PathBuf, Option<Identity>> = HashMap::new();
         ips.iter()
             .map(|ip| {
-                if let Some((start, _, name)) = perf_map.iter().find(|(s, len, _)| ip >= s && *ip < s + len) {
-                    return format!("{name}+{:#x} [jit]", ip - start);
+                if let Some(name) = jit_name(*ip, &perf_map) {
+                    return name;
                 }
-                let Some(mapping) = maps.iter().find(|m| *ip >= m.start && *ip < m.end) else {
+                let Some(mapping) = mapping_of(*ip, &maps) else {
                     return format!("{ip:#x}");
                 };
                 let identity = match opened.get(&mapping.path) {
@@ -164,6 +164,17 @@ impl Symbolizer {
         self.perf_maps.insert(pid, (identity, entries.clone()));
         entries
     }
+}
+
+/// `method+0xoff [jit]` from the perf map's entry that holds `ip`.
+fn jit_name(ip: u64, perf_map: &[PerfEntry]) -> Option<String> {
+    let (start, _, name) = perf_map.iter().find(|(s, len, _)| ip >= *s && ip < s + len)?;
+    Some(format!("{name}+{:#x} [jit]", ip - start))
+}
+
+/// The executable mapping that holds `ip`.
+fn mapping_of(ip: u64, maps: &[Mapping]) -> Option<&Mapping> {
+    maps.iter().find(|m| ip >= m.start && ip < m.end)
 }
 
 /// `function+0xoff (file)` from the file's symbols, else the address with the file's name.
@@ -242,6 +253,74 @@ fn parse_elf(data: &[u8]) -> Option<ElfSymbols> {
     symbols.sort_by_key(|(addr, _, _)| *addr);
     symbols.dedup_by_key(|(addr, _, _)| *addr);
     Some(ElfSymbols { symbols, segments })
+}
+
+/// The symbolizer's parsing and naming on text and bytes in hand, for the fuzz targets
+/// (`gateway-observer/fuzz`); not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// A /proc/PID/maps, a /tmp/perf-PID.map and one ELF file (taken to back every mapping),
+    /// parsed as `Symbolizer` parses them.
+    pub struct Parsed {
+        maps: Vec<Mapping>,
+        perf_map: Vec<PerfEntry>,
+        elf: Option<ElfSymbols>,
+    }
+
+    impl Parsed {
+        pub fn new(maps: &str, perf_map: &str, elf: &[u8]) -> Self {
+            Self { maps: parse_maps(maps), perf_map: parse_perf_map(perf_map), elf: parse_elf(elf) }
+        }
+
+        /// Mappings, perf map entries and ELF symbols (None: no ELF) parsed.
+        pub fn counts(&self) -> (usize, usize, Option<usize>) {
+            (self.maps.len(), self.perf_map.len(), self.elf.as_ref().map(|e| e.symbols.len()))
+        }
+
+        /// The ELF symbols' addresses, which `name` relies on being sorted.
+        pub fn symbol_addresses(&self) -> Vec<u64> {
+            self.elf.iter().flat_map(|e| e.symbols.iter().map(|(addr, _, _)| *addr)).collect()
+        }
+
+        /// Addresses at the edges of what was parsed (first, last and one past each range, through
+        /// every mapping for the ELF's segments and symbols): where a lookup's arithmetic breaks.
+        pub fn edges(&self) -> Vec<u64> {
+            let mut ips = Vec::new();
+            let mut around = |start: u64, len: u64| {
+                let end = start.wrapping_add(len);
+                ips.extend([start, start.wrapping_sub(1), end, end.wrapping_sub(1)]);
+            };
+            for (start, len, _) in &self.perf_map {
+                around(*start, *len);
+            }
+            for m in &self.maps {
+                around(m.start, m.end.wrapping_sub(m.start));
+                let Some(elf) = &self.elf else { continue };
+                // The address at which the mapping shows a file offset.
+                let at = |offset: u64| m.start.wrapping_add(offset.wrapping_sub(m.file_offset));
+                for (offset, size, vaddr) in &elf.segments {
+                    around(at(*offset), *size);
+                    for (addr, len, _) in elf.symbols.iter().take(64) {
+                        around(at(offset.wrapping_add(addr.wrapping_sub(*vaddr))), *len);
+                    }
+                }
+            }
+            ips
+        }
+
+        /// What `Symbolizer::symbolize` names `ip`.
+        pub fn name(&self, ip: u64) -> String {
+            if let Some(name) = jit_name(ip, &self.perf_map) {
+                return name;
+            }
+            match mapping_of(ip, &self.maps) {
+                Some(mapping) => name(ip, mapping, self.elf.as_ref()),
+                None => format!("{ip:#x}"),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

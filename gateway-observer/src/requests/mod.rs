@@ -121,6 +121,11 @@ impl RequestTracker {
         self.netns_of = netns_of;
     }
 
+    /// Connections followed now (at most the kernel's `MAX_SOCKETS`).
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
     /// Forgets names and peers of processes that are gone.
     pub fn retain_processes(&mut self, live: &std::collections::HashSet<u32>) {
         self.names.retain(|tgid, _| live.contains(tgid));
