@@ -101,7 +101,7 @@ pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
     let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().skip(11);
     let utime: u64 = fields.next()?.parse().ok()?;
     let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
+    utime.checked_add(stime)
 }
 
 /// How long ago the process started: /proc/PID/stat's starttime (clock ticks after boot) against
@@ -423,6 +423,13 @@ mod tests {
         assert_eq!(parse_stat_cpu_ticks(stat), Some(175));
         assert_eq!(parse_stat_cpu_ticks("garbage"), None);
         assert!(cpu_seconds(std::process::id()).is_some());
+    }
+
+    #[test]
+    fn cpu_ticks_that_overflow_are_no_reading() {
+        // Found by fuzzing (proc_text): the sum overflowed, a panic in debug builds.
+        let stat = format!("4242 (gw) S 1 4242 4242 0 -1 4194560 2306 0 0 0 {} 1 0 0 20 0 9 0 123 0 0", u64::MAX);
+        assert_eq!(parse_stat_cpu_ticks(&stat), None);
     }
 
     #[test]
