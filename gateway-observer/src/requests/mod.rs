@@ -300,7 +300,8 @@ impl RequestTracker {
         self.counts.closed_resyncs += http.lost_sync();
         if !http.is_http() {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
-            *self.non_http_bytes.entry(process).or_default() += http.non_http_bytes();
+            let total = self.non_http_bytes.entry(process).or_default();
+            *total = total.saturating_add(http.non_http_bytes());
         }
     }
 
