@@ -178,6 +178,37 @@ fn main() -> std::io::Result<()> {
         .tick(10_000);
     seeds.push(("handshakes_and_records_lost", s));
 
+    // A busy gateway: eight clients at once, each request proxied upstream over connections that
+    // existed before the daemon (no handshake seen), answered out of order.
+    let mut s = Seed::default();
+    s.listen(8080);
+    for i in 0..8u16 {
+        let ts = 10 * MS + u64::from(i) * MS;
+        s.conn(
+            event_kind::SOCKET_OPEN,
+            CLIENT_SK + u64::from(i),
+            conn_role::SERVER,
+            (local, 8080),
+            (client.0, 51_000 + i),
+            ts,
+        )
+        .data(CLIENT_SK + u64::from(i), true, REQUEST, ts + MS / 2, 0)
+        .data(UPSTREAM_SK + u64::from(i % 2), false, UPSTREAM_REQUEST, ts + MS, 0);
+    }
+    s.tick(20_000);
+    for i in (0..8u16).rev() {
+        let ts = 40 * MS + u64::from(8 - i) * MS;
+        s.data(UPSTREAM_SK + u64::from(i % 2), true, RESPONSE, ts, 0).data(
+            CLIENT_SK + u64::from(i),
+            false,
+            RESPONSE,
+            ts + MS / 2,
+            0,
+        );
+    }
+    s.tick(30_000);
+    seeds.push(("eight_clients_two_upstream_connections", s));
+
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/socket_records");
     std::fs::create_dir_all(&dir)?;
     for (name, seed) in seeds {
