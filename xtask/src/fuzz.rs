@@ -105,10 +105,7 @@ pub fn fuzz(seconds: u64, only: Option<&str>) -> anyhow::Result<()> {
         bail!("no fuzz target named {}", only.unwrap_or_default());
     }
     if !failed.is_empty() {
-        bail!(
-            "fuzzing failed: {}; replay one with `cargo +nightly fuzz run TARGET FILE` in its project",
-            failed.join(", ")
-        );
+        bail!("fuzzing failed: {}; replay one with {}/TARGET FILE", failed.join(", "), tools.binaries(&work).display());
     }
     Ok(())
 }
@@ -152,6 +149,14 @@ impl Tools {
             .env_remove("RUSTUP_TOOLCHAIN")
             .env_remove("CARGO");
         command
+    }
+
+    /// Where the built targets are: cargo-fuzz builds for the host's triple, named.
+    fn binaries(&self, work: &Path) -> PathBuf {
+        let host = util::output("rustc", &["-vV"])
+            .and_then(|v| v.lines().find_map(|l| l.strip_prefix("host: ")).map(str::to_owned))
+            .unwrap_or_else(|| "HOST-TRIPLE".into());
+        work.join("build").join(host).join("release")
     }
 
     /// The project's targets.
