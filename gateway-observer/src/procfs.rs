@@ -1,5 +1,7 @@
 //! Reads of /proc: process and thread names, thread lists, parents. Every read tolerates the
 //! process having exited meanwhile (it returns `None` or an empty list, never an error to crash on).
+//! The text is parsed by the `parse_*` functions, which touch no file (and are fuzzed:
+//! `gateway-observer/fuzz`); a comm in that text is the target's to choose.
 
 use std::{fs, path::Path};
 
@@ -38,8 +40,12 @@ fn numeric_entries(dir: &str) -> Vec<u32> {
 
 /// A thread's scheduler state letter from /proc/TGID/task/TID/stat (R, S, D, ...).
 pub fn thread_state(tgid: u32, tid: u32) -> Option<char> {
-    let stat = fs::read_to_string(format!("/proc/{tgid}/task/{tid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+    parse_stat_state(&fs::read_to_string(format!("/proc/{tgid}/task/{tid}/stat")).ok()?)
+}
+
+/// The state letter of a stat line: the first field after the comm's closing parenthesis.
+pub fn parse_stat_state(stat: &str) -> Option<char> {
+    stat.get(stat.rfind(')')? + 1..)?.split_whitespace().next()?.chars().next()
 }
 
 /// The syscall a blocked thread is in, with its six arguments, from /proc/TGID/task/TID/syscall
@@ -48,7 +54,7 @@ pub fn thread_syscall(tgid: u32, tid: u32) -> Option<(u32, [u64; 6])> {
     parse_syscall(&fs::read_to_string(format!("/proc/{tgid}/task/{tid}/syscall")).ok()?)
 }
 
-fn parse_syscall(text: &str) -> Option<(u32, [u64; 6])> {
+pub fn parse_syscall(text: &str) -> Option<(u32, [u64; 6])> {
     let mut fields = text.split_whitespace();
     let nr: u32 = fields.next()?.parse().ok()?;
     let mut args = [0u64; 6];
@@ -66,15 +72,19 @@ pub fn parent(pid: u32) -> Option<u32> {
 
 /// (parent, comm) from one read of /proc/PID/stat, for scans of every process on the host.
 pub fn parent_and_comm(pid: u32) -> Option<(u32, String)> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_parent_and_comm(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// (parent, comm) of a stat line.
+pub fn parse_stat_parent_and_comm(stat: &str) -> Option<(u32, String)> {
     let comm = stat.get(stat.find('(')? + 1..stat.rfind(')')?)?.to_owned();
-    Some((parse_stat_ppid(&stat)?, comm))
+    Some((parse_stat_ppid(stat)?, comm))
 }
 
 /// The comm in /proc/PID/stat is in parentheses and may itself hold spaces and ')', so fields are
 /// counted from the last ')'.
-fn parse_stat_ppid(stat: &str) -> Option<u32> {
-    let after = &stat[stat.rfind(')')? + 1..];
+pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
+    let after = stat.get(stat.rfind(')')? + 1..)?;
     after.split_whitespace().nth(1)?.parse().ok()
 }
 
@@ -87,11 +97,11 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 }
 
 /// utime + stime (fields 14 and 15; the 12th and 13th after the comm's closing parenthesis).
-fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
     let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().skip(11);
     let utime: u64 = fields.next()?.parse().ok()?;
     let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
+    utime.checked_add(stime)
 }
 
 /// How long ago the process started: /proc/PID/stat's starttime (clock ticks after boot) against
@@ -111,7 +121,7 @@ pub fn process_age(pid: u32) -> Option<std::time::Duration> {
 }
 
 /// starttime (field 22; the 20th after the comm's closing parenthesis).
-fn parse_stat_start_ticks(stat: &str) -> Option<u64> {
+pub fn parse_stat_start_ticks(stat: &str) -> Option<u64> {
     stat.get(stat.rfind(')')? + 1..)?.split_whitespace().nth(19)?.parse().ok()
 }
 
@@ -175,7 +185,7 @@ pub fn listen_rows(pid: u32) -> Vec<ListenRow> {
 
 /// A /proc/net/tcp{,6} row if it is a listening socket. For those the rx_queue column is the
 /// accept queue's length.
-fn parse_listen_row(line: &str) -> Option<ListenRow> {
+pub fn parse_listen_row(line: &str) -> Option<ListenRow> {
     const TCP_LISTEN: &str = "0A";
     let fields: Vec<&str> = line.split_whitespace().collect();
     let (local, state, queues, inode) = (fields.get(1)?, fields.get(3)?, fields.get(4)?, fields.get(9)?);
@@ -195,7 +205,7 @@ pub fn listen_overflows(pid: u32) -> Option<u64> {
 }
 
 /// A field of /proc/net/netstat, where each group is a header line then a value line.
-fn parse_netstat_field(text: &str, group: &str, field: &str) -> Option<u64> {
+pub fn parse_netstat_field(text: &str, group: &str, field: &str) -> Option<u64> {
     let mut lines = text.lines().filter(|l| l.starts_with(group));
     while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
         if let Some(index) = names.split_whitespace().position(|name| name == field) {
@@ -209,21 +219,30 @@ fn parse_netstat_field(text: &str, group: &str, field: &str) -> Option<u64> {
 /// whose handshake the daemon did not see (its event was lost), from the process's own tables.
 pub fn tcp_addresses(pid: u32, fd: u32) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
     let link = fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
-    let inode: u64 = link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()?;
+    let inode = parse_socket_link(link.to_str()?)?;
     ["tcp", "tcp6"].iter().find_map(|table| {
-        let text = fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?;
-        text.lines().skip(1).find_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.get(9)?.parse::<u64>().ok()? != inode {
-                return None;
-            }
-            Some((parse_proc_addr(fields.get(1)?)?, parse_proc_addr(fields.get(2)?)?))
-        })
+        parse_tcp_table_addresses(&fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?, inode)
     })
 }
 
+/// (local, remote) addresses of the socket `inode` in a /proc/net/tcp{,6} table.
+pub fn parse_tcp_table_addresses(table: &str, inode: u64) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(9)?.parse::<u64>().ok()? != inode {
+            return None;
+        }
+        Some((parse_proc_addr(fields.get(1)?)?, parse_proc_addr(fields.get(2)?)?))
+    })
+}
+
+/// The inode of a socket fd's link (`socket:[31337]`).
+pub fn parse_socket_link(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+}
+
 /// `0100007F:1F90` (IPv4) or 32 hex digits + port (IPv6), each 32-bit word in host order.
-fn parse_proc_addr(field: &str) -> Option<std::net::SocketAddr> {
+pub fn parse_proc_addr(field: &str) -> Option<std::net::SocketAddr> {
     let (ip_hex, port_hex) = field.split_once(':')?;
     let port = u16::from_str_radix(port_hex, 16).ok()?;
     let words: Vec<u32> = (0..ip_hex.len() / 8)
@@ -251,7 +270,7 @@ pub fn namespace_pid(pid: u32) -> Option<u32> {
     Some(parse_namespace_pid(&status).unwrap_or(pid))
 }
 
-fn parse_namespace_pid(status: &str) -> Option<u32> {
+pub fn parse_namespace_pid(status: &str) -> Option<u32> {
     let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
     line.split_whitespace().last()?.parse().ok()
 }
@@ -263,14 +282,24 @@ pub fn uids(pid: u32) -> Vec<u32> {
     parse_uids(&status)
 }
 
-fn parse_uids(status: &str) -> Vec<u32> {
+pub fn parse_uids(status: &str) -> Vec<u32> {
     let line = status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap_or_default();
     line.split_whitespace().filter_map(|v| v.parse().ok()).collect()
 }
 
+/// The effective capability set of a status text (`CapEff:`, hex).
+pub fn parse_effective_capabilities(status: &str) -> Option<u64> {
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// The cgroup paths of a process, one per hierarchy (a single `0::/path` line on cgroup v2).
 pub fn cgroups(pid: u32) -> Vec<String> {
-    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else { return Vec::new() };
+    fs::read_to_string(format!("/proc/{pid}/cgroup")).map(|text| parse_cgroups(&text)).unwrap_or_default()
+}
+
+/// The paths of /proc/PID/cgroup's `ID:CONTROLLERS:PATH` lines.
+pub fn parse_cgroups(text: &str) -> Vec<String> {
     text.lines().filter_map(|line| line.splitn(3, ':').nth(2)).map(str::to_owned).collect()
 }
 
@@ -281,7 +310,12 @@ pub fn net_namespace(pid: u32) -> Option<String> {
 
 /// The inode number of the process's network namespace (`net:[4026531840]` → 4026531840).
 pub fn net_namespace_inum(pid: u32) -> Option<u32> {
-    net_namespace(pid)?.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+    parse_net_namespace_link(&net_namespace(pid)?)
+}
+
+/// The inode number of a `net:[INODE]` link.
+pub fn parse_net_namespace_link(link: &str) -> Option<u32> {
+    link.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
 }
 
 /// Inodes of the process's open sockets (`/proc/PID/fd/N -> socket:[INODE]`).
@@ -290,10 +324,7 @@ pub fn socket_inodes(pid: u32) -> Vec<u64> {
     entries
         .filter_map(Result::ok)
         .filter_map(|entry| fs::read_link(entry.path()).ok())
-        .filter_map(|target| {
-            let target = target.to_str()?;
-            target.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
-        })
+        .filter_map(|target| parse_socket_link(target.to_str()?))
         .collect()
 }
 
@@ -392,6 +423,13 @@ mod tests {
         assert_eq!(parse_stat_cpu_ticks(stat), Some(175));
         assert_eq!(parse_stat_cpu_ticks("garbage"), None);
         assert!(cpu_seconds(std::process::id()).is_some());
+    }
+
+    #[test]
+    fn cpu_ticks_that_overflow_are_no_reading() {
+        // Found by fuzzing (proc_text): the sum overflowed, a panic in debug builds.
+        let stat = format!("4242 (gw) S 1 4242 4242 0 -1 4194560 2306 0 0 0 {} 1 0 0 20 0 9 0 123 0 0", u64::MAX);
+        assert_eq!(parse_stat_cpu_ticks(&stat), None);
     }
 
     #[test]

@@ -60,8 +60,8 @@ impl ElfSymbols {
     fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
         self.segments
             .iter()
-            .find(|(start, size, _)| offset >= *start && offset < start + size)
-            .map(|(start, _, addr)| addr + (offset - start))
+            .find(|(start, size, _)| offset >= *start && offset - start < *size)
+            .and_then(|(start, _, addr)| addr.checked_add(offset - start))
     }
 }
 
@@ -87,10 +87,10 @@ impl Symbolizer {
         let mut opened: HashMap<PathBuf, Option<Identity>> = HashMap::new();
         ips.iter()
             .map(|ip| {
-                if let Some((start, _, name)) = perf_map.iter().find(|(s, len, _)| ip >= s && *ip < s + len) {
-                    return format!("{name}+{:#x} [jit]", ip - start);
+                if let Some(name) = jit_name(*ip, &perf_map) {
+                    return name;
                 }
-                let Some(mapping) = maps.iter().find(|m| *ip >= m.start && *ip < m.end) else {
+                let Some(mapping) = mapping_of(*ip, &maps) else {
                     return format!("{ip:#x}");
                 };
                 let identity = match opened.get(&mapping.path) {
@@ -166,15 +166,27 @@ impl Symbolizer {
     }
 }
 
+/// `method+0xoff [jit]` from the perf map's entry that holds `ip`.
+fn jit_name(ip: u64, perf_map: &[PerfEntry]) -> Option<String> {
+    // Ranges are compared by offset: the file may put one anywhere, up to the top of the address space.
+    let (start, _, name) = perf_map.iter().find(|(s, len, _)| ip >= *s && ip - s < *len)?;
+    Some(format!("{name}+{:#x} [jit]", ip - start))
+}
+
+/// The executable mapping that holds `ip`.
+fn mapping_of(ip: u64, maps: &[Mapping]) -> Option<&Mapping> {
+    maps.iter().find(|m| ip >= m.start && ip < m.end)
+}
+
 /// `function+0xoff (file)` from the file's symbols, else the address with the file's name.
 fn name(ip: u64, mapping: &Mapping, elf: Option<&ElfSymbols>) -> String {
     let file = mapping.path.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned());
     if let Some(elf) = elf
-        && let Some(vaddr) = elf.vaddr_of_offset(ip - mapping.start + mapping.file_offset)
+        && let Some(vaddr) = (ip - mapping.start).checked_add(mapping.file_offset).and_then(|o| elf.vaddr_of_offset(o))
     {
         let at = elf.symbols.partition_point(|(addr, _, _)| *addr <= vaddr);
         if let Some((addr, size, name)) = at.checked_sub(1).and_then(|i| elf.symbols.get(i))
-            && (*size == 0 || vaddr < addr + size)
+            && (*size == 0 || vaddr - addr < *size)
         {
             return format!("{:#}+{:#x} ({file})", rustc_demangle::demangle(name), vaddr - addr);
         }
@@ -244,6 +256,74 @@ fn parse_elf(data: &[u8]) -> Option<ElfSymbols> {
     Some(ElfSymbols { symbols, segments })
 }
 
+/// The symbolizer's parsing and naming on text and bytes in hand, for the fuzz targets
+/// (`gateway-observer/fuzz`); not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// A /proc/PID/maps, a /tmp/perf-PID.map and one ELF file (taken to back every mapping),
+    /// parsed as `Symbolizer` parses them.
+    pub struct Parsed {
+        maps: Vec<Mapping>,
+        perf_map: Vec<PerfEntry>,
+        elf: Option<ElfSymbols>,
+    }
+
+    impl Parsed {
+        pub fn new(maps: &str, perf_map: &str, elf: &[u8]) -> Self {
+            Self { maps: parse_maps(maps), perf_map: parse_perf_map(perf_map), elf: parse_elf(elf) }
+        }
+
+        /// Mappings, perf map entries and ELF symbols (None: no ELF) parsed.
+        pub fn counts(&self) -> (usize, usize, Option<usize>) {
+            (self.maps.len(), self.perf_map.len(), self.elf.as_ref().map(|e| e.symbols.len()))
+        }
+
+        /// The ELF symbols' addresses, which `name` relies on being sorted.
+        pub fn symbol_addresses(&self) -> Vec<u64> {
+            self.elf.iter().flat_map(|e| e.symbols.iter().map(|(addr, _, _)| *addr)).collect()
+        }
+
+        /// Addresses at the edges of what was parsed (first, last and one past each range, through
+        /// every mapping for the ELF's segments and symbols): where a lookup's arithmetic breaks.
+        pub fn edges(&self) -> Vec<u64> {
+            let mut ips = Vec::new();
+            let mut around = |start: u64, len: u64| {
+                let end = start.wrapping_add(len);
+                ips.extend([start, start.wrapping_sub(1), end, end.wrapping_sub(1)]);
+            };
+            for (start, len, _) in &self.perf_map {
+                around(*start, *len);
+            }
+            for m in &self.maps {
+                around(m.start, m.end.wrapping_sub(m.start));
+                let Some(elf) = &self.elf else { continue };
+                // The address at which the mapping shows a file offset.
+                let at = |offset: u64| m.start.wrapping_add(offset.wrapping_sub(m.file_offset));
+                for (offset, size, vaddr) in &elf.segments {
+                    around(at(*offset), *size);
+                    for (addr, len, _) in elf.symbols.iter().take(64) {
+                        around(at(offset.wrapping_add(addr.wrapping_sub(*vaddr))), *len);
+                    }
+                }
+            }
+            ips
+        }
+
+        /// What `Symbolizer::symbolize` names `ip`.
+        pub fn name(&self, ip: u64) -> String {
+            if let Some(name) = jit_name(ip, &self.perf_map) {
+                return name;
+            }
+            match mapping_of(ip, &self.maps) {
+                Some(mapping) => name(ip, mapping, self.elf.as_ref()),
+                None => format!("{ip:#x}"),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,6 +339,33 @@ mod tests {
         assert_eq!(maps[0].file_offset, 0x2000);
         let perf = parse_perf_map("7f1234 40 Lio/netty/Foo;::bar\nnot a line\n");
         assert_eq!(perf, vec![(0x7f1234, 0x40, "Lio/netty/Foo;::bar".to_owned())]);
+    }
+
+    /// Found by fuzzing (symbols, elf_symbols): ranges that reach the top of the address space
+    /// overflowed their end, a panic in debug builds. The perf map and the ELF file are the
+    /// target's to write.
+    #[test]
+    fn ranges_up_to_the_top_of_the_address_space() {
+        let perf = parse_perf_map("ffffffffffffff00 1000 Ltop;\n");
+        assert_eq!(jit_name(0xffff_ffff_ffff_ff10, &perf).as_deref(), Some("Ltop;+0x10 [jit]"));
+        assert_eq!(jit_name(0xff, &perf), None);
+        let mapping = Mapping {
+            start: 0x1000,
+            end: 0x3000,
+            file_offset: u64::MAX - 0x10,
+            path: PathBuf::from("/usr/lib/libgw.so"),
+        };
+        let elf = ElfSymbols {
+            symbols: vec![(0x400, u64::MAX, "huge".to_owned()), (u64::MAX - 4, 8, "last".to_owned())],
+            segments: vec![(0, u64::MAX, 0x400)],
+        };
+        assert_eq!(name(0x1020, &mapping, Some(&elf)), "0x1020 (libgw.so)", "the file offset overflows");
+        let mapping = Mapping { file_offset: 0, ..mapping };
+        assert_eq!(name(0x1010, &mapping, Some(&elf)), "huge+0x10 (libgw.so)");
+        let top = ElfSymbols { symbols: Vec::new(), segments: vec![(u64::MAX - 8, 8, u64::MAX - 8)] };
+        assert_eq!(top.vaddr_of_offset(u64::MAX - 1), Some(u64::MAX - 1));
+        let past = ElfSymbols { symbols: Vec::new(), segments: vec![(0x10, u64::MAX - 0x10, u64::MAX)] };
+        assert_eq!(past.vaddr_of_offset(0x20), None, "a segment whose addresses run past the top");
     }
 
     #[inline(never)]

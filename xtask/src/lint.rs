@@ -1,5 +1,5 @@
 //! `cargo xtask lint`: what CI holds every change to. rustfmt's check on the workspace and on the
-//! fuzz crate (its own workspace), clippy with warnings denied on the host crates and, with
+//! fuzz crates (each its own workspace), clippy with warnings denied on the host crates and, with
 //! nightly for bpfel-unknown-none, on the kernel crate (which never builds for the host).
 
 use anyhow::Context as _;
@@ -8,10 +8,12 @@ use crate::util::{self, cargo};
 
 pub fn run() -> anyhow::Result<()> {
     cargo(&["fmt", "--all", "--check"]).context("formatting differs: run `cargo fmt --all`")?;
-    let fuzz_manifest = util::workspace_root().join("gateway-observer-http/fuzz/Cargo.toml");
-    let fuzz_manifest = fuzz_manifest.to_str().context("workspace path is not UTF-8")?;
-    cargo(&["fmt", "--manifest-path", fuzz_manifest, "--check"])
-        .context("the fuzz target's formatting differs: run `cargo fmt` in gateway-observer-http/fuzz")?;
+    for project in ["gateway-observer-http/fuzz", "gateway-observer/fuzz"] {
+        let fuzz_manifest = util::workspace_root().join(project).join("Cargo.toml");
+        let fuzz_manifest = fuzz_manifest.to_str().context("workspace path is not UTF-8")?;
+        cargo(&["fmt", "--manifest-path", fuzz_manifest, "--check"])
+            .with_context(|| format!("the fuzz targets' formatting differs: run `cargo fmt` in {project}"))?;
+    }
     cargo(&["clippy", "--workspace", "--exclude", "gateway-observer-ebpf", "--all-targets", "--", "-D", "warnings"])
         .context("clippy found warnings in the host crates")?;
     clippy_kernel_crate()

@@ -22,7 +22,7 @@ mod wrk;
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | test-kernels [--kernel 6.1|6.12] | package [--check] | fuzz [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--pairs N] [--duration S] [--gateway reference|nginx|both] [--rate R] | bench parser | bench detect [--rounds N] [--filter SUBSTR] [--timeout S] | demo [--phase-seconds N] [--keep]>";
+const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | test-kernels [--kernel 6.1|6.12] | package [--check] | fuzz [TARGET] [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--pairs N] [--duration S] [--gateway reference|nginx|both] [--rate R] | bench parser | bench detect [--rounds N] [--filter SUBSTR] [--timeout S] | demo [--phase-seconds N] [--keep]>";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -85,7 +85,7 @@ fn build() -> anyhow::Result<()> {
 /// Runs the pure crates' tests with bpf-linker out of reach (skipped when a filter is given), then builds the binaries the
 /// end-to-end tests start and runs every test of the host packages (privileged suites included).
 /// Extra arguments go to that `cargo test` (e.g. a test name filter). Then fuzzes the HTTP parser
-/// for `FUZZ_SECONDS` (default 30; 0 skips it).
+/// and the daemon's parsers for `FUZZ_SECONDS` each (default 10 per target; 0 skips it).
 fn test(extra: &[String]) -> anyhow::Result<()> {
     if extra.is_empty() {
         without_bpf_linker::test_pure_crates()?;
@@ -97,6 +97,6 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     util::cargo(&args).context("tests failed")?;
     match fuzz::seconds_from_env()? {
         0 => Ok(()),
-        seconds => fuzz::fuzz(seconds),
+        seconds => fuzz::fuzz(seconds, None),
     }
 }

@@ -43,7 +43,7 @@ pub fn test_pure_crates() -> anyhow::Result<()> {
 }
 
 /// PATH with the toolchain's bin first and no directory that holds bpf-linker.
-fn path_without_bpf_linker(toolchain_bin: &Path) -> anyhow::Result<OsString> {
+pub(crate) fn path_without_bpf_linker(toolchain_bin: &Path) -> anyhow::Result<OsString> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let dirs = std::iter::once(toolchain_bin.to_path_buf())
         .chain(std::env::split_paths(&path))

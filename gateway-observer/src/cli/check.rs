@@ -165,9 +165,7 @@ fn privileges() -> Line {
 }
 
 fn effective_capabilities() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
-    u64::from_str_radix(hex, 16).ok()
+    crate::procfs::parse_effective_capabilities(&std::fs::read_to_string("/proc/self/status").ok()?)
 }
 
 fn kernel_btf() -> Line {

@@ -78,7 +78,8 @@ impl FlowState {
     pub fn one_way_for(&self, now_ns: u64) -> Option<u64> {
         const SLACK_NS: u64 = 1_000_000_000;
         let since = self.stall_since_ns?;
-        let overdue = now_ns.saturating_sub(self.last_retransmit_ns) > self.backoff_ns.saturating_mul(3) + SLACK_NS;
+        let overdue =
+            now_ns.saturating_sub(self.last_retransmit_ns) > self.backoff_ns.saturating_mul(3).saturating_add(SLACK_NS);
         (self.stall_retransmits >= 2 && !overdue).then(|| now_ns.saturating_sub(since))
     }
 }
@@ -148,6 +149,17 @@ mod tests {
         flow.on_read(4_200, 10);
         assert_eq!(flow.stall_since_ns, None);
         assert_eq!(flow.retransmits, 4);
+    }
+
+    #[test]
+    fn retransmits_a_clock_apart_are_no_panic() {
+        // Found by fuzzing (socket_records): a backoff near u64::MAX (retransmit timestamps far
+        // apart) overflowed the overdue bound, a panic in debug builds.
+        let mut flow = FlowState::default();
+        flow.on_retransmit(&retransmit(0, None));
+        flow.on_retransmit(&retransmit(u64::MAX - 1, None));
+        assert_eq!(flow.backoff_ns, u64::MAX - 1);
+        assert_eq!(flow.one_way_for(u64::MAX), Some(u64::MAX), "never overdue: still one-way");
     }
 
     #[test]

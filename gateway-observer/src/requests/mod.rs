@@ -121,6 +121,11 @@ impl RequestTracker {
         self.netns_of = netns_of;
     }
 
+    /// Connections followed now (at most the kernel's `MAX_SOCKETS`).
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
     /// Forgets names and peers of processes that are gone.
     pub fn retain_processes(&mut self, live: &std::collections::HashSet<u32>) {
         self.names.retain(|tgid, _| live.contains(tgid));
@@ -295,7 +300,8 @@ impl RequestTracker {
         self.counts.closed_resyncs += http.lost_sync();
         if !http.is_http() {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
-            *self.non_http_bytes.entry(process).or_default() += http.non_http_bytes();
+            let total = self.non_http_bytes.entry(process).or_default();
+            *total = total.saturating_add(http.non_http_bytes());
         }
     }
 

@@ -329,3 +329,18 @@ fn stall_facts_count_requests_waiting_inside_the_process() {
     tracker.handle(data(30, false, UPSTREAM_REQUEST, 150 * MS, None));
     assert_eq!(tracker.stall_facts(700 * MS, &config)[0].upstream_waiting, 1);
 }
+
+#[test]
+fn non_http_bytes_saturate() {
+    // Found by fuzzing (socket_records): two closed connections whose records claimed more than
+    // u64::MAX bytes between them overflowed the per-process total, a panic in debug builds.
+    const TLS_HELLO: &[u8] = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+    let mut tracker = RequestTracker::default();
+    for sk in [1, 2] {
+        tracker.handle(open(sk, Opened::Accepted, Some(GW), "127.0.0.1:8443", "127.0.0.1:50000", 0));
+        let SocketRecord::Data(record) = data(sk, true, TLS_HELLO, MS, None) else { unreachable!() };
+        tracker.handle(SocketRecord::Data(DataRecord { len: u64::MAX / 2 + 1, ..record }));
+        tracker.handle(close(sk, 2 * MS));
+    }
+    assert_eq!(tracker.non_http_bytes.values().copied().collect::<Vec<_>>(), vec![u64::MAX]);
+}

@@ -83,7 +83,9 @@ fn cgroup_path(value: &str) -> Option<String> {
         return None;
     }
     let mut path = value.trim_end_matches('/');
-    if let Some(rest) = path.strip_prefix("/sys/fs/cgroup") {
+    if let Some(rest) = path.strip_prefix("/sys/fs/cgroup")
+        && (rest.is_empty() || rest.starts_with('/'))
+    {
         path = rest;
         for hierarchy in ["/unified", "/systemd", "/memory", "/cpu", "/pids"] {
             if let Some(rest) = path.strip_prefix(hierarchy)
@@ -299,6 +301,11 @@ mod tests {
         assert_eq!("cgroup=/sys/fs/cgroup/system.slice/x".parse(), Ok(TargetSpec::Cgroup("/system.slice/x".into())));
         assert_eq!("cgroup=/sys/fs/cgroup/unified/gw".parse(), Ok(TargetSpec::Cgroup("/gw".into())));
         assert_eq!("cgroup=/sys/fs/cgroup/unifiedx".parse(), Ok(TargetSpec::Cgroup("/unifiedx".into())));
+        // Found by fuzzing (config): the mount point was cut from a longer name, leaving a
+        // relative path that matches no process, and that `cgroup=` no longer took back.
+        let spec: TargetSpec = "cgroup=/sys/fs/cgroupx/gw".parse().expect("an absolute path");
+        assert_eq!(spec, TargetSpec::Cgroup("/sys/fs/cgroupx/gw".into()));
+        assert_eq!(spec.to_string().parse(), Ok(spec));
         assert!(matches!("cgroup=relative/path".parse::<TargetSpec>(), Err(TargetSpecError::BadCgroup(_))));
         assert!(matches!("cgroup=/a/../etc".parse::<TargetSpec>(), Err(TargetSpecError::BadCgroup(_))));
         assert_eq!(TargetSpec::Port(80).to_string(), "port=80");
