@@ -114,6 +114,8 @@ pub struct SaturatedPool {
     pub cpu_cores: f64,
     /// Saturated in the last tick too, or still growing in it.
     pub active: bool,
+    /// Its threads' futex waits counted as work: they hold the requests they parked in.
+    pub parked_in_requests: bool,
     /// How long the share shows the pool saturated: `confirm` when it was over the whole last
     /// `confirm` and the last tick, zero when only growth names it.
     pub saturated_for: Duration,
@@ -369,6 +371,7 @@ fn judge(
         hot_futexes,
         cpu_cores: if elapsed_ns == 0 { 0.0 } else { busy / 1e9 / config.window.as_secs_f64() },
         active,
+        parked_in_requests: work.parked,
         saturated_for: if saturated_last_tick && saturated_all_along { config.confirm } else { Duration::ZERO },
     })
 }
@@ -392,12 +395,13 @@ impl SaturatedPool {
     /// "pool rpc-pool-* saturated: 64 threads (+54 in 5.0s), 97% busy or blocked (mostly
     /// futex_sleep), 0.03 CPU, 80 requests waiting"
     pub fn summary(&self) -> String {
-        // futex_timed is listed for evidence but reads as idle for a pool (see the module doc).
+        // futex_timed is listed for evidence but reads as idle for a pool, unless its threads
+        // parked in requests they hold (see the module doc).
         let on_cpu = ("on CPU", self.cpu_cores * self.window.as_secs_f64());
         let main = self
             .blocked_by_reason
             .iter()
-            .filter(|(r, _)| *r != "futex_timed")
+            .filter(|(r, _)| self.parked_in_requests || *r != "futex_timed")
             .chain(std::iter::once(&on_cpu))
             .filter(|(_, secs)| *secs > 0.0)
             .max_by(|a, b| a.1.total_cmp(&b.1))
@@ -567,6 +571,7 @@ mod tests {
             RequestPressure { waiting_all_along: full.waiting.clone(), held_all_along: held, ..full.clone() };
         let found = judge_with(&h, now, 6_000_000_000, &all_along);
         assert_eq!(found[0].saturated_for, Duration::from_secs(1), "parked on the same requests all second");
+        assert!(found[0].summary().contains("(mostly futex_timed)"), "{}", found[0].summary());
         // The same waits with nothing held: a pool's keep-alive polls for work.
         let idle = RequestPressure { held: HashMap::new(), ..full };
         assert!(judge_with(&h, now, 6_000_000_000, &idle).is_empty());
