@@ -9,6 +9,8 @@ mod matrix;
 mod output;
 mod supervise;
 
+pub(crate) use supervise::lock as e2e_lock;
+
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},

@@ -285,6 +285,26 @@ pub(crate) fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Checks that `tools` are on PATH, then builds the release binaries the benches start (the
+/// daemon, reference-gateway, the tests' fixtures); returns the directory that holds them.
+pub(crate) fn release_build(tools: &[&str]) -> Result<PathBuf> {
+    for tool in tools {
+        which(tool).with_context(|| format!("{tool} not found on PATH (cargo xtask setup installs it)"))?;
+    }
+    crate::util::cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "gateway-observer",
+        "-p",
+        "reference-gateway",
+        "-p",
+        "tests",
+        "--bins",
+    ])?;
+    Ok(crate::util::target_dir().join("release"))
+}
+
 pub(crate) fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)

@@ -1,7 +1,8 @@
 //! `cargo xtask setup | build | lint | test | test-kernels | package | bench
-//! probes|gateway|overhead|parser|detect | demo`: the project's own commands. Each installs what it needs first, so a fresh machine goes from
+//! probes|gateway|overhead|parser|detect|churn | demo`: the project's own commands. Each installs what it needs first, so a fresh machine goes from
 //! clone to green with `cargo xtask test`.
 
+mod bench_churn;
 mod bench_detect;
 mod bench_gateway;
 mod bench_overhead;
@@ -22,7 +23,7 @@ mod wrk;
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | test-kernels [--kernel 6.1|6.12] | package [--check] | fuzz [TARGET] [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--pairs N] [--duration S] [--gateway reference|nginx|both] [--rate R] | bench parser | bench detect [--rounds N] [--filter SUBSTR] [--timeout S] | demo [--phase-seconds N] [--keep]>";
+const USAGE: &str = "usage: cargo xtask <setup | build | lint | test | test-kernels [--kernel 6.1|6.12] | package [--check] | fuzz [TARGET] [--seconds N] | bench probes [--seconds N] | bench gateway [--rounds N] | bench overhead [--pairs N] [--duration S] [--gateway reference|nginx|both] [--rate R] | bench parser | bench detect [--rounds N] [--filter SUBSTR] [--timeout S] | bench churn [--restarts N] [--threads N] [--connections N] [--burst-seconds S] [--settle S] | demo [--phase-seconds N] [--keep]>";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -66,6 +67,7 @@ fn main() -> anyhow::Result<()> {
                 Some("overhead") => bench_overhead::run(&rest[1..]),
                 Some("parser") => bench_parser::run(&rest[1..]),
                 Some("detect") => bench_detect::run(&rest[1..]),
+                Some("churn") => bench_churn::run(&rest[1..]),
                 _ => bail!("{USAGE}"),
             }
         }

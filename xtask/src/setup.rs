@@ -14,7 +14,8 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// bpf-linker's rpath points here, so it must outlive the build: not a temp dir.
 const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// Debian packages the tests and benchmarks run: real Redis, nginx, wrk load, runqlat
-/// (libbpf-tools: `bench overhead` compares our scheduler hooks with it), nftables and
+/// (libbpf-tools: `bench overhead` compares our scheduler hooks with it), bpftool (`bench churn`
+/// counts the daemon's map entries with it), nftables and
 /// iproute2 for network faults in namespaces, tmux for the terminal view, Alertmanager for the
 /// alert push, Prometheus for promtool (checks and unit tests of deploy/'s alert rules), and the
 /// runtimes of gateways this project did not write (Netty, Guava, embedded Tomcat for the JDK 17
@@ -27,6 +28,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "nginx",
     "wrk",
     "libbpf-tools",
+    "bpftool",
     "nftables",
     "iproute2",
     "tmux",

@@ -153,11 +153,17 @@ fn publication(collector: &Collector, book: &AlertBook) -> Published {
 }
 
 /// `gateway_observer_alerts{kind,process,subject}`: 1 while firing, 0 while pending or resolved.
+/// A resolved alert leaves `/metrics` after `GONE_SERIES_KEEP` (the API lists it 10 minutes):
+/// its process may be gone, and the series would name it that long.
 fn alert_metrics(book: &AlertBook) -> String {
     let mut e = Exposition::default();
     let name = "gateway_observer_alerts";
     e.family(name, "gauge", "Alerts known to the daemon: 1 while firing, 0 while pending or recently resolved.");
-    for alert in book.alerts() {
+    let now = std::time::SystemTime::now();
+    let recent = |at: std::time::SystemTime| {
+        now.duration_since(at).unwrap_or_default() < crate::state::liveness::GONE_SERIES_KEEP
+    };
+    for alert in book.alerts().iter().filter(|a| a.resolved_at().is_none_or(recent)) {
         let labels = [("kind", alert.kind().as_str()), ("process", alert.comm()), ("subject", alert.subject())];
         e.sample(name, &labels, f64::from(u8::from(alert.state() == AlertState::Firing)));
     }

@@ -47,6 +47,13 @@ impl JvmWatch {
         self.pids = seen;
     }
 
+    /// Drops the series of processes `live` no longer names.
+    pub fn retain_processes(&mut self, live: impl Fn(&str) -> bool) {
+        for counters in [&mut self.stopped_ns, &mut self.safepoints, &mut self.long_pauses] {
+            counters.retain_labels(|process| live(process));
+        }
+    }
+
     pub fn render(&self, e: &mut Exposition, threshold: std::time::Duration) {
         let name = "gateway_observer_jvm_pause_seconds_total";
         e.family(name, "counter", "Time JVMs held every Java thread stopped (safepoints: GC and other VM operations), from HotSpot's hsperfdata counters.");

@@ -6,6 +6,7 @@
 mod findings;
 mod jvm;
 mod metrics;
+mod retention;
 mod slots;
 mod snapshot;
 
@@ -132,6 +133,8 @@ pub struct Collector {
     request_queues: RequestQueues,
     /// Processes listening on the ports of `port=` specs (refreshed every few seconds).
     port_listeners: PortListeners,
+    /// What lived lately (series of what is gone are dropped) and the stacks blocks named.
+    retention: retention::Retention,
 }
 
 impl Collector {
@@ -175,6 +178,7 @@ impl Collector {
             cpu_cores: HashMap::new(),
             request_queues: RequestQueues::default(),
             port_listeners: PortListeners::default(),
+            retention: retention::Retention::default(),
         }
     }
 
@@ -263,6 +267,7 @@ impl Collector {
                 self.pending_blocks.push(block);
             }
             Record::BlockStack { tid, stack_id, .. } => {
+                self.retention.note_stack(stack_id, Instant::now());
                 if let Some(block) = self.recent_blocks.iter_mut().rev().find(|b| b.tid == tid) {
                     block.stack_id = Some(stack_id);
                 }
@@ -311,6 +316,7 @@ impl Collector {
         let threshold = u64::try_from(self.detectors.queueing.threshold.as_nanos()).unwrap_or(u64::MAX);
         self.request_queues.gather(&mut self.requests, &self.probes, now_mono, window, threshold)?;
         self.run_detectors(now, &latest);
+        self.forget_gone(now)?;
         self.drops = self.probes.drops()?;
         // Counting SOCKS takes a syscall per entry: not every tick.
         let sockets = if self.collections.is_multiple_of(SOCKET_COUNT_TICKS) {

@@ -377,6 +377,15 @@ impl Probes {
         Some(trace.frames().iter().map(|f| f.ip).collect())
     }
 
+    /// Deletes a captured stack no block needs any more (the kernel never frees one itself).
+    pub fn remove_stack(&mut self, stack_id: u32) -> Result<(), ProbeError> {
+        let mut stacks: aya::maps::StackTraceMap<&mut MapData> = self.map_mut("STACKS")?;
+        match stacks.remove(&stack_id) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(ProbeError::Map { map: "STACKS", source }),
+        }
+    }
+
     /// The thread ring buffer, handed to its single reader.
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
         self.take_ring("EVENTS")

@@ -175,6 +175,36 @@ fn closed_connections_are_forgotten() {
 }
 
 #[test]
+fn series_of_a_gone_process_can_be_dropped() {
+    let mut tracker = RequestTracker::default();
+    proxied_request(&mut tracker);
+    let mut e = Exposition::default();
+    tracker.render(&mut e, 300 * MS);
+    assert!(e.finish().contains(&format!("process=\"{GW}\"")));
+    tracker.handle(close(1, 200 * MS));
+    tracker.handle(close(2, 200 * MS));
+    tracker.retain_series(|process| process != GW.to_string(), |_, _| false);
+    let mut e = Exposition::default();
+    tracker.render(&mut e, 300 * MS);
+    let text = e.finish();
+    assert!(!text.contains(&format!("process=\"{GW}\"")), "series of a gone process left:\n{text}");
+}
+
+#[test]
+fn room_for_a_burst_of_connections_is_given_back_once_they_close() {
+    let mut tracker = RequestTracker::default();
+    for sk in 1..=10_000 {
+        tracker.handle(open(sk, Opened::Accepted, Some(GW), "127.0.0.1:8080", "127.0.0.1:40000", MS));
+    }
+    let burst = tracker.conns.capacity();
+    for sk in 1..=10_000 {
+        tracker.handle(close(sk, 2 * MS));
+    }
+    tracker.expire(3 * MS);
+    assert!(tracker.conns.capacity() < burst / 4, "room for {} connections kept", tracker.conns.capacity());
+}
+
+#[test]
 fn side_from_first_bytes() {
     assert_eq!(side_from_bytes(true, b"GET / HTTP/1.1"), Some(Side::Inbound));
     assert_eq!(side_from_bytes(false, b"POST /x HTTP/1.1"), Some(Side::Outbound));

@@ -88,6 +88,12 @@ impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
         self.last.remove(key);
     }
 
+    /// Drops the totals of labels `keep` refuses (what they name is gone). Their keys must be
+    /// forgotten already: a key still observed would bring its label back from its next growth.
+    pub fn retain_labels(&mut self, mut keep: impl FnMut(&L) -> bool) {
+        self.totals.retain(|label, _| keep(label));
+    }
+
     pub fn totals(&self) -> &BTreeMap<L, u64> {
         &self.totals
     }
@@ -120,6 +126,17 @@ mod tests {
         c.observe(1u32, 20, "a");
         assert_eq!(c.totals()["a"], 120);
         assert_eq!(c.tracked_keys(), 1);
+    }
+
+    #[test]
+    fn labels_of_what_is_gone_can_be_dropped() {
+        let mut c = DeltaCounters::default();
+        c.observe(1u32, 100, ("churn-gateway", "gw-worker-*"));
+        c.observe(2u32, 50, ("reference-gatew", "gw-worker-*"));
+        c.forget(&1);
+        c.retain_labels(|(process, _)| *process != "churn-gateway");
+        assert_eq!(c.totals().len(), 1);
+        assert_eq!(c.totals()[&("reference-gatew", "gw-worker-*")], 50);
     }
 
     #[test]

@@ -2,5 +2,6 @@
 //! Nothing here touches a kernel handle.
 
 pub mod counters;
+pub mod liveness;
 pub mod targets;
 pub mod threads;

@@ -141,7 +141,7 @@ fn end_group(group: libc::pid_t) {
 
 /// The machine's end-to-end lock, held until the returned file is dropped; waits for it, but
 /// gives up when the bench is interrupted.
-fn lock() -> anyhow::Result<File> {
+pub fn lock() -> anyhow::Result<File> {
     let file = File::options()
         .create(true)
         .truncate(false)

@@ -29,9 +29,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::bench_gateway::{Procs, start_proxies, which};
+use crate::bench_gateway::{Procs, release_build, start_proxies};
 use crate::bench_probes::{with_bpf_stats, without_bpf_stats};
-use crate::util::{cargo, target_dir};
 use crate::wrk::WrkSpec;
 use report::Report;
 
@@ -124,11 +123,7 @@ struct Binaries {
 
 pub fn run(args: &[String]) -> Result<()> {
     let opts = Options::parse(args)?;
-    for tool in ["nginx", "wrk", "runqlat"] {
-        which(tool).with_context(|| format!("{tool} not found on PATH (cargo xtask setup installs it)"))?;
-    }
-    cargo(&["build", "--release", "-p", "gateway-observer", "-p", "reference-gateway", "-p", "tests", "--bins"])?;
-    let release = target_dir().join("release");
+    let release = release_build(&["nginx", "wrk", "runqlat"])?;
     let bins = Binaries {
         observer: release.join("gateway-observer"),
         gateway: release.join("reference-gateway"),

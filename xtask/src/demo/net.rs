@@ -97,7 +97,7 @@ pub(crate) fn read_response(r: &mut impl BufRead) -> io::Result<Response> {
 
 /// One request on a fresh connection (`Connection: close`), all of it within `timeout`-bounded
 /// reads and writes. It carries the demo's bearer token, which only the gateway looks at.
-pub(super) fn request(port: u16, method: &str, path: &str, body: &str, timeout: Duration) -> Result<Response> {
+pub(crate) fn request(port: u16, method: &str, path: &str, body: &str, timeout: Duration) -> Result<Response> {
     let what = || format!("{method} http://127.0.0.1:{port}{path}");
     let s = TcpStream::connect_timeout(&loopback(port), timeout).with_context(what)?;
     s.set_read_timeout(Some(timeout))?;

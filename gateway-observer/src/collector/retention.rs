@@ -1,0 +1,125 @@
+//! Forgetting what is gone. Counters are kept per label (a process's comm, a thread group, an
+//! event loop's name, a peer) so that they never go down while what they name lives; once it is
+//! gone for `GONE_SERIES_KEEP` its series leave `/metrics` (Prometheus reads the disappearance
+//! as staleness, and a later process of the same name as a counter reset). Without this, a host
+//! that restarts its gateways or runs short-lived targets gathers their series for the daemon's
+//! whole life. Stacks captured in the kernel's STACKS map are deleted the same way once no block
+//! has named them for `STACK_KEEP`: the map never frees an entry by itself, and a full one keeps
+//! every later stack out.
+
+use std::{
+    collections::{HashMap, HashSet},
+    time::{Duration, Instant},
+};
+
+use super::Collector;
+use crate::{
+    probes::ProbeError,
+    state::liveness::{GONE_SERIES_KEEP, Liveness},
+};
+
+/// A stack no block has named for this long is deleted from STACKS (evidence symbolizes the
+/// stacks of the blocks in the detection window, 5 s).
+pub const STACK_KEEP: Duration = Duration::from_secs(30);
+
+pub(super) struct Retention {
+    processes: Liveness<String>,
+    groups: Liveness<(String, String)>,
+    loop_threads: Liveness<(String, String)>,
+    peers: Liveness<(String, String)>,
+    /// Stack id → when a block last named it.
+    stacks: HashMap<u32, Instant>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            processes: Liveness::new(GONE_SERIES_KEEP),
+            groups: Liveness::new(GONE_SERIES_KEEP),
+            loop_threads: Liveness::new(GONE_SERIES_KEEP),
+            peers: Liveness::new(GONE_SERIES_KEEP),
+            stacks: HashMap::new(),
+        }
+    }
+}
+
+impl Retention {
+    /// A block named `stack_id` at `now`.
+    pub(super) fn note_stack(&mut self, stack_id: u32, now: Instant) {
+        self.stacks.insert(stack_id, now);
+    }
+
+    /// Stacks no block has named for `STACK_KEEP`, forgotten here.
+    fn stale_stacks(&mut self, now: Instant) -> Vec<u32> {
+        let stale: Vec<u32> = self
+            .stacks
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(**at) >= STACK_KEEP)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &stale {
+            self.stacks.remove(id);
+        }
+        stale
+    }
+}
+
+impl Collector {
+    /// Once a tick, after every thread is folded: notes what lives now (the processes and thread
+    /// groups of live threads, the event loops, the peers of open connections), drops the series
+    /// of what has not lived for `GONE_SERIES_KEEP`, and deletes stale stacks from STACKS.
+    pub(super) fn forget_gone(&mut self, now: Instant) -> Result<(), ProbeError> {
+        let r = &mut self.retention;
+        for (process, group, _) in self.thread_states.keys() {
+            r.groups.note((process.clone(), group.clone()), now);
+        }
+        for process in self.thread_states.keys().map(|(p, _, _)| p).collect::<HashSet<_>>() {
+            r.processes.note(process.clone(), now);
+        }
+        for status in &self.loops {
+            r.loop_threads.note((status.thread.comm.clone(), status.thread.name.clone()), now);
+        }
+        if self.requests.has_retransmits() {
+            for (process, peer) in self.requests.peer_labels() {
+                r.peers.note((process.to_owned(), peer.to_owned()), now);
+            }
+        }
+        for live in [&mut r.groups, &mut r.loop_threads, &mut r.peers] {
+            live.expire(now);
+        }
+        r.processes.expire(now);
+        let group_live = |p: &String, g: &String| r.groups.is_live(&(p.clone(), g.clone()));
+        self.offcpu.retain_labels(|(p, g, _)| group_live(p, g));
+        self.long_blocks.retain(|(p, g, _), _| group_live(p, g));
+        self.loop_blocked.retain_labels(|(p, t, _)| r.loop_threads.is_live(&(p.clone(), t.clone())));
+        self.hist_count.retain_labels(|(p, _, _)| r.processes.is_live(p.as_str()));
+        self.hist_sum.retain_labels(|(p, _)| r.processes.is_live(p.as_str()));
+        self.jvm.retain_processes(|p| r.processes.is_live(p));
+        self.requests.retain_series(
+            |p| r.processes.is_live(p),
+            |p, peer| r.processes.is_live(p) && r.peers.is_live(&(p.to_owned(), peer.to_owned())),
+        );
+        for stack_id in r.stale_stacks(now) {
+            self.probes.remove_stack(stack_id)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacks_not_named_for_a_while_are_stale() {
+        let t0 = Instant::now();
+        let mut r = Retention::default();
+        r.note_stack(7, t0);
+        r.note_stack(9, t0);
+        r.note_stack(9, t0 + Duration::from_secs(20));
+        assert!(r.stale_stacks(t0 + Duration::from_secs(29)).is_empty());
+        assert_eq!(r.stale_stacks(t0 + STACK_KEEP), [7]);
+        assert_eq!(r.stale_stacks(t0 + STACK_KEEP + Duration::from_secs(1)), Vec::<u32>::new(), "7 is forgotten");
+        assert_eq!(r.stale_stacks(t0 + Duration::from_secs(50)), [9]);
+    }
+}
