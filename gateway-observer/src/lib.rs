@@ -10,6 +10,7 @@ pub mod collector;
 pub mod config;
 pub mod detect;
 pub mod events;
+pub mod heap;
 pub mod hsperfdata;
 pub mod logging;
 pub mod opaque;

@@ -193,6 +193,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     for (optional, e) in &attached.missing {
         tracing::warn!("degraded: no {} ({e}): {}", optional.capability, optional.consequence);
     }
+    // Everything the daemon runs is attached: the parsed kernel BTF and what loading freed
+    // would otherwise stay resident for its whole life.
+    probes.forget_kernel_btf();
+    crate::heap::give_back_freed();
     let ring = probes.take_events().context("failed to open the event ring buffer")?;
     // SAFETY: the ring buffer owns its fd and is moved into the AsyncFd, which deregisters it
     // before dropping it; the fd is never closed while registered.

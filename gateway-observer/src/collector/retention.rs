@@ -5,7 +5,8 @@
 //! that restarts its gateways or runs short-lived targets gathers their series for the daemon's
 //! whole life. Stacks captured in the kernel's STACKS map are deleted the same way once no block
 //! has named them for `STACK_KEEP`: the map never frees an entry by itself, and a full one keeps
-//! every later stack out.
+//! every later stack out. What the daemon freed is given back to the system every
+//! `heap::TRIM_EVERY`, so that its resident memory falls after a burst of connections or threads.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -14,6 +15,7 @@ use std::{
 
 use super::Collector;
 use crate::{
+    heap::Trimmer,
     probes::ProbeError,
     state::liveness::{GONE_SERIES_KEEP, Liveness},
 };
@@ -29,6 +31,7 @@ pub(super) struct Retention {
     peers: Liveness<(String, String)>,
     /// Stack id → when a block last named it.
     stacks: HashMap<u32, Instant>,
+    trimmer: Trimmer,
 }
 
 impl Default for Retention {
@@ -39,6 +42,7 @@ impl Default for Retention {
             loop_threads: Liveness::new(GONE_SERIES_KEEP),
             peers: Liveness::new(GONE_SERIES_KEEP),
             stacks: HashMap::new(),
+            trimmer: Trimmer::new(Instant::now()),
         }
     }
 }
@@ -67,7 +71,8 @@ impl Retention {
 impl Collector {
     /// Once a tick, after every thread is folded: notes what lives now (the processes and thread
     /// groups of live threads, the event loops, the peers of open connections), drops the series
-    /// of what has not lived for `GONE_SERIES_KEEP`, and deletes stale stacks from STACKS.
+    /// of what has not lived for `GONE_SERIES_KEEP`, deletes stale stacks from STACKS, and gives
+    /// freed heap back.
     pub(super) fn forget_gone(&mut self, now: Instant) -> Result<(), ProbeError> {
         let r = &mut self.retention;
         for (process, group, _) in self.thread_states.keys() {
@@ -102,6 +107,7 @@ impl Collector {
         for stack_id in r.stale_stacks(now) {
             self.probes.remove_stack(stack_id)?;
         }
+        r.trimmer.maybe_trim(now);
         Ok(())
     }
 }

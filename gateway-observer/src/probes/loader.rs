@@ -104,7 +104,9 @@ pub struct Attachment {
 
 pub struct Probes {
     ebpf: Ebpf,
-    btf: Btf,
+    /// The kernel's BTF, parsed (about 10 MiB of heap): programs need it to load. Dropped once
+    /// the daemon has attached what it runs (`forget_kernel_btf`), parsed again if needed.
+    btf: Option<Btf>,
     slots: ThreadSlots,
 }
 
@@ -152,7 +154,13 @@ impl Probes {
             _pad: [0; 10],
         };
         let max_threads = settings.max_threads.max(1);
-        let ebpf = EbpfLoader::new()
+        // Parsed once, for the loader's relocations and the programs' loads. The loader parses
+        // its own copy when created: dropped first, so two are never in memory at once.
+        let mut loader = EbpfLoader::new();
+        loader.btf(None);
+        let btf = Btf::from_sys_fs()?;
+        let ebpf = loader
+            .btf(Some(&btf))
             .override_global("PROBE_CONFIG", &config, true)
             .map_max_entries("TRACKED", pid_max())
             .map_max_entries("THREADS", max_threads)
@@ -163,7 +171,7 @@ impl Probes {
             _ => return Err(ProbeError::MissingMap("THREADS")),
         };
         let slots = ThreadSlots::map(threads_map, max_threads).map_err(ProbeError::Mmap)?;
-        let mut probes = Self { ebpf, btf: Btf::from_sys_fs()?, slots };
+        let mut probes = Self { ebpf, btf: Some(btf), slots };
         probes.write_syscall_classes()?;
         let mut free: Queue<&mut MapData, u32> = probes.map_mut("FREE_SLOTS")?;
         for slot in 0..max_threads {
@@ -191,21 +199,25 @@ impl Probes {
         let Hook { program, kind, target } = *hook;
         let load_err = |source| ProbeError::LoadProgram { program, source };
         let attach_err = |source| ProbeError::Attach { program, target, source };
+        if self.btf.is_none() {
+            self.btf = Some(Btf::from_sys_fs()?);
+        }
+        let btf = self.btf.as_ref().ok_or(ProbeError::MissingProgram(program))?;
         let prog = self.ebpf.program_mut(program).ok_or(ProbeError::MissingProgram(program))?;
         match kind {
             AttachKind::TracePoint => {
                 let prog: &mut BtfTracePoint = prog.try_into().map_err(load_err)?;
-                prog.load(target, &self.btf).map_err(load_err)?;
+                prog.load(target, btf).map_err(load_err)?;
                 prog.attach().map_err(attach_err)?;
             }
             AttachKind::Entry => {
                 let prog: &mut FEntry = prog.try_into().map_err(load_err)?;
-                prog.load(target, &self.btf).map_err(load_err)?;
+                prog.load(target, btf).map_err(load_err)?;
                 prog.attach().map_err(attach_err)?;
             }
             AttachKind::Exit => {
                 let prog: &mut FExit = prog.try_into().map_err(load_err)?;
-                prog.load(target, &self.btf).map_err(load_err)?;
+                prog.load(target, btf).map_err(load_err)?;
                 prog.attach().map_err(attach_err)?;
             }
         }
@@ -259,6 +271,11 @@ impl Probes {
             }
         }
         Ok(Attachment { data, missing })
+    }
+
+    /// Frees the parsed kernel BTF once every program the daemon runs is attached.
+    pub fn forget_kernel_btf(&mut self) {
+        self.btf = None;
     }
 
     fn map_mut<'a, T>(&'a mut self, name: &'static str) -> Result<T, ProbeError>
