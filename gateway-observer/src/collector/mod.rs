@@ -316,7 +316,7 @@ impl Collector {
         let threshold = u64::try_from(self.detectors.queueing.threshold.as_nanos()).unwrap_or(u64::MAX);
         self.request_queues.gather(&mut self.requests, &self.probes, now_mono, window, threshold)?;
         self.run_detectors(now, &latest);
-        self.forget_gone(now)?;
+        self.forget_gone(now, now_mono)?;
         self.drops = self.probes.drops()?;
         // Counting SOCKS takes a syscall per entry: not every tick.
         let sockets = if self.collections.is_multiple_of(SOCKET_COUNT_TICKS) {

@@ -9,7 +9,7 @@
 //! `heap::TRIM_EVERY`, so that its resident memory falls after a burst of connections or threads.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, VecDeque},
     time::{Duration, Instant},
 };
 
@@ -23,6 +23,22 @@ use crate::{
 /// A stack no block has named for this long is deleted from STACKS (evidence symbolizes the
 /// stacks of the blocks in the detection window, 5 s).
 pub const STACK_KEEP: Duration = Duration::from_secs(30);
+
+/// Long blocks and iterations older than this are no detector's evidence (the longest window,
+/// the JVM pause detector's, is 10 s): dropped, so that a burst's thousands of blocks do not stay
+/// resident until as many new ones push them out.
+const RECENT_KEEP_NS: u64 = 60_000_000_000;
+
+/// Drops the entries of a time-ordered queue older than `oldest_ns`; the queue gives its room
+/// back once a quarter full.
+fn drop_older<T>(queue: &mut VecDeque<T>, oldest_ns: u64, at_ns: impl Fn(&T) -> u64) {
+    while queue.front().is_some_and(|entry| at_ns(entry) < oldest_ns) {
+        queue.pop_front();
+    }
+    if queue.capacity() > 1024 && queue.len() * 4 < queue.capacity() {
+        queue.shrink_to(queue.len() * 2);
+    }
+}
 
 pub(super) struct Retention {
     processes: Liveness<String>,
@@ -71,9 +87,12 @@ impl Retention {
 impl Collector {
     /// Once a tick, after every thread is folded: notes what lives now (the processes and thread
     /// groups of live threads, the event loops, the peers of open connections), drops the series
-    /// of what has not lived for `GONE_SERIES_KEEP`, deletes stale stacks from STACKS, and gives
-    /// freed heap back.
-    pub(super) fn forget_gone(&mut self, now: Instant) -> Result<(), ProbeError> {
+    /// of what has not lived for `GONE_SERIES_KEEP`, blocks too old to be evidence, stale stacks
+    /// from STACKS, and gives freed heap back.
+    pub(super) fn forget_gone(&mut self, now: Instant, now_mono: u64) -> Result<(), ProbeError> {
+        let oldest = now_mono.saturating_sub(RECENT_KEEP_NS);
+        drop_older(&mut self.recent_blocks, oldest, |block| block.timestamp_ns);
+        drop_older(&mut self.recent_iterations, oldest, |iteration| iteration.timestamp_ns);
         let r = &mut self.retention;
         for (process, group, _) in self.thread_states.keys() {
             r.groups.note((process.clone(), group.clone()), now);
@@ -115,6 +134,16 @@ impl Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn old_entries_leave_and_their_room_is_given_back() {
+        let mut queue: VecDeque<u64> = (0..20_000).collect();
+        drop_older(&mut queue, 19_990, |at| *at);
+        assert_eq!(queue.iter().copied().collect::<Vec<_>>(), (19_990..20_000).collect::<Vec<_>>());
+        assert!(queue.capacity() <= 1024, "room for {} kept for 10 entries", queue.capacity());
+        drop_older(&mut queue, 0, |at| *at);
+        assert_eq!(queue.len(), 10, "nothing older than the oldest kept");
+    }
 
     #[test]
     fn stacks_not_named_for_a_while_are_stale() {
