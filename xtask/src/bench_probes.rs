@@ -17,13 +17,20 @@ use crate::util::{cargo, target_dir};
 
 const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
-pub fn run(args: &[String]) -> anyhow::Result<()> {
-    let seconds: f64 = match args.iter().position(|a| a == "--seconds") {
-        Some(i) => args.get(i + 1).and_then(|s| s.parse().ok()).context("--seconds takes a number")?,
-        None => 5.0,
-    };
+/// Kernel ns per event of each program, with the empty-program floor (as root)
+///
+/// kernel.bpf_stats_enabled=1 under a context-switch load, in two phases side by side: the load
+/// targeted and not, then an empty program on the same hooks.
+#[derive(clap::Args, Debug)]
+pub struct Options {
+    /// How long the load runs in each phase (program stats are read over 60 % of it).
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    seconds: f64,
+}
+
+pub fn run(options: &Options) -> anyhow::Result<()> {
     cargo(&["build", "--release", "-p", "gateway-observer", "-p", "tests", "--bins"])?;
-    with_bpf_stats(|| phases(seconds))
+    with_bpf_stats(|| phases(options.seconds))
 }
 
 /// Runs `f` with kernel.bpf_stats_enabled=1 (the kernel then times every program run), and puts
@@ -200,4 +207,17 @@ pub(crate) fn scrape(port: u16, path: &str) -> Option<(u16, String)> {
     stream.read_to_string(&mut response).ok()?;
     let status = response.split_whitespace().nth(1)?.parse().ok()?;
     Some((status, response.split_once("\r\n\r\n")?.1.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Bench, tests::bench};
+
+    #[test]
+    fn five_seconds_per_phase_by_default() {
+        let Bench::Probes(options) = bench(&["probes"]) else { panic!("not bench probes") };
+        assert_eq!(options.seconds, 5.0);
+        let Bench::Probes(options) = bench(&["probes", "--seconds", "2.5"]) else { panic!("not bench probes") };
+        assert_eq!(options.seconds, 2.5);
+    }
 }

@@ -19,12 +19,8 @@ use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
 use crate::bench_gateway::{Procs, free_port, nginx_conf, which};
-use crate::util;
+use crate::{args, util};
 use net::{Load, LoadStats, RedisPauser, redis_call, request, wait_http_200};
-
-const HELP: &str = "cargo xtask demo [--phase-seconds N] [--keep]
-  --phase-seconds N  length of the healthy phase and of each incident (default 20)
-  --keep             leave everything running after the report, until Ctrl-C";
 
 /// How long resolved alerts may take: 5 s of quiet after the condition ends, plus the pool's
 /// sleeping threads draining their already-reserved permits (up to max/rate = 64/5 s).
@@ -48,38 +44,18 @@ fn check_interrupted() -> Result<()> {
     Ok(())
 }
 
-struct Options {
-    phase: Duration,
+/// The incidents of DESIGN.md, replayed on this machine (as root)
+///
+/// Starts Redis, nginx upstreams, the reference gateway and the observer, runs a healthy phase and
+/// then each incident under load, and prints what the observer detected and how fast.
+#[derive(clap::Args, Debug)]
+pub struct Options {
+    /// Seconds of the healthy phase and of each incident.
+    #[arg(long = "phase-seconds", value_name = "N", default_value_t = 20, value_parser = args::number_in(3..=600_u64))]
+    phase_seconds: u64,
+    /// Leave everything running after the report, until Ctrl-C.
+    #[arg(long)]
     keep: bool,
-}
-
-impl Options {
-    fn parse(args: &[String]) -> Result<Self> {
-        let mut o = Options { phase: Duration::from_secs(20), keep: false };
-        let mut it = args.iter();
-        while let Some(flag) = it.next() {
-            match flag.as_str() {
-                "--phase-seconds" => {
-                    let n: u64 = it
-                        .next()
-                        .context("--phase-seconds needs a value")?
-                        .parse()
-                        .context("--phase-seconds needs a whole number of seconds")?;
-                    if !(3..=600).contains(&n) {
-                        bail!("--phase-seconds must be between 3 and 600");
-                    }
-                    o.phase = Duration::from_secs(n);
-                }
-                "--keep" => o.keep = true,
-                "-h" | "--help" => {
-                    println!("{HELP}");
-                    std::process::exit(0);
-                }
-                other => bail!("unknown option {other}\n{HELP}"),
-            }
-        }
-        Ok(o)
-    }
 }
 
 /// The demo loads eBPF programs: say so before setup tries anything else.
@@ -91,8 +67,7 @@ pub fn require_root() -> Result<()> {
     Ok(())
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let opts = Options::parse(args)?;
+pub fn run(opts: &Options) -> Result<()> {
     require_root()?;
     for tool in ["redis-server", "nginx"] {
         which(tool).with_context(|| format!("{tool} not found on PATH (cargo xtask setup installs it)"))?;
@@ -113,7 +88,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
     let started = Instant::now();
-    let result = demo(&opts, &bin, &dir);
+    let result = demo(opts, &bin, &dir);
     match &result {
         Ok(()) => {
             let _ = std::fs::remove_dir_all(&dir);
@@ -217,15 +192,16 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
         p.redis, p.upstream, p.gateway, p.admin, p.observer
     );
 
-    let secs = opts.phase.as_secs();
-    let bound = opts.phase * 3 + RESOLVE_WITHIN * 2;
+    let secs = opts.phase_seconds;
+    let phase = Duration::from_secs(secs);
+    let bound = phase * 3 + RESOLVE_WITHIN * 2;
     let mut rows = Vec::new();
 
     // Healthy.
     println!("\n[healthy] {secs} s of GET /api/x ({API_LOAD_CONNECTIONS} connections, async Redis)");
     let api_load = Load::start(p.gateway, "/api/x", API_LOAD_CONNECTIONS, bound);
     let mut healthy = BTreeMap::new();
-    watch(&p, &mut procs, Instant::now(), opts.phase, true, &mut healthy)?;
+    watch(&p, &mut procs, Instant::now(), phase, true, &mut healthy)?;
     println!("  alerts: {}", if healthy.is_empty() { "none".to_owned() } else { healthy.len().to_string() });
 
     // Incident 1: a synchronous Redis client on the event loops, Redis slowed by CLIENT PAUSE.
@@ -234,9 +210,9 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
     );
     let fault_start = Instant::now();
     set_faults(&p, r#"{"redis_client":"blocking"}"#)?;
-    let pauser = RedisPauser::start(p.redis, opts.phase + Duration::from_secs(5));
+    let pauser = RedisPauser::start(p.redis, phase + Duration::from_secs(5));
     let mut inc1 = BTreeMap::new();
-    watch(&p, &mut procs, fault_start, opts.phase, false, &mut inc1)?;
+    watch(&p, &mut procs, fault_start, phase, false, &mut inc1)?;
     let pauses = pauser.stop();
     let fault_end = Instant::now();
     set_faults(&p, r#"{"redis_client":"async"}"#)?;
@@ -251,9 +227,9 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
         "\n[incident 2] {RPC_LOAD_CONNECTIONS} concurrent GET /rpc/call on the rate-limited pool (core 10, max 64, 5 permits/s), {secs} s"
     );
     let fault_start = Instant::now();
-    let rpc_load = Load::start(p.gateway, "/rpc/call", RPC_LOAD_CONNECTIONS, opts.phase + RESOLVE_WITHIN);
+    let rpc_load = Load::start(p.gateway, "/rpc/call", RPC_LOAD_CONNECTIONS, phase + RESOLVE_WITHIN);
     let mut inc2 = BTreeMap::new();
-    watch(&p, &mut procs, fault_start, opts.phase, false, &mut inc2)?;
+    watch(&p, &mut procs, fault_start, phase, false, &mut inc2)?;
     let rpc_stats: LoadStats = rpc_load.stop();
     let fault_end = Instant::now();
     println!("  load stopped: {}", rpc_stats.describe());
@@ -269,14 +245,14 @@ fn demo(opts: &Options, bin: &Path, dir: &Path) -> Result<()> {
         "\n[incident 3] {ORDERS_LOAD_CONNECTIONS} connections on GET /orders/x; its upstream {} (own network namespace) stops answering: nftables drops its packets after the handshake; gateway upstream timeout 1800 s, {secs} s",
         p.broken_upstream
     );
-    let orders_load = Load::start(p.gateway, "/orders/x", ORDERS_LOAD_CONNECTIONS, opts.phase + RESOLVE_WITHIN);
+    let orders_load = Load::start(p.gateway, "/orders/x", ORDERS_LOAD_CONNECTIONS, phase + RESOLVE_WITHIN);
     // The other upstream keeps answering: the evidence tells one bad peer from a gateway that is down.
-    let api_load = Load::start(p.gateway, "/api/x", 2, opts.phase + RESOLVE_WITHIN);
+    let api_load = Load::start(p.gateway, "/api/x", 2, phase + RESOLVE_WITHIN);
     std::thread::sleep(Duration::from_secs(1));
     let fault_start = Instant::now();
     broken.break_replies(BROKEN_UPSTREAM_PORT)?;
     let mut inc3 = BTreeMap::new();
-    watch(&p, &mut procs, fault_start, opts.phase, false, &mut inc3)?;
+    watch(&p, &mut procs, fault_start, phase, false, &mut inc3)?;
     broken.repair()?;
     let fault_end = Instant::now();
     println!("  fault off (rule removed); waiting up to {} s for alerts to resolve", RESOLVE_WITHIN.as_secs());
@@ -554,4 +530,17 @@ fn print_report(
     println!("  gateway-observer top --connect {o}");
     println!("  curl -s {o}/api/v1/alerts");
     println!("  curl -s {o}/metrics | grep gateway_observer_");
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Command, tests::parse};
+
+    #[test]
+    fn phases_of_20_seconds_and_nothing_kept_by_default() {
+        let Command::Demo(o) = parse(&["demo"]) else { panic!("not demo") };
+        assert_eq!((o.phase_seconds, o.keep), (20, false));
+        let Command::Demo(o) = parse(&["demo", "--phase-seconds", "5", "--keep"]) else { panic!("not demo") };
+        assert_eq!((o.phase_seconds, o.keep), (5, true));
+    }
 }

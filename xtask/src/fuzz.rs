@@ -25,28 +25,28 @@ const PROJECTS: &[&str] = &["gateway-observer-http/fuzz", "gateway-observer/fuzz
 /// `cargo xtask test` fuzzes each target this long unless `FUZZ_SECONDS` says otherwise: seven
 /// targets, about 70 s in all, plus the build.
 const DEFAULT_SECONDS: u64 = 10;
-const USAGE: &str = "usage: cargo xtask fuzz [TARGET] [--seconds N]";
 
-pub fn run(args: &[String]) -> anyhow::Result<()> {
-    let mut seconds = None;
-    let mut only = None;
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--seconds" => {
-                let n = args.next().context(USAGE)?;
-                seconds = Some(n.parse().with_context(|| format!("--seconds {n}: not a number of seconds"))?);
-            }
-            flag if flag.starts_with('-') => bail!("{flag}: unknown flag; {USAGE}"),
-            target if only.is_none() => only = Some(target.to_owned()),
-            _ => bail!(USAGE),
-        }
-    }
-    let seconds = match seconds {
+/// Every fuzz target (or one) for a bounded time each
+///
+/// The cargo-fuzz targets of gateway-observer-http/fuzz and gateway-observer/fuzz, built with
+/// nightly, from their committed seed corpora; what the fuzzer finds (new inputs, crashing
+/// inputs, the build) goes under `target/fuzz/`.
+#[derive(clap::Args, Debug)]
+pub struct Options {
+    /// Only this target (`cargo fuzz list` in gateway-observer-http/fuzz and
+    /// gateway-observer/fuzz names them); every target when absent.
+    target: Option<String>,
+    /// Seconds per target; 0: until it finds something [default: FUZZ_SECONDS, else 10].
+    #[arg(long, value_name = "N")]
+    seconds: Option<u64>,
+}
+
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    let seconds = match options.seconds {
         Some(seconds) => seconds,
         None => seconds_from_env()?,
     };
-    fuzz(seconds, only.as_deref())
+    fuzz(seconds, options.target.as_deref())
 }
 
 /// `FUZZ_SECONDS` (per target), or 10.
@@ -179,5 +179,29 @@ impl Tools {
             .context("failed to run cargo fuzz")?;
         anyhow::ensure!(status.success(), "cargo fuzz {subcommand} failed ({status})");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Command, tests::parse};
+
+    use super::*;
+
+    #[test]
+    fn every_target_for_fuzz_seconds_or_10_by_default() {
+        let Command::Fuzz(o) = parse(&["fuzz"]) else { panic!("not fuzz") };
+        assert_eq!((o.target, o.seconds), (None, None));
+        assert_eq!(DEFAULT_SECONDS, 10);
+    }
+
+    #[test]
+    fn one_target_and_its_seconds_in_either_order() {
+        for args in [["fuzz", "socket_records", "--seconds", "0"], ["fuzz", "--seconds", "0", "socket_records"]] {
+            let Command::Fuzz(o) = parse(&args) else { panic!("not fuzz") };
+            assert_eq!((o.target.as_deref(), o.seconds), (Some("socket_records"), Some(0)));
+        }
+        let Command::Fuzz(o) = parse(&["fuzz", "--seconds", "300"]) else { panic!("not fuzz") };
+        assert_eq!((o.target, o.seconds), (None, Some(300)));
     }
 }

@@ -27,60 +27,36 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::args;
 use crate::bench_gateway::release_build;
 use fleet::Fleet;
 use measure::{Baseline, Measurement};
 use report::Report;
 
-const USAGE: &str = "cargo xtask bench churn [--restarts 100] [--threads 2000] [--connections 10000] \
-                     [--burst-seconds 5] [--settle 75 (seconds at most per phase)]";
-
-/// Restarts, threads, connections; the burst's length and the longest a phase's aftermath may
-/// take to settle.
+/// Restarts, 2,000 threads, 10,000 connections, a burst: maps, RSS and series back (as root)
+///
+/// The daemon through churn and soak beside a baseline gateway, against issue 16's goals: after
+/// each phase the kernel maps, the daemon's RSS and its series must come back. One table of
+/// figures and verdicts.
+#[derive(clap::Args, Debug)]
 pub(crate) struct Options {
+    /// Times a second gateway is started, sent a few requests and stopped.
+    #[arg(long, value_name = "N", default_value_t = 100)]
     pub(crate) restarts: usize,
+    /// Threads of the napping process (the kernel maps have room for 10000).
+    #[arg(long, value_name = "N", default_value_t = 2000, value_parser = args::number_in(..=10_000_usize))]
     pub(crate) threads: usize,
+    /// Concurrent keep-alive connections to the baseline gateway (the kernel maps have room for
+    /// 30000).
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = args::number_in(..=30_000_usize))]
     pub(crate) connections: usize,
-    pub(crate) burst_and_settle: (Duration, Duration),
-}
-
-impl Options {
-    fn parse(args: &[String]) -> Result<Options> {
-        let mut o = Options {
-            restarts: 100,
-            threads: 2000,
-            connections: 10_000,
-            burst_and_settle: (Duration::from_secs(5), Duration::from_secs(75)),
-        };
-        let mut args = args.iter();
-        while let Some(flag) = args.next() {
-            let mut count = || -> Result<usize> {
-                args.next()
-                    .with_context(|| format!("{flag} needs a value; {USAGE}"))?
-                    .parse()
-                    .with_context(|| format!("{flag} takes a whole number; {USAGE}"))
-            };
-            match flag.as_str() {
-                "--restarts" => o.restarts = count()?,
-                "--threads" => o.threads = count()?,
-                "--connections" => o.connections = count()?,
-                "--burst-seconds" => o.burst_and_settle.0 = Duration::from_secs(count()? as u64),
-                "--settle" => o.burst_and_settle.1 = Duration::from_secs(count()? as u64),
-                "-h" | "--help" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
-                }
-                other => bail!("unknown option {other}; {USAGE}"),
-            }
-        }
-        if o.burst_and_settle.1 < Duration::from_secs(15) {
-            bail!("--settle must be at least 15 s (the daemon counts SOCKS every 10 s)");
-        }
-        if o.connections > 30_000 || o.threads > 10_000 {
-            bail!("--connections is at most 30000 and --threads at most 10000 (the kernel maps' room)");
-        }
-        Ok(o)
-    }
+    /// Seconds of the burst of short connections.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub(crate) burst_seconds: u64,
+    /// Seconds a phase's aftermath may take to settle, at most (at least 15: the daemon counts
+    /// SOCKS every 10 s).
+    #[arg(long, value_name = "SECONDS", default_value_t = 75, value_parser = args::number_in(15_u64..))]
+    pub(crate) settle: u64,
 }
 
 /// The release binaries the phases start.
@@ -90,8 +66,7 @@ pub(crate) struct Binaries {
     pub(crate) napping_threads: PathBuf,
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let opts = Options::parse(args)?;
+pub fn run(opts: &Options) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("bench churn loads eBPF programs: run it as root");
@@ -110,11 +85,11 @@ pub fn run(args: &[String]) -> Result<()> {
     let date = crate::util::output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
     let result = {
         let _lock = crate::bench_detect::e2e_lock()?;
-        phases(&opts, &bins, &dir)
+        phases(opts, &bins, &dir)
     };
     let _ = std::fs::remove_dir_all(&dir);
     let report = result?;
-    report.print(date.trim(), &opts);
+    report.print(date.trim(), opts);
     if !report.all_met() {
         bail!("some goals were not met (see the table)");
     }
@@ -142,7 +117,7 @@ fn phases(opts: &Options, bins: &Binaries, dir: &Path) -> Result<Report> {
     settle(&mut fleet, &mut report, "2 many threads", threads, opts)?;
     let held = fleet.many_connections(opts.connections)?;
     settle(&mut fleet, &mut report, "3 many connections", held, opts)?;
-    let burst = fleet.short_connection_burst(opts.burst_and_settle.0)?;
+    let burst = fleet.short_connection_burst(Duration::from_secs(opts.burst_seconds))?;
     settle(&mut fleet, &mut report, "4 short-connection burst", burst, opts)?;
     report.total = started.elapsed();
     Ok(report)
@@ -151,7 +126,7 @@ fn phases(opts: &Options, bins: &Binaries, dir: &Path) -> Result<Report> {
 /// Polls the aftermath of a phase once a second until every goal holds (then once more, to see
 /// it stays so) or `opts.settle` passes; the last measurement goes into the report.
 fn settle(fleet: &mut Fleet, report: &mut Report, phase: &str, note: String, opts: &Options) -> Result<()> {
-    let settle = opts.burst_and_settle.1;
+    let settle = Duration::from_secs(opts.settle);
     eprintln!("churn: {phase}: {note}; settling (at most {} s)", settle.as_secs());
     let ended = Instant::now();
     let deadline = ended + settle;
@@ -169,4 +144,18 @@ fn settle(fleet: &mut Fleet, report: &mut Report, phase: &str, note: String, opt
     eprintln!("churn: {phase}: {}", measurement.describe(&report.baseline));
     report.add(phase, note, measurement);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Bench, tests::bench};
+
+    #[test]
+    fn defaults_are_the_readmes() {
+        // README.md, "Churn and soak": `--restarts 100 --threads 2000 --connections 10000
+        // --burst-seconds 5 --settle 75`.
+        let Bench::Churn(o) = bench(&["churn"]) else { panic!("not bench churn") };
+        assert_eq!([o.restarts, o.threads, o.connections], [100, 2000, 10_000]);
+        assert_eq!((o.burst_seconds, o.settle), (5, 75));
+    }
 }

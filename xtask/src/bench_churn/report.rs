@@ -32,7 +32,7 @@ impl Report {
             opts.restarts,
             opts.threads,
             opts.connections,
-            opts.burst_and_settle.0.as_secs(),
+            opts.burst_seconds,
             self.total.as_secs_f64()
         );
         println!("baseline: {}\n", self.baseline.describe());

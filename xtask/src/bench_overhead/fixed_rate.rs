@@ -27,7 +27,8 @@ const GOAL_DAEMON_SHARE: f64 = 0.02;
 pub(super) type RatePhase = (f64, f64, f64);
 
 pub(super) fn at_rate(opts: &Options, target: &Target, observer: &Path, procs: &mut Procs) -> Result<Vec<RatePhase>> {
-    let spec = LoadSpec { port: target.port, rate: opts.rate, connections: RATE_CONNECTIONS, duration: opts.duration };
+    let spec =
+        LoadSpec { port: target.port, rate: opts.rate, connections: RATE_CONNECTIONS, duration: opts.duration() };
     println!("\n{} at {} req/s (open loop, {RATE_CONNECTIONS} connections), observer on", target.name, opts.rate);
     let mut out = Vec::new();
     for phase in 0..RATE_PHASES {

@@ -29,25 +29,72 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::args;
 use crate::bench_gateway::{Procs, release_build, start_proxies};
 use crate::bench_probes::{with_bpf_stats, without_bpf_stats};
 use crate::wrk::WrkSpec;
 use report::Report;
 
-const HELP: &str = "cargo xtask bench overhead [--pairs 10] [--duration 10] [--gateway reference|nginx|both] \
-                    [--workers 1] [--connections 32] [--wrk-threads 1] [--rate 10000 (0: skip)]";
-
-struct Options {
+/// What a user pays for the observer: one table, ratios first, a verdict per goal (as root)
+///
+/// Throughput and latency at saturation without and with the observer, CPU per proxied request,
+/// the untargeted syscall cost, the scheduler hooks' cost, the daemon's CPU at a fixed rate and
+/// its peak RSS.
+#[derive(clap::Args, Debug)]
+#[command(arg = args::own_name_again("overhead"))]
+pub struct Options {
+    /// Off/on pairs of phases per gateway (the order swapped each pair), and of syscall phases.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = args::number_in(1_usize..))]
     pairs: usize,
-    duration: Duration,
-    gateways: Vec<Gateway>,
+    /// Seconds per phase (at least 3).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = args::number_in(3_u64..))]
+    duration: u64,
+    /// The gateways measured.
+    #[arg(long, value_enum, default_value_t = Gateways::Both)]
+    gateway: Gateways,
+    /// Workers of each gateway.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = args::number_in(1_usize..))]
     workers: usize,
-    wrk: WrkSpec,
-    /// Open-loop rate for the daemon-CPU phases; 0 skips them.
+    /// wrk's connections (at least --wrk-threads).
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    connections: usize,
+    /// wrk's threads.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = args::number_in(1_usize..))]
+    wrk_threads: usize,
+    /// Requests/s of the open-loop phases that measure the daemon's CPU; 0 skips them.
+    #[arg(long, value_name = "R", default_value_t = 10_000.0, value_parser = args::number_in(0.0..))]
     rate: f64,
 }
 
-#[derive(Clone, Copy, PartialEq)]
+impl Options {
+    /// The closed-loop wrk run of each phase.
+    fn wrk(&self) -> WrkSpec {
+        WrkSpec { threads: self.wrk_threads, connections: self.connections, seconds: self.duration }
+    }
+
+    fn duration(&self) -> Duration {
+        Duration::from_secs(self.duration)
+    }
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Gateways {
+    Reference,
+    Nginx,
+    Both,
+}
+
+impl Gateways {
+    fn each(self) -> &'static [Gateway] {
+        match self {
+            Gateways::Reference => &[Gateway::Reference],
+            Gateways::Nginx => &[Gateway::Nginx],
+            Gateways::Both => &[Gateway::Reference, Gateway::Nginx],
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Gateway {
     Reference,
     Nginx,
@@ -62,57 +109,6 @@ impl Gateway {
     }
 }
 
-impl Options {
-    fn parse(args: &[String]) -> Result<Self> {
-        let mut o = Options {
-            pairs: 10,
-            duration: Duration::from_secs(10),
-            gateways: vec![Gateway::Reference, Gateway::Nginx],
-            workers: 1,
-            wrk: WrkSpec { threads: 1, connections: 32, seconds: 10 },
-            rate: 10_000.0,
-        };
-        let mut it = args.iter().skip_while(|a| *a == "overhead");
-        while let Some(flag) = it.next() {
-            let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
-            let number = |name: &str, v: &String| v.parse::<f64>().with_context(|| format!("{name} needs a number"));
-            let count = |name: &str, v: &String| v.parse::<usize>().with_context(|| format!("{name} needs a count"));
-            match flag.as_str() {
-                "--pairs" => o.pairs = count("--pairs", value("--pairs")?)?,
-                "--duration" => o.wrk.seconds = count("--duration", value("--duration")?)? as u64,
-                "--workers" => o.workers = count("--workers", value("--workers")?)?,
-                "--connections" => o.wrk.connections = count("--connections", value("--connections")?)?,
-                "--wrk-threads" => o.wrk.threads = count("--wrk-threads", value("--wrk-threads")?)?,
-                "--rate" => o.rate = number("--rate", value("--rate")?)?,
-                "--gateway" => {
-                    o.gateways = match value("--gateway")?.as_str() {
-                        "reference" => vec![Gateway::Reference],
-                        "nginx" => vec![Gateway::Nginx],
-                        "both" => vec![Gateway::Reference, Gateway::Nginx],
-                        other => bail!("--gateway takes reference, nginx or both, not {other}"),
-                    }
-                }
-                "-h" | "--help" => {
-                    println!("{HELP}");
-                    std::process::exit(0);
-                }
-                other => bail!("unknown option {other} (try --help)"),
-            }
-        }
-        o.duration = Duration::from_secs(o.wrk.seconds);
-        if o.wrk.seconds < 3 {
-            bail!("--duration must be at least 3 s");
-        }
-        if o.pairs == 0 || o.workers == 0 || o.wrk.threads == 0 || o.wrk.connections < o.wrk.threads {
-            bail!("--pairs, --workers and --wrk-threads must be positive, --connections at least --wrk-threads");
-        }
-        if o.rate < 0.0 {
-            bail!("--rate must not be negative");
-        }
-        Ok(o)
-    }
-}
-
 /// The release binaries the phases start.
 struct Binaries {
     observer: PathBuf,
@@ -121,8 +117,10 @@ struct Binaries {
     napping_threads: PathBuf,
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let opts = Options::parse(args)?;
+pub fn run(opts: &Options) -> Result<()> {
+    if opts.connections < opts.wrk_threads {
+        bail!("--connections must be at least --wrk-threads");
+    }
     let release = release_build(&["nginx", "wrk", "runqlat"])?;
     let bins = Binaries {
         observer: release.join("gateway-observer"),
@@ -133,7 +131,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("overhead-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
-    let result = with_bpf_stats(|| bench(&opts, &bins, &dir));
+    let result = with_bpf_stats(|| bench(opts, &bins, &dir));
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
@@ -146,9 +144,9 @@ fn bench(opts: &Options, bins: &Binaries, dir: &Path) -> Result<()> {
     println!(
         "closed loop: wrk -t{} -c{} -d{}s --latency, {} pairs (off/on, order swapped each pair), {} worker(s) per \
          gateway; kernel.bpf_stats_enabled=1 (its timing is part of the 'on' cost) but in the syscall pairs",
-        opts.wrk.threads, opts.wrk.connections, opts.wrk.seconds, opts.pairs, opts.workers
+        opts.wrk_threads, opts.connections, opts.duration, opts.pairs, opts.workers
     );
-    for &gateway in &opts.gateways {
+    for &gateway in opts.gateway.each() {
         let (pid, port) = if gateway == Gateway::Reference { proxies.gateway } else { proxies.nginx };
         let target = saturation::Target { name: gateway.name(), pid, port, dir };
         let pairs = saturation::pairs(opts, &target, &bins.observer, &mut procs)?;
@@ -160,16 +158,56 @@ fn bench(opts: &Options, bins: &Binaries, dir: &Path) -> Result<()> {
     let sched = sched_cost::measure(&bins.observer, &bins.switch_load, dir)?;
     sched.add_rows(&mut report);
     if opts.rate > 0.0 {
-        for &gateway in &opts.gateways {
+        for &gateway in opts.gateway.each() {
             let (pid, port) = if gateway == Gateway::Reference { proxies.gateway } else { proxies.nginx };
             let target = saturation::Target { name: gateway.name(), pid, port, dir };
             let phases = fixed_rate::at_rate(opts, &target, &bins.observer, &mut procs)?;
             fixed_rate::add_rate_rows(&mut report, gateway.name(), opts.rate, &phases);
         }
     }
-    let naps = fixed_rate::napping_threads(opts.duration, &bins.napping_threads, &bins.observer, dir)?;
+    let naps = fixed_rate::napping_threads(opts.duration(), &bins.napping_threads, &bins.observer, dir)?;
     fixed_rate::add_nap_rows(&mut report, &naps);
     report.note_pairs(opts.pairs);
     report.print(date.trim());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Bench, tests::bench};
+
+    /// `bench overhead ARGS`: pairs, seconds, workers, connections, wrk threads; the gateways;
+    /// the rate.
+    fn figures(args: &[&str]) -> ([usize; 5], &'static [Gateway], f64) {
+        let Bench::Overhead(o) = bench(&[&["overhead"], args].concat()) else { panic!("not bench overhead") };
+        let wrk = o.wrk();
+        assert_eq!(o.duration(), Duration::from_secs(wrk.seconds));
+        ([o.pairs, wrk.seconds as usize, o.workers, wrk.connections, wrk.threads], o.gateway.each(), o.rate)
+    }
+
+    #[test]
+    fn defaults_are_the_readmes() {
+        // README.md, "Performance": `--pairs 10`, `--duration 10`, `--gateway reference|nginx|both`
+        // (both), `--workers 1`, `--connections 32`, `--wrk-threads 1`, `--rate 10000`.
+        assert_eq!(figures(&[]), ([10, 10, 1, 32, 1], &[Gateway::Reference, Gateway::Nginx][..], 10_000.0));
+    }
+
+    #[test]
+    fn the_documented_short_runs_parse() {
+        // ARCHITECTURE.md and README.md.
+        let nginx = &[Gateway::Nginx][..];
+        assert_eq!(
+            figures(&["--pairs", "2", "--duration", "8", "--gateway", "nginx"]),
+            ([2, 8, 1, 32, 1], nginx, 10_000.0)
+        );
+        let short = ["--pairs", "1", "--duration", "5", "--gateway", "nginx", "--rate", "0"];
+        assert_eq!(figures(&short), ([1, 5, 1, 32, 1], nginx, 0.0));
+        assert_eq!(figures(&["--gateway", "reference"]).1, [Gateway::Reference]);
+    }
+
+    #[test]
+    fn the_name_again_and_repeated_options_still_parse() {
+        assert_eq!(figures(&["overhead", "--pairs", "2", "--pairs", "3"]).0, [3, 10, 1, 32, 1]);
+    }
 }

@@ -40,7 +40,7 @@ pub(super) fn pairs(
     observer: &Path,
     procs: &mut Procs,
 ) -> Result<Vec<(Phase, Phase)>> {
-    wrk::run(WrkSpec { seconds: WARMUP_S, ..opts.wrk }, target.port).context("warm-up wrk failed")?;
+    wrk::run(WrkSpec { seconds: WARMUP_S, ..opts.wrk() }, target.port).context("warm-up wrk failed")?;
     println!("\n{} (pid {}, 127.0.0.1:{})", target.name, target.pid, target.port);
     let mut out = Vec::new();
     for pair in 0..opts.pairs {
@@ -50,9 +50,9 @@ pub(super) fn pairs(
         for attached in order {
             procs.check_alive()?;
             let phase = if attached {
-                phase_on(opts.wrk, target, observer, pair)?
+                phase_on(opts.wrk(), target, observer, pair)?
             } else {
-                Phase { wrk: wrk::run(opts.wrk, target.port)?, observer: None, programs: None }
+                Phase { wrk: wrk::run(opts.wrk(), target.port)?, observer: None, programs: None }
             };
             print_phase(pair + 1, &phase);
             *(if attached { &mut on } else { &mut off }) = Some(phase);

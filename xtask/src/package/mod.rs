@@ -15,23 +15,27 @@ mod tree;
 
 use std::{path::PathBuf, time::Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use serde_json::Value;
 
 use crate::util::{self, cargo, target_dir};
 
-const USAGE: &str = "usage: cargo xtask package [--check]";
+/// The Debian package of the daemon, in target/debian/
+///
+/// The release binary, the systemd unit, the example config as a conffile, man pages, copyright
+/// and changelog, and maintainer scripts that enable the unit without starting it.
+#[derive(clap::Args, Debug)]
+pub struct Options {
+    /// Then install it on this host with dpkg -i, check it and purge it (as root).
+    #[arg(long)]
+    check: bool,
+}
 
-pub fn run(args: &[String]) -> anyhow::Result<()> {
-    let check = match args {
-        [] => false,
-        [flag] if flag == "--check" => true,
-        _ => bail!("{USAGE}"),
-    };
+pub fn run(options: &Options) -> anyhow::Result<()> {
     let started = Instant::now();
     let deb = build()?;
     eprintln!("package: {} in {:.0} s", deb.display(), started.elapsed().as_secs_f64());
-    if check {
+    if options.check {
         let started = Instant::now();
         check::run(&deb)?;
         eprintln!("package: install check passed in {:.0} s", started.elapsed().as_secs_f64());
@@ -93,4 +97,17 @@ fn manifest() -> anyhow::Result<Value> {
         .and_then(|packages| packages.iter().find(|p| p["name"] == control::PACKAGE))
         .cloned()
         .context("cargo metadata lists no gateway-observer package")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Command, tests::parse};
+
+    #[test]
+    fn built_only_unless_checked() {
+        for (args, check) in [(&[][..], false), (&["--check"], true)] {
+            let Command::Package(options) = parse(&[&["package"], args].concat()) else { panic!("not package") };
+            assert_eq!(options.check, check);
+        }
+    }
 }
