@@ -183,7 +183,12 @@ pub mod drop_index {
     /// A user stack could not be stored in `STACKS` (its hash bucket holds another stack, or the
     /// stack could not be read): that block's evidence has no stack.
     pub const STACKS_FULL: u32 = 7;
-    pub const COUNT: u32 = 8;
+    /// A target had used its quota of thread slots (`TargetInfo::thread_budget`): a new thread
+    /// of it is not followed, and the other targets keep their room.
+    pub const THREADS_QUOTA: u32 = 8;
+    /// A target had used its quota of connections (`TargetInfo::socket_budget`).
+    pub const SOCKS_QUOTA: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 /// Ring-buffer event kinds.
@@ -371,9 +376,17 @@ impl Default for ThreadState {
 pub struct TargetInfo {
     /// tgid of the target this one was forked from, or 0 for a target userspace added.
     pub parent_tgid: u32,
+    /// Thread slots and connections the target may still take, so that no target (any process
+    /// a `comm=` or `port=` spec selects) can fill THREADS or SOCKS for the others. The kernel
+    /// takes one for each slot or connection it gives the target (a plain atomic add: two CPUs
+    /// racing past zero overshoot by one each); userspace sets them again every tick, from the
+    /// quota less what the target holds.
     pub _pad: u32,
+    /// i64: the kernel's BPF target has atomic adds on 64-bit words only.
+    pub thread_budget: i64,
+    pub socket_budget: i64,
 }
-const _: () = assert!(size_of::<TargetInfo>() == 8);
+const _: () = assert!(size_of::<TargetInfo>() == 24);
 
 /// One ring-buffer record. A single fixed layout for every `event_kind` keeps decoding simple.
 #[repr(C)]
@@ -548,7 +561,10 @@ pub struct ProbeConfig {
     /// between kernel versions).
     pub iter_type_ubuf: u8,
     pub iter_type_iovec: u8,
-    pub _pad: [u8; 10],
+    pub _pad: [u8; 2],
+    /// The budgets a child process the kernel starts following begins with (`TargetInfo`).
+    pub thread_quota: u32,
+    pub socket_quota: u32,
 }
 const _: () = assert!(size_of::<ProbeConfig>() == 128);
 

@@ -5,7 +5,8 @@ use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use gateway_observer_common::{Event, TargetInfo, drop_index, event_kind};
 
 use crate::maps::{
-    FREE_SLOTS, TARGETS, THREADS, btf_field, config, count_drop, current_ids, emit, now_ns, set_tracked, thread_state,
+    FREE_SLOTS, TARGETS, THREADS, btf_field, config, count_drop, current_ids, emit, now_ns, set_tracked,
+    take_from_budget, thread_state,
 };
 
 /// `bpf_map_update_elem` flag: only create, never replace.
@@ -16,20 +17,24 @@ const BPF_NOEXIST: u64 = 1;
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
     let (_, parent_tgid) = current_ids();
-    // SAFETY: a map value read; TargetInfo is plain data.
-    if unsafe { TARGETS.get(parent_tgid) }.is_none() {
-        return 0;
-    }
+    let Some(mut target) = TARGETS.get_ptr_mut(parent_tgid) else { return 0 };
     let child: *const u8 = ctx.arg(1);
     let cfg = config();
     let child_tid: u32 = btf_field(child, cfg.task_pid_offset);
     let child_tgid: u32 = btf_field(child, cfg.task_tgid_offset);
     if child_tgid != parent_tgid {
-        let info = TargetInfo { parent_tgid, _pad: 0 };
+        let info = TargetInfo {
+            parent_tgid,
+            _pad: 0,
+            thread_budget: i64::from(cfg.thread_quota),
+            socket_budget: i64::from(cfg.socket_quota),
+        };
         if TARGETS.insert(child_tgid, info, BPF_NOEXIST).is_err() {
             count_drop(drop_index::TARGETS_FULL);
             return 0;
         }
+        let Some(child_target) = TARGETS.get_ptr_mut(child_tgid) else { return 0 };
+        target = child_target;
         emit(Event {
             kind: event_kind::PROCESS_FORK,
             tid: child_tid,
@@ -38,6 +43,10 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
             timestamp_ns: now_ns(),
             ..Event::default()
         });
+    }
+    // SAFETY: a map value pointer, valid for this program run.
+    if !take_from_budget(unsafe { &raw mut (*target).thread_budget }, drop_index::THREADS_QUOTA) {
+        return 0;
     }
     let Ok(Some(slot)) = FREE_SLOTS.pop() else {
         count_drop(drop_index::THREADS_FULL);

@@ -5,6 +5,9 @@
 //! syscall means, naming threads and everything else lives in userspace.
 #![no_std]
 #![no_main]
+// An atomic add on a map value (`maps::take_from_budget`): the BPF target lacks `AtomicI64::fetch_sub`.
+#![feature(core_intrinsics)]
+#![allow(internal_features, reason = "atomic_xadd is the BPF target's only atomic add")]
 // aya-ebpf's map methods take `impl Borrow<K>`: passing `&key` keeps the key where it already is
 // on the 512-byte BPF stack instead of moving a copy into the callee, whatever the optimiser does.
 #![allow(clippy::needless_borrows_for_generic_args, reason = "keys stay in place on the BPF stack")]

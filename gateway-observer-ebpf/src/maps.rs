@@ -46,7 +46,9 @@ static PROBE_CONFIG: ProbeConfig = ProbeConfig {
     msg_iter_segs_offset: 0,
     iter_type_ubuf: 0,
     iter_type_iovec: 0,
-    _pad: [0; 10],
+    _pad: [0; 2],
+    thread_quota: 0,
+    socket_quota: 0,
 };
 
 #[inline(always)]
@@ -115,6 +117,35 @@ pub fn count_drop(index: u32) {
     if let Some(counter) = DROPS.get_ptr_mut(index) {
         // SAFETY: a per-CPU slot; no other CPU writes it.
         unsafe { *counter += 1 };
+    }
+}
+
+/// Takes one from a target's budget (`TargetInfo::thread_budget`/`socket_budget`), or counts
+/// `drop` and refuses when it is spent. The check and the take are not one atomic step: CPUs
+/// racing past zero overshoot by one each, which bounds the overshoot by the CPU count.
+#[inline(always)]
+pub fn take_from_budget(budget: *mut i64, drop: u32) -> bool {
+    // SAFETY: `budget` points into a TARGETS value, valid for this program run.
+    let left = unsafe { core::ptr::read_volatile(budget) };
+    if left <= 0 {
+        count_drop(drop);
+        return false;
+    }
+    // SAFETY: as above; an atomic add, since other CPUs take from the same budget.
+    unsafe {
+        core::intrinsics::atomic_xadd::<i64, i64, { core::intrinsics::AtomicOrdering::Relaxed }>(budget, -1);
+    }
+    true
+}
+
+/// Takes a connection from the budget of target `tgid`; false (counted) when it has none left
+/// or is not a target.
+#[inline(always)]
+pub fn take_socket_budget(tgid: u32) -> bool {
+    match TARGETS.get_ptr_mut(tgid) {
+        // SAFETY: a map value pointer, valid for this program run.
+        Some(target) => take_from_budget(unsafe { &raw mut (*target).socket_budget }, drop_index::SOCKS_QUOTA),
+        None => false,
     }
 }
 

@@ -19,7 +19,7 @@ use gateway_observer_common::{
 
 use crate::{
     loop_iterations::transfer_boundary,
-    maps::{btf_field, config, count_drop, current_ids, now_ns, thread_state},
+    maps::{btf_field, config, count_drop, current_ids, now_ns, take_socket_budget, thread_state},
     sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, socket_submit_flags},
     syscalls::Call,
     waits::stack_if_same_call,
@@ -171,6 +171,13 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
                 sock.unread_since_ns = 0;
             }
             if sock.tgid == 0 {
+                // Accepted on a target's port: the worker that reads it first owns it, and
+                // pays for it from its process's budget.
+                if !take_socket_budget(tgid) {
+                    let _ = SOCKS.remove(&key);
+                    emit_conn(event_kind::SOCKET_CLOSE, sk, 0, conn_role::SERVER);
+                    return;
+                }
                 sock.tgid = tgid;
             }
             state.data_sock_lost = sock.lost;
@@ -178,7 +185,7 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
         None => {
             // A connection older than us (or not TCP, which we leave alone). One already closed
             // (its last bytes read after a reset) is not followed again: its close was seen.
-            if !is_tcp(sk) || is_closed_or_listening(sk) {
+            if !is_tcp(sk) || is_closed_or_listening(sk) || !take_socket_budget(tgid) {
                 return;
             }
             let sock = SockState { tgid, role: conn_role::UNKNOWN, ..SockState::default() };

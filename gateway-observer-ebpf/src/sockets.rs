@@ -17,7 +17,8 @@ use gateway_observer_common::{
 };
 
 use crate::maps::{
-    BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, TARGETS, btf_field, config, count_drop, current_ids, now_ns, submit_flags,
+    BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, btf_field, config, count_drop, current_ids, now_ns, submit_flags,
+    take_socket_budget,
 };
 
 /// Live TCP connections of targets, by `struct sock` address.
@@ -75,8 +76,7 @@ pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> u32 {
         // is set, so the connection is announced once established.
         TCP_SYN_SENT => {
             let (_, tgid) = current_ids();
-            // SAFETY: a map value read; TargetInfo is plain data.
-            if unsafe { TARGETS.get(tgid) }.is_some() {
+            if take_socket_budget(tgid) {
                 let sock = SockState { tgid, role: conn_role::CLIENT, ..SockState::default() };
                 if SOCKS.insert(&key, &sock, 0).is_err() {
                     count_drop(drop_index::SOCKS_FULL);

@@ -39,6 +39,13 @@ pub struct Config {
     /// How many target threads the kernel can follow at once (each slot is
     /// `THREAD_STATE_SIZE`, 696 bytes, of locked kernel memory). Threads beyond it are counted in bpf_map_full_total.
     pub max_threads: u32,
+    /// Thread slots one target process may hold (default: a quarter of `max_threads`), so that
+    /// any process a spec selects cannot take the room of the others. Beyond it a target's new
+    /// threads are not followed (counted in quota_refused_total).
+    pub max_threads_per_target: Option<u32>,
+    /// Connections one target process may have followed at once (default: a quarter of the
+    /// kernel's 65,536).
+    pub max_connections_per_target: Option<u32>,
     /// Alertmanager to push alerts to (`http://host:port`), or none.
     pub alertmanager: Option<String>,
     /// Thread-name patterns that add or remove event loops.
@@ -67,6 +74,8 @@ impl Default for Config {
             interval: Duration::from_secs(1),
             block_threshold: Duration::from_millis(10),
             max_threads: gateway_observer_common::MAX_THREADS,
+            max_threads_per_target: None,
+            max_connections_per_target: None,
             busy_iteration: Duration::from_millis(100),
             request_queueing: Duration::from_millis(200),
             requests_stalled: StalledConfig::default(),
@@ -138,13 +147,53 @@ impl Config {
         if !(16..=1 << 20).contains(&self.max_threads) {
             return Err(ConfigError::Invalid(format!("max_threads {} is outside 16..=1048576", self.max_threads)));
         }
+        if !(1..=self.max_threads).contains(&self.thread_quota()) {
+            return Err(ConfigError::Invalid(format!(
+                "max_threads_per_target {} is outside 1..=max_threads ({})",
+                self.thread_quota(),
+                self.max_threads
+            )));
+        }
+        if !(1..=gateway_observer_common::MAX_SOCKETS).contains(&self.connection_quota()) {
+            return Err(ConfigError::Invalid(format!(
+                "max_connections_per_target {} is outside 1..={}",
+                self.connection_quota(),
+                gateway_observer_common::MAX_SOCKETS
+            )));
+        }
         Ok(())
+    }
+
+    /// Thread slots one target may hold.
+    pub fn thread_quota(&self) -> u32 {
+        self.max_threads_per_target.unwrap_or(self.max_threads / 4)
+    }
+
+    /// Connections one target may have followed.
+    pub fn connection_quota(&self) -> u32 {
+        self.max_connections_per_target.unwrap_or(gateway_observer_common::MAX_SOCKETS / 4)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quotas_default_to_a_quarter_and_stay_within_the_maps() {
+        let config = Config::default();
+        assert_eq!((config.thread_quota(), config.connection_quota()), (4096, 16384));
+        let small: Config = toml::from_str("max_threads = 64").expect("parses");
+        assert_eq!(small.thread_quota(), 16);
+        for bad in [
+            "max_threads_per_target = 0",
+            "max_threads = 64\nmax_threads_per_target = 65",
+            "max_connections_per_target = 65537",
+        ] {
+            let config: Config = toml::from_str(bad).expect("parses");
+            assert!(config.validate().is_err(), "{bad} accepted");
+        }
+    }
 
     #[test]
     fn empty_file_is_the_defaults() {

@@ -30,6 +30,7 @@ use crate::{
         http::{self, Published},
         prometheus::Exposition,
     },
+    state::quotas::Quotas,
     state::targets::TargetSpec,
 };
 
@@ -183,6 +184,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         block_threshold: config.block_threshold,
         max_threads: config.max_threads,
         busy_iteration: config.busy_iteration,
+        quotas: Quotas { threads: config.thread_quota(), connections: config.connection_quota() },
     })
     .context("failed to load the eBPF programs (run `gateway-observer check`)")?;
     let attached = probes.attach_all().context("failed to attach the probes (run `gateway-observer check`)")?;

@@ -6,6 +6,7 @@
 mod findings;
 mod jvm;
 mod metrics;
+mod quotas;
 mod retention;
 mod slots;
 mod snapshot;
@@ -135,6 +136,11 @@ pub struct Collector {
     port_listeners: PortListeners,
     /// What lived lately (series of what is gone are dropped) and the stacks blocks named.
     retention: retention::Retention,
+    /// Each target's parent (0: a spec selected it), and its entry as last written: its budgets.
+    target_parents: HashMap<u32, u32>,
+    budgets: HashMap<u32, gateway_observer_common::TargetInfo>,
+    /// Threads of targets found running when added that their quota left unfollowed.
+    quota_refused_threads: u64,
 }
 
 impl Collector {
@@ -179,6 +185,9 @@ impl Collector {
             request_queues: RequestQueues::default(),
             port_listeners: PortListeners::default(),
             retention: retention::Retention::default(),
+            target_parents: HashMap::new(),
+            budgets: HashMap::new(),
+            quota_refused_threads: 0,
         }
     }
 
@@ -294,6 +303,8 @@ impl Collector {
         self.sync_listen_ports(&live_targets)?;
         let threads = self.drop_orphan_slots(self.probes.threads())?;
         let followed = threads.len();
+        let threads_held =
+            crate::state::quotas::held_per_process(threads.iter().filter(|(_, s)| s.exited == 0).map(|(_, s)| s.tgid));
         let now = Instant::now();
         let now_mono = monotonic_ns();
         let mut owners = live_targets.clone();
@@ -315,6 +326,7 @@ impl Collector {
         let window = u64::try_from(self.detectors.event_loop.window.as_nanos()).unwrap_or(u64::MAX);
         let threshold = u64::try_from(self.detectors.queueing.threshold.as_nanos()).unwrap_or(u64::MAX);
         self.request_queues.gather(&mut self.requests, &self.probes, now_mono, window, threshold)?;
+        self.renew_budgets(&threads_held)?;
         self.run_detectors(now, &latest);
         self.forget_gone(now, now_mono)?;
         self.drops = self.probes.drops()?;
@@ -338,6 +350,7 @@ impl Collector {
         let wanted = resolve(&self.specs, &processes);
         self.specs_waiting = waiting_specs(&self.specs, &processes);
         let current: HashMap<u32, u32> = self.probes.targets()?.into_iter().collect();
+        self.target_parents.clone_from(&current);
         // Dead targets go first, so that a full TARGETS map frees room before anything is added.
         let mut live: HashSet<u32> = HashSet::new();
         for &tgid in current.keys() {
@@ -357,8 +370,17 @@ impl Collector {
             // One process that cannot be added (a full map, gone meanwhile) must not stop the
             // collection of every other: it is retried at the next tick.
             match self.probes.add_target(pid, parent) {
-                Ok(()) => {
+                Ok(refused) => {
                     live.insert(pid);
+                    self.target_parents.insert(pid, parent);
+                    if refused > 0 {
+                        self.quota_refused_threads += refused as u64;
+                        tracing::warn!(
+                            pid,
+                            refused,
+                            "threads of a new target left unfollowed: its thread quota is spent (max_threads_per_target)"
+                        );
+                    }
                 }
                 Err(err) => tracing::warn!(pid, error = %err, "cannot follow a target process yet"),
             }

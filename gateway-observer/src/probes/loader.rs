@@ -15,7 +15,7 @@ use super::{
     kernel_offsets::{KernelOffsets, OffsetError},
     thread_slots::ThreadSlots,
 };
-use crate::{procfs, syscalls};
+use crate::{procfs, state::quotas::Quotas, syscalls};
 
 /// Empty programs for `calibrate`: (program, tracepoint).
 pub const BASELINE_PROGRAMS: &[(&str, &str)] =
@@ -57,6 +57,8 @@ pub struct ProbeSettings {
     pub max_threads: u32,
     /// Event-loop iterations at least this long on CPU are sent to userspace as events.
     pub busy_iteration: Duration,
+    /// Thread slots and connections one target may hold.
+    pub quotas: Quotas,
 }
 
 impl Default for ProbeSettings {
@@ -65,6 +67,7 @@ impl Default for ProbeSettings {
             block_threshold: Duration::from_millis(10),
             max_threads: MAX_THREADS,
             busy_iteration: Duration::from_millis(100),
+            quotas: Quotas { threads: MAX_THREADS / 4, connections: gateway_observer_common::MAX_SOCKETS / 4 },
         }
     }
 }
@@ -108,7 +111,11 @@ pub struct Probes {
     /// the daemon has attached what it runs (`forget_kernel_btf`), parsed again if needed.
     btf: Option<Btf>,
     slots: ThreadSlots,
+    quotas: Quotas,
 }
+
+/// `bpf_map_update_elem` flag: only update an existing entry.
+pub const BPF_EXIST: u64 = 2;
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> ProbeError {
     move |source| ProbeError::Map { map, source }
@@ -151,7 +158,9 @@ impl Probes {
             msg_iter_segs_offset: offsets.msg_iter_segs,
             iter_type_ubuf: offsets.iter_type_ubuf,
             iter_type_iovec: offsets.iter_type_iovec,
-            _pad: [0; 10],
+            _pad: [0; 2],
+            thread_quota: settings.quotas.threads,
+            socket_quota: settings.quotas.connections,
         };
         let max_threads = settings.max_threads.max(1);
         // Parsed once, for the loader's relocations and the programs' loads. The loader parses
@@ -171,7 +180,7 @@ impl Probes {
             _ => return Err(ProbeError::MissingMap("THREADS")),
         };
         let slots = ThreadSlots::map(threads_map, max_threads).map_err(ProbeError::Mmap)?;
-        let mut probes = Self { ebpf, btf: Some(btf), slots };
+        let mut probes = Self { ebpf, btf: Some(btf), slots, quotas: settings.quotas };
         probes.write_syscall_classes()?;
         let mut free: Queue<&mut MapData, u32> = probes.map_mut("FREE_SLOTS")?;
         for slot in 0..max_threads {
@@ -295,27 +304,56 @@ impl Probes {
     }
 
     /// Starts following a process: it goes into TARGETS first (so threads it creates from now on
-    /// are followed by the fork hook), then each of its current threads gets a slot.
-    pub fn add_target(&mut self, tgid: u32, parent_tgid: u32) -> Result<(), ProbeError> {
-        {
-            let mut targets: HashMap<&mut MapData, u32, TargetInfo> = self.map_mut("TARGETS")?;
-            targets.insert(tgid, TargetInfo { parent_tgid, _pad: 0 }, 0).map_err(map_err("TARGETS"))?;
-        }
+    /// are followed by the fork hook), then each of its current threads gets a slot, up to its
+    /// quota. Returns how many of its threads the quota left unfollowed.
+    pub fn add_target(&mut self, tgid: u32, parent_tgid: u32) -> Result<usize, ProbeError> {
+        let quotas = self.quotas;
+        self.set_target(tgid, quotas.target_info(parent_tgid, 0, 0), 0)?;
+        let mut followed = 0;
+        let mut refused = 0;
         for tid in procfs::threads(tgid) {
             if self.tracked_slot(tid)?.is_some() {
+                followed += 1;
                 continue; // the fork hook got there first
+            }
+            if followed >= quotas.threads as usize {
+                refused += 1;
+                continue;
             }
             let slot = {
                 let mut free: Queue<&mut MapData, u32> = self.map_mut("FREE_SLOTS")?;
                 match free.pop(0) {
                     Ok(slot) => slot,
-                    Err(_) => return Ok(()), // full: counted by the kernel for new threads; nothing to add
+                    Err(_) => break, // full: counted by the kernel for new threads; nothing to add
                 }
             };
             self.slots.write(slot, state_when_found(tgid, tid));
             self.set_tracked(tid, Some(slot))?;
+            followed += 1;
         }
-        Ok(())
+        // The fork hook may have taken from the budget meanwhile: the next tick counts again.
+        self.set_target(tgid, quotas.target_info(parent_tgid, followed, 0), BPF_EXIST)?;
+        Ok(refused)
+    }
+
+    /// The quotas targets are held to.
+    pub fn quotas(&self) -> Quotas {
+        self.quotas
+    }
+
+    /// Writes a target's entry (its budgets); with `BPF_EXIST`, only if it is still a target.
+    pub fn set_target(&mut self, tgid: u32, info: TargetInfo, flags: u64) -> Result<(), ProbeError> {
+        let mut targets: HashMap<&mut MapData, u32, TargetInfo> = self.map_mut("TARGETS")?;
+        match targets.insert(tgid, info, flags) {
+            Ok(()) => Ok(()),
+            // Gone since it was listed (BPF_EXIST): nothing to update.
+            Err(aya::maps::MapError::SyscallError(e))
+                if flags == BPF_EXIST && e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+            {
+                Ok(())
+            }
+            Err(source) => Err(ProbeError::Map { map: "TARGETS", source }),
+        }
     }
 
     /// The slot TRACKED points at for `tid`, if any.
@@ -344,8 +382,13 @@ impl Probes {
 
     /// Processes in TARGETS, with the target they were forked from (0 for one userspace added).
     pub fn targets(&self) -> Result<Vec<(u32, u32)>, ProbeError> {
+        Ok(self.target_infos()?.into_iter().map(|(tgid, info)| (tgid, info.parent_tgid)).collect())
+    }
+
+    /// Processes in TARGETS with their entries (budgets included).
+    pub fn target_infos(&self) -> Result<Vec<(u32, TargetInfo)>, ProbeError> {
         let targets: HashMap<&MapData, u32, TargetInfo> = self.map("TARGETS")?;
-        Ok(targets.iter().filter_map(Result::ok).map(|(tgid, info)| (tgid, info.parent_tgid)).collect())
+        Ok(targets.iter().filter_map(Result::ok).collect())
     }
 
     /// Every occupied slot: (slot, a copy of its state).

@@ -7,4 +7,4 @@ mod loader;
 mod thread_slots;
 
 pub use hooks::DataHooks;
-pub use loader::{Attachment, BASELINE_PROGRAMS, ProbeError, ProbeSettings, Probes};
+pub use loader::{Attachment, BASELINE_PROGRAMS, BPF_EXIST, ProbeError, ProbeSettings, Probes};

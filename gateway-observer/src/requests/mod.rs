@@ -126,6 +126,11 @@ impl RequestTracker {
         self.conns.len()
     }
 
+    /// The owners of the followed connections, one entry per connection whose owner is known.
+    pub fn connection_owners(&self) -> impl Iterator<Item = u32> + '_ {
+        self.conns.values().filter_map(|conn| conn.tgid)
+    }
+
     /// Forgets names and peers of processes that are gone.
     pub fn retain_processes(&mut self, live: &std::collections::HashSet<u32>) {
         self.names.retain(|tgid, _| live.contains(tgid));

@@ -3,5 +3,6 @@
 
 pub mod counters;
 pub mod liveness;
+pub mod quotas;
 pub mod targets;
 pub mod threads;
