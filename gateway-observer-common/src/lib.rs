@@ -188,7 +188,11 @@ pub mod drop_index {
     pub const THREADS_QUOTA: u32 = 8;
     /// A target had used its quota of connections (`TargetInfo::socket_budget`).
     pub const SOCKS_QUOTA: u32 = 9;
-    pub const COUNT: u32 = 10;
+    /// The socket ring was over half full and a target had written its share of the room since
+    /// the daemon last drained it (`ring_share`): its data record was dropped, so that one target
+    /// cannot take the ring from the others.
+    pub const RING_SHARE: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
 /// Ring-buffer event kinds.
@@ -385,8 +389,27 @@ pub struct TargetInfo {
     /// i64: the kernel's BPF target has atomic adds on 64-bit words only.
     pub thread_budget: i64,
     pub socket_budget: i64,
+    /// Socket-ring records written while the ring was congested, since the drain `ring_epoch`
+    /// (kernel-owned; userspace writes zeros, which the next record resets anyway).
+    pub ring_epoch: u64,
+    pub ring_used: u64,
 }
-const _: () = assert!(size_of::<TargetInfo>() == 24);
+const _: () = assert!(size_of::<TargetInfo>() == 40);
+
+/// The socket ring's room shared out among targets while it is congested: the ring counts as
+/// congested past half full; then each target may write `RING_SHARE[SHARE]` records per drain
+/// (`RING_SHARE[EPOCH]`, advanced by userspace at each drain of the socket ring).
+pub mod ring_share {
+    pub const EPOCH: u32 = 0;
+    pub const SHARE: u32 = 1;
+    pub const COUNT: u32 = 2;
+
+    /// Records each of `targets` may write into the ring's free half between two drains.
+    pub fn records_per_target(targets: usize) -> u64 {
+        let half_ring_records = u64::from(super::SOCKET_RINGBUF_BYTES) / 2 / super::DATA_EVENT_SIZE as u64;
+        half_ring_records / targets.max(1) as u64
+    }
+}
 
 /// One ring-buffer record. A single fixed layout for every `event_kind` keeps decoding simple.
 #[repr(C)]
@@ -594,6 +617,14 @@ mod pod {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_congested_ring_is_shared_out_equally() {
+        let half = u64::from(super::SOCKET_RINGBUF_BYTES) / 2 / super::DATA_EVENT_SIZE as u64;
+        assert_eq!(super::ring_share::records_per_target(0), half, "no target yet: one share");
+        assert_eq!(super::ring_share::records_per_target(1), half);
+        assert_eq!(super::ring_share::records_per_target(4), half / 4);
+    }
+
     use super::ring_wakes_reader;
 
     #[test]

@@ -28,6 +28,8 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
             _pad: 0,
             thread_budget: i64::from(cfg.thread_quota),
             socket_budget: i64::from(cfg.socket_quota),
+            ring_epoch: 0,
+            ring_used: 0,
         };
         if TARGETS.insert(child_tgid, info, BPF_NOEXIST).is_err() {
             count_drop(drop_index::TARGETS_FULL);

@@ -13,14 +13,14 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
 use gateway_observer_common::{
-    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, SockState, ThreadState, conn_role, data_shape,
-    drop_index, event_kind, syscall_class,
+    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, SOCKET_RINGBUF_BYTES, SockState, ThreadState,
+    conn_role, data_shape, drop_index, event_kind, syscall_class,
 };
 
 use crate::{
     loop_iterations::transfer_boundary,
-    maps::{btf_field, config, count_drop, current_ids, now_ns, take_socket_budget, thread_state},
-    sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, socket_submit_flags},
+    maps::{btf_field, config, count_drop, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
+    sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, ring_share_left, socket_ring_unread},
     syscalls::Call,
     waits::stack_if_same_call,
 };
@@ -338,15 +338,26 @@ fn read_user<T: Default>(addr: u64) -> T {
     value
 }
 
+/// A data record that is not sent, counted under `drop` and on its socket, so that userspace
+/// resets this connection only.
+#[inline(always)]
+fn lose_record(state: &ThreadState, drop: u32) {
+    count_drop(drop);
+    if let Some(sock) = SOCKS.get_ptr_mut(&state.data_sk) {
+        // SAFETY: a map value pointer, valid for this program run.
+        unsafe { (*sock).lost = (*sock).lost.wrapping_add(1) };
+    }
+}
+
 #[inline(always)]
 fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
+    let unread = socket_ring_unread();
+    if unread > u64::from(SOCKET_RINGBUF_BYTES / 2) && !ring_share_left(state.tgid) {
+        lose_record(state, drop_index::RING_SHARE);
+        return;
+    }
     let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
-        count_drop(drop_index::SOCKET_RINGBUF);
-        // Counted on the socket too, so that userspace resets this connection only.
-        if let Some(sock) = SOCKS.get_ptr_mut(&state.data_sk) {
-            // SAFETY: a map value pointer, valid for this program run.
-            unsafe { (*sock).lost = (*sock).lost.wrapping_add(1) };
-        }
+        lose_record(state, drop_index::SOCKET_RINGBUF);
         return;
     };
     let event = entry.as_mut_ptr();
@@ -397,5 +408,7 @@ fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
         }
         (*event).tail_len = tail_copied;
     }
-    entry.submit(socket_submit_flags(size_of::<DataEvent>()));
+    // The ring's unread bytes with this record (and its 8-byte header), read once above.
+    let record = size_of::<DataEvent>();
+    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
 }

@@ -8,16 +8,16 @@
 use aya_ebpf::{
     helpers::generated::bpf_probe_read_kernel,
     macros::{btf_tracepoint, map},
-    maps::{HashMap, RingBuf},
+    maps::{Array, HashMap, RingBuf},
     programs::BtfTracePointContext,
 };
 use gateway_observer_common::{
     ConnEvent, FlowEvent, MAX_LISTEN_PORTS, MAX_SOCKETS, SOCKET_RINGBUF_BYTES, SockState, conn_role, drop_index,
-    event_kind, listen_key,
+    event_kind, listen_key, ring_share,
 };
 
 use crate::maps::{
-    BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, btf_field, config, count_drop, current_ids, now_ns, submit_flags,
+    BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, TARGETS, btf_field, config, count_drop, current_ids, now_ns, submit_flags,
     take_socket_budget,
 };
 
@@ -33,6 +33,40 @@ pub static LISTEN_PORTS: HashMap<u64, u8> = HashMap::with_max_entries(MAX_LISTEN
 
 #[map]
 pub static SOCKET_EVENTS: RingBuf = RingBuf::with_byte_size(SOCKET_RINGBUF_BYTES, 0);
+
+/// `ring_share::EPOCH` (advanced by userspace at each drain) and `ring_share::SHARE`.
+#[map]
+pub static RING_SHARE: Array<u64> = Array::with_max_entries(ring_share::COUNT, 0);
+
+/// Whether target `tgid` may still write into the congested socket ring: each target gets an
+/// equal share of its free half between two drains, so a target flooding it cannot take the
+/// room of the others. The count is not atomic: CPUs racing let a few more through.
+#[inline(always)]
+pub fn ring_share_left(tgid: u32) -> bool {
+    let Some(target) = TARGETS.get_ptr_mut(tgid) else { return false };
+    let share = RING_SHARE.get(ring_share::SHARE).copied().unwrap_or(0);
+    if share == 0 {
+        return true; // not set yet: no share to hold anyone to
+    }
+    let epoch = RING_SHARE.get(ring_share::EPOCH).copied().unwrap_or(0);
+    // SAFETY: a map value pointer, valid for this program run.
+    let target = unsafe { &mut *target };
+    if target.ring_epoch != epoch {
+        target.ring_epoch = epoch;
+        target.ring_used = 0;
+    }
+    if target.ring_used >= share {
+        return false;
+    }
+    target.ring_used += 1;
+    true
+}
+
+/// Bytes unread in the socket ring now (the reader's position to the writers').
+#[inline(always)]
+pub fn socket_ring_unread() -> u64 {
+    SOCKET_EVENTS.query(BPF_RB_AVAIL_DATA)
+}
 
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;

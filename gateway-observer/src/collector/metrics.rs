@@ -89,11 +89,12 @@ impl Collector {
         e.family(
             name,
             "counter",
-            "Threads and connections of targets not followed because their process held its whole quota (max_threads_per_target, max_connections_per_target).",
+            "Threads and connections of targets not followed because their process held its whole quota (max_threads_per_target, max_connections_per_target), and socket records dropped because their process had written its share of a congested socket ring.",
         );
         let threads_refused = self.drops[drop_index::THREADS_QUOTA as usize] + self.quota_refused_threads;
         e.sample(name, &[("kind", "threads")], threads_refused as f64);
         e.sample(name, &[("kind", "connections")], self.drops[drop_index::SOCKS_QUOTA as usize] as f64);
+        e.sample(name, &[("kind", "ring_records")], self.drops[drop_index::RING_SHARE as usize] as f64);
         let name = "gateway_observer_bpf_missed_switches_total";
         e.family(name, "counter", "Switch-ins of target threads the sched_switch program did not see: closed late at the next syscall (closed_late) or lost (lost).");
         e.sample(name, &[("outcome", "closed_late")], self.drops[drop_index::MISSED_SWITCH_IN as usize] as f64);

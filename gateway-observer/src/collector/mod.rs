@@ -139,6 +139,8 @@ pub struct Collector {
     /// Each target's parent (0: a spec selected it), and its entry as last written: its budgets.
     target_parents: HashMap<u32, u32>,
     budgets: HashMap<u32, gateway_observer_common::TargetInfo>,
+    /// Records each target may write into the congested socket ring per drain, as last set.
+    ring_share: Option<u64>,
     /// Threads of targets found running when added that their quota left unfollowed.
     quota_refused_threads: u64,
 }
@@ -187,6 +189,7 @@ impl Collector {
             retention: retention::Retention::default(),
             target_parents: HashMap::new(),
             budgets: HashMap::new(),
+            ring_share: None,
             quota_refused_threads: 0,
         }
     }
@@ -206,6 +209,9 @@ impl Collector {
     /// that lost records forget their requests in flight (see the tracker); if the kernel's
     /// counts cannot be read, every connection does.
     pub fn after_socket_drain(&mut self) {
+        if let Err(err) = self.probes.advance_ring_epoch() {
+            tracing::debug!(error = %err, "cannot renew the targets' shares of the socket ring");
+        }
         let Ok(lost) = self.probes.drop_count(drop_index::SOCKET_RINGBUF) else { return };
         if lost > self.socket_losses_seen {
             self.socket_losses_seen = lost;

@@ -1,6 +1,7 @@
 //! Renewing each target's budgets of thread slots and connections once a tick (`state::quotas`):
 //! what it holds now is counted, the kernel's entry is written again, and a target whose quota
-//! has just run out is named in the log.
+//! has just run out is named in the log. The congested socket ring is shared out equally among
+//! the targets (`ring_share`).
 
 use std::collections::HashMap;
 
@@ -34,6 +35,11 @@ impl Collector {
                 quota,
                 "a target holds its whole quota of {kind}: more are not followed (max_{kind}_per_target)"
             );
+        }
+        let share = gateway_observer_common::ring_share::records_per_target(budgets.len());
+        if Some(share) != self.ring_share {
+            self.probes.set_ring_share(share)?;
+            self.ring_share = Some(share);
         }
         self.budgets = budgets;
         Ok(())

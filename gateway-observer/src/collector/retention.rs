@@ -103,6 +103,17 @@ impl Collector {
         for status in &self.loops {
             r.loop_threads.note((status.thread.comm.clone(), status.thread.name.clone()), now);
         }
+        // Series of what was never seen alive at a tick (a thread or process that lived and died
+        // in between, or while the daemon was stopped) start their keep time now.
+        for (process, group, _) in self.offcpu.totals().keys().chain(self.long_blocks.keys()) {
+            r.groups.note_if_new((process.clone(), group.clone()), now);
+        }
+        for (process, thread, _) in self.loop_blocked.totals().keys() {
+            r.loop_threads.note_if_new((process.clone(), thread.clone()), now);
+        }
+        for process in self.hist_sum.totals().keys().map(|(p, _)| p.as_str()).chain(self.requests.series_processes()) {
+            r.processes.note_if_new(process.to_string(), now);
+        }
         if self.requests.has_retransmits() {
             for (process, peer) in self.requests.peer_labels() {
                 r.peers.note((process.to_owned(), peer.to_owned()), now);

@@ -8,7 +8,9 @@ use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, Queue, RingBuf},
     programs::{BtfTracePoint, FEntry, FExit},
 };
-use gateway_observer_common::{MAX_SYSCALL_NR, MAX_THREADS, ProbeConfig, TargetInfo, ThreadState, drop_index};
+use gateway_observer_common::{
+    MAX_SYSCALL_NR, MAX_THREADS, ProbeConfig, TargetInfo, ThreadState, drop_index, ring_share,
+};
 
 use super::{
     hooks::{AttachKind, CORE_HOOKS, DataHooks, Hook, OPTIONAL_HOOKS, OptionalHook, all_hooks},
@@ -112,6 +114,8 @@ pub struct Probes {
     btf: Option<Btf>,
     slots: ThreadSlots,
     quotas: Quotas,
+    /// Drains of the socket ring so far (`advance_ring_epoch`).
+    ring_epoch: u64,
 }
 
 /// `bpf_map_update_elem` flag: only update an existing entry.
@@ -180,7 +184,7 @@ impl Probes {
             _ => return Err(ProbeError::MissingMap("THREADS")),
         };
         let slots = ThreadSlots::map(threads_map, max_threads).map_err(ProbeError::Mmap)?;
-        let mut probes = Self { ebpf, btf: Some(btf), slots, quotas: settings.quotas };
+        let mut probes = Self { ebpf, btf: Some(btf), slots, quotas: settings.quotas, ring_epoch: 0 };
         probes.write_syscall_classes()?;
         let mut free: Queue<&mut MapData, u32> = probes.map_mut("FREE_SLOTS")?;
         for slot in 0..max_threads {
@@ -378,6 +382,20 @@ impl Probes {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(source) => Err(ProbeError::Map { map: "TARGETS", source }),
         }
+    }
+
+    /// The share of the congested socket ring each target may write between two drains.
+    pub fn set_ring_share(&mut self, records: u64) -> Result<(), ProbeError> {
+        let mut share: Array<&mut MapData, u64> = self.map_mut("RING_SHARE")?;
+        share.set(ring_share::SHARE, records, 0).map_err(map_err("RING_SHARE"))
+    }
+
+    /// The socket ring was drained: its room, and every target's share of it, are back.
+    pub fn advance_ring_epoch(&mut self) -> Result<(), ProbeError> {
+        self.ring_epoch += 1;
+        let epoch = self.ring_epoch;
+        let mut share: Array<&mut MapData, u64> = self.map_mut("RING_SHARE")?;
+        share.set(ring_share::EPOCH, epoch, 0).map_err(map_err("RING_SHARE"))
     }
 
     /// Processes in TARGETS, with the target they were forked from (0 for one userspace added).

@@ -157,6 +157,11 @@ impl RequestTracker {
             .collect()
     }
 
+    /// The processes that have request series.
+    pub fn series_processes(&self) -> impl Iterator<Item = &str> {
+        self.stats.durations.keys().map(|(process, _)| &**process)
+    }
+
     /// Drops the series of processes `process_live` no longer names, and the retransmit
     /// counters of peers `peer_live` no longer names.
     pub fn retain_series(&mut self, process_live: impl Fn(&str) -> bool, peer_live: impl Fn(&str, &str) -> bool) {

@@ -25,6 +25,13 @@ impl<K: Eq + Hash> Liveness<K> {
         self.seen.insert(key, now);
     }
 
+    /// `key` has series now: if it was never seen alive (it lived and died between two looks,
+    /// or while the daemon was stopped), it counts as alive from now, so that its series are
+    /// kept `keep` like any other's instead of dropped before anyone could read them.
+    pub fn note_if_new(&mut self, key: K, now: Instant) {
+        self.seen.entry(key).or_insert(now);
+    }
+
     /// Forgets what has not been alive for `keep`.
     pub fn expire(&mut self, now: Instant) {
         let keep = self.keep;
@@ -66,5 +73,17 @@ mod tests {
         assert!(!live.is_live("churn-gateway"));
         assert!(live.is_live("reference-gatew"));
         assert_eq!(live.len(), 1, "what is gone is not remembered either");
+    }
+
+    #[test]
+    fn a_value_never_seen_alive_is_kept_from_its_first_series() {
+        let t0 = Instant::now();
+        let mut live = Liveness::new(Duration::from_secs(30));
+        live.note("gateway".to_owned(), t0);
+        live.note_if_new("storm-*".to_owned(), t0 + Duration::from_secs(10));
+        live.note_if_new("gateway".to_owned(), t0 + Duration::from_secs(20));
+        live.expire(t0 + Duration::from_secs(31));
+        assert!(live.is_live("storm-*"), "kept 30 s from when its series appeared");
+        assert!(!live.is_live("gateway"), "a later series does not renew what was seen alive");
     }
 }

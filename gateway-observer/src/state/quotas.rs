@@ -23,6 +23,8 @@ impl Quotas {
             _pad: 0,
             thread_budget: left(self.threads, threads),
             socket_budget: left(self.connections, connections),
+            ring_epoch: 0,
+            ring_used: 0,
         }
     }
 }
