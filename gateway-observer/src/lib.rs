@@ -5,6 +5,7 @@
 //! kernel handle and are unit-tested on their own.
 
 pub mod alerts;
+pub mod api;
 pub mod cli;
 pub mod collector;
 pub mod config;

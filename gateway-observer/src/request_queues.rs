@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
+use crate::api::v1;
 use crate::detect::queueing::{ListenerFacts, QueueFacts};
 use crate::probes::{ProbeError, Probes};
 use crate::procfs;
@@ -110,15 +111,13 @@ impl RequestQueues {
     }
 
     /// The listeners of `pid` for the snapshot (empty for a process that does not own one).
-    pub fn listeners_of(&self, pid: u32) -> serde_json::Value {
-        let listeners: Vec<serde_json::Value> = self
-            .last
+    pub fn listeners_of(&self, pid: u32) -> Vec<v1::Listener> {
+        self.last
             .iter()
             .filter(|facts| facts.pid == pid)
             .flat_map(|facts| &facts.listeners)
-            .map(ListenerFacts::to_json)
-            .collect();
-        serde_json::json!(listeners)
+            .map(ListenerFacts::to_wire)
+            .collect()
     }
 
     /// Gauges per (process name, port), summed over processes of one name (the same gateway in

@@ -2,9 +2,9 @@
 //! bounded time each, starting from their committed seed corpora. Two projects: the HTTP parser's
 //! (`gateway-observer-http/fuzz`: `http_connection`, seeds written by the http::replay tests) and
 //! the daemon's (`gateway-observer/fuzz`: the socket records fed to the request tracker, /proc
-//! text, perf maps and /proc/PID/maps, ELF files, hsperfdata files, the config). What the fuzzer
-//! finds — new corpus entries, crash artifacts, the build — goes under `target/fuzz/`, so the
-//! committed corpora change only on purpose.
+//! text, perf maps and /proc/PID/maps, ELF files, hsperfdata files, the config, the daemon's
+//! answers as `top` reads them). What the fuzzer finds — new corpus entries, crash artifacts, the
+//! build — goes under `target/fuzz/`, so the committed corpora change only on purpose.
 //!
 //! The builds run with bpf-linker off PATH: the daemon's build.rs then embeds an empty stand-in
 //! eBPF object (nothing fuzzed loads it) instead of building the kernel programs with the fuzzer's
@@ -22,8 +22,8 @@ use crate::{util, without_bpf_linker};
 /// The cargo-fuzz projects, by directory under the workspace root; their targets are what
 /// `cargo fuzz list` says.
 const PROJECTS: &[&str] = &["gateway-observer-http/fuzz", "gateway-observer/fuzz"];
-/// `cargo xtask test` fuzzes each target this long unless `FUZZ_SECONDS` says otherwise: seven
-/// targets, about 70 s in all, plus the build.
+/// `cargo xtask test` fuzzes each target this long unless `FUZZ_SECONDS` says otherwise: eight
+/// targets, about 80 s in all, plus the build.
 const DEFAULT_SECONDS: u64 = 10;
 
 /// Every fuzz target (or one) for a bounded time each

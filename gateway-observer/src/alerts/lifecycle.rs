@@ -177,7 +177,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::alerts::AlertKind;
+    use crate::{alerts::AlertKind, api::v1};
 
     const T0_MS: u64 = 1_796_216_701_120; // 2026-12-02T13:05:01.120Z
 
@@ -436,7 +436,7 @@ mod tests {
         finding.evidence = json!({"reason": "futex"});
         book.evaluate(at(0), vec![finding.clone()]);
         book.evaluate(at(1000), vec![finding]);
-        let firing = serde_json::to_string(book.alerts()[0]).expect("serializes");
+        let firing = serde_json::to_string(&v1::Alert::from(book.alerts()[0])).expect("serializes");
         assert_eq!(
             firing,
             concat!(
@@ -449,7 +449,7 @@ mod tests {
         );
 
         book.evaluate(at(6000), vec![]);
-        let resolved = serde_json::to_value(book.alerts()[0]).expect("serializes");
+        let resolved = serde_json::to_value(v1::Alert::from(book.alerts()[0])).expect("serializes");
         assert_eq!(resolved["state"], "resolved");
         assert_eq!(resolved["resolved_at"], "2026-12-02T13:05:07.120Z");
     }

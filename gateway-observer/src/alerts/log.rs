@@ -1,24 +1,25 @@
 //! Alert transitions as JSON lines for stdout or a log file, one line per state change:
-//! `{"ts": "...", "event": "pending"|"firing"|"resolved", "alert": <Alert JSON>}`.
+//! `{"ts": "...", "event": "pending"|"firing"|"resolved", "alert": <v1::Alert, as the API shows it>}`.
 //! Only formats; the caller decides where the line goes.
 
 use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::{Alert, AlertState, Transition, format_time};
+use super::{AlertState, Transition, format_time};
+use crate::api::v1;
 
 #[derive(Serialize)]
-struct Line<'a> {
+struct Line {
     ts: String,
     event: AlertState,
-    alert: &'a Alert,
+    alert: v1::Alert,
 }
 
 /// One JSON line (without the trailing newline) for transition `t` observed at `now`. `event` is
 /// the state the alert entered.
 pub fn transition_line(now: SystemTime, t: &Transition) -> String {
-    let line = Line { ts: format_time(now), event: t.alert.state(), alert: &t.alert };
+    let line = Line { ts: format_time(now), event: t.alert.state(), alert: v1::Alert::from(&t.alert) };
     match serde_json::to_string(&line) {
         Ok(text) => text,
         // Unreachable with today's types (string keys, infallible timestamps), but a log line

@@ -16,6 +16,8 @@ use std::{
 
 use serde::Serialize;
 
+use crate::api::v1;
+
 /// The detector that raised an alert. Its name (the variant name) appears in ids, JSON and metric
 /// labels, so renaming a variant is an API change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -113,24 +115,22 @@ impl fmt::Display for AlertState {
     }
 }
 
-/// The process an alert is about, as `/api/v1/alerts` nests it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The process an alert is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Process {
     pub pid: u32,
     pub comm: String,
 }
 
-/// One alert, serialized exactly as DESIGN.md's `/api/v1/alerts` schema. Fields are private
+/// One alert; the API and the transition log show it as a [`v1::Alert`]. Fields are private
 /// because only [`lifecycle::AlertBook`] may change them: the id must keep matching kind, pid and
 /// subject, and the state must follow the lifecycle.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Alert {
     id: String,
     kind: AlertKind,
     state: AlertState,
-    #[serde(serialize_with = "serialize_time")]
     since: SystemTime,
-    #[serde(serialize_with = "serialize_opt_time")]
     resolved_at: Option<SystemTime>,
     process: Process,
     subject: String,
@@ -192,6 +192,22 @@ impl Alert {
     }
 }
 
+impl From<&Alert> for v1::Alert {
+    fn from(alert: &Alert) -> Self {
+        Self {
+            id: alert.id.clone(),
+            kind: alert.kind.as_str().to_owned(),
+            state: alert.state.as_str().to_owned(),
+            since: Some(format_time(alert.since)),
+            resolved_at: alert.resolved_at.map(format_time),
+            process: v1::AlertProcess { pid: alert.process.pid, comm: alert.process.comm.clone() },
+            subject: alert.subject.clone(),
+            summary: alert.summary.clone(),
+            evidence: alert.evidence.clone(),
+        }
+    }
+}
+
 /// A state change of one alert, as [`lifecycle::AlertBook::evaluate`] reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transition {
@@ -211,17 +227,6 @@ pub fn format_time(t: SystemTime) -> String {
     let last = SystemTime::UNIX_EPOCH + Duration::from_millis(253_402_300_799_999);
     let t = t.clamp(SystemTime::UNIX_EPOCH, last);
     humantime::format_rfc3339_millis(t).to_string()
-}
-
-fn serialize_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format_time(*t))
-}
-
-fn serialize_opt_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
-    match t {
-        Some(t) => serialize_time(t, s),
-        None => s.serialize_none(),
-    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use crate::{
         self, AlertState,
         lifecycle::{AlertBook, LifecycleConfig},
     },
+    api::v1,
     collector::Collector,
     config::Config,
     detect::event_loop::EventLoopConfig,
@@ -144,11 +145,11 @@ fn log_transition(line: &str) -> bool {
 fn publication(collector: &Collector, book: &AlertBook) -> Published {
     let mut metrics = collector.render_metrics();
     metrics.push_str(&alert_metrics(book));
-    let alerts = serde_json::json!({ "alerts": book.alerts() });
+    let alerts = v1::Alerts { alerts: book.alerts().into_iter().map(v1::Alert::from).collect() };
     Published {
         metrics: Arc::new(metrics),
-        alerts_json: Arc::new(alerts.to_string()),
-        snapshot_json: Arc::new(collector.snapshot().to_string()),
+        alerts_json: Arc::new(v1::body(&alerts)),
+        snapshot_json: Arc::new(v1::body(&collector.snapshot())),
         ready: true,
     }
 }

@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::alerts::{AlertKind, Finding};
+use crate::{
+    alerts::{AlertKind, Finding},
+    api::v1,
+};
 
 #[derive(Debug, Clone)]
 pub struct QueueingConfig {
@@ -67,10 +70,14 @@ pub struct QueueFacts {
 }
 
 impl ListenerFacts {
-    /// As the alert evidence and the snapshot show it.
-    pub fn to_json(&self) -> serde_json::Value {
-        json!({"port": self.port, "accept_queue": self.accept_queue, "waiting": self.waiting,
-               "oldest_unread_seconds": secs(self.oldest_unread_ns)})
+    /// As the snapshot shows it, and the alert evidence too.
+    pub fn to_wire(&self) -> v1::Listener {
+        v1::Listener {
+            port: self.port,
+            accept_queue: Some(u64::from(self.accept_queue)),
+            waiting: Some(u64::from(self.waiting)),
+            oldest_unread_seconds: Some(secs(self.oldest_unread_ns)),
+        }
     }
 }
 
@@ -138,7 +145,7 @@ fn finding(facts: &QueueFacts, config: &QueueingConfig) -> Finding {
         config.threshold.as_millis(),
         secs(facts.max_queue_ns)
     );
-    let listeners: Vec<serde_json::Value> = facts.listeners.iter().map(ListenerFacts::to_json).collect();
+    let listeners: Vec<v1::Listener> = facts.listeners.iter().map(ListenerFacts::to_wire).collect();
     Finding {
         kind: AlertKind::RequestQueueing,
         pid: facts.pid,

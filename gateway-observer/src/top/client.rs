@@ -126,7 +126,9 @@ impl Endpoint {
 }
 
 /// Status and body of a complete HTTP/1.x response (Content-Length, chunked, or close-delimited).
-fn parse_response(raw: &[u8]) -> Result<(u16, String), &'static str> {
+/// Public for the fuzz target (`gateway-observer/fuzz`, `top_response`): whatever listens where
+/// `--connect` points writes these bytes.
+pub fn parse_response(raw: &[u8]) -> Result<(u16, String), &'static str> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no end of headers")?;
     let head = std::str::from_utf8(&raw[..end]).map_err(|_| "headers are not UTF-8")?;
     let mut lines = head.split("\r\n");
