@@ -35,9 +35,7 @@ fn drop_older<T>(queue: &mut VecDeque<T>, oldest_ns: u64, at_ns: impl Fn(&T) -> 
     while queue.front().is_some_and(|entry| at_ns(entry) < oldest_ns) {
         queue.pop_front();
     }
-    if queue.capacity() > 1024 && queue.len() * 4 < queue.capacity() {
-        queue.shrink_to(queue.len() * 2);
-    }
+    crate::heap::shrink_sparse_queue(queue);
 }
 
 pub(super) struct Retention {

@@ -453,11 +453,7 @@ impl RequestTracker {
 
     /// Drops what is too old for the windows (once a tick).
     pub fn expire(&mut self, now_ns: u64) {
-        // A map never gives back what a burst of connections made it take: 10,000 connections
-        // closed left 20 MiB held for nothing (`bench churn`).
-        if self.conns.capacity() > 1024 && self.conns.len() < self.conns.capacity() / 4 {
-            self.conns.shrink_to(self.conns.len() * 2);
-        }
+        crate::heap::shrink_sparse_map(&mut self.conns);
         self.proc_lookups_left = PROC_LOOKUPS_PER_TICK;
         self.stats.expire(now_ns);
         self.slowest.expire(now_ns);

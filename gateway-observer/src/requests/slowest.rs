@@ -191,6 +191,7 @@ impl Slowest {
             while calls.front().is_some_and(|c| c.response_end_ns < oldest) {
                 calls.pop_front();
             }
+            crate::heap::shrink_sparse_queue(calls);
             !calls.is_empty()
         });
     }

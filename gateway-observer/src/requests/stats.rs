@@ -137,6 +137,7 @@ impl RequestStats {
         while self.recent.front().is_some_and(|r| r.end_ns < oldest) {
             self.recent.pop_front();
         }
+        crate::heap::shrink_sparse_queue(&mut self.recent);
     }
 
     /// Rate and quantiles of `tgid`'s `side` over the window ending at `now_ns`.

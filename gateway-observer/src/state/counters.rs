@@ -8,9 +8,6 @@ use std::{
     hash::Hash,
 };
 
-/// Room below which a key table is not shrunk (shrinking rehashes every key).
-const MIN_ROOM: usize = 1024;
-
 #[derive(Debug)]
 pub struct DeltaCounters<K, L> {
     /// Keyed by thread (and bucket): thousands of entries looked up every tick.
@@ -91,9 +88,7 @@ impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
     /// megabytes of per-bucket keys' room otherwise, for the daemon's whole life.
     pub fn forget(&mut self, key: &K) {
         self.last.remove(key);
-        if self.last.capacity() > MIN_ROOM && self.last.len() * 4 < self.last.capacity() {
-            self.last.shrink_to(self.last.len() * 2);
-        }
+        crate::heap::shrink_sparse_map(&mut self.last);
     }
 
     /// Drops the totals of labels `keep` refuses (what they name is gone). Their keys must be
@@ -147,7 +142,7 @@ mod tests {
             c.forget(&tid);
         }
         assert_eq!(c.tracked_keys(), 10);
-        assert!(c.last.capacity() <= super::MIN_ROOM, "room {} of {full} kept for 10 keys", c.last.capacity());
+        assert!(c.last.capacity() <= crate::heap::KEEP_ROOM, "room {} of {full} kept for 10 keys", c.last.capacity());
         assert_eq!(c.totals()["a"], 100_000);
     }
 
