@@ -450,6 +450,7 @@ impl Collector {
             self.loop_blocked.forget(&(tid, code));
         }
         self.untimed_loop_ns.remove(&tid);
+        crate::heap::shrink_sparse_map(&mut self.untimed_loop_ns);
         self.names.forget_thread(tid);
         self.detectors.forget(tid);
         self.probes.release_thread(slot, tid)

@@ -24,10 +24,11 @@ use crate::{
 /// stacks of the blocks in the detection window, 5 s).
 pub const STACK_KEEP: Duration = Duration::from_secs(30);
 
-/// Long blocks and iterations older than this are no detector's evidence (the longest window,
-/// the JVM pause detector's, is 10 s): dropped, so that a burst's thousands of blocks do not stay
-/// resident until as many new ones push them out.
-const RECENT_KEEP_NS: u64 = 60_000_000_000;
+/// Long blocks and iterations are kept for twice the longest detector window (a window ending now
+/// reaches one window back), and at least this long: past that they are no detector's evidence,
+/// and a burst's thousands of blocks would otherwise stay resident (3 MiB for a minute after
+/// 2,000 napping threads left, `bench churn`).
+const MIN_EVIDENCE_KEEP: Duration = Duration::from_secs(20);
 
 /// Drops the entries of a time-ordered queue older than `oldest_ns`; the queue gives its room
 /// back once a quarter full.
@@ -88,7 +89,7 @@ impl Collector {
     /// of what has not lived for `GONE_SERIES_KEEP`, blocks too old to be evidence, stale stacks
     /// from STACKS, and gives freed heap back.
     pub(super) fn forget_gone(&mut self, now: Instant, now_mono: u64) -> Result<(), ProbeError> {
-        let oldest = now_mono.saturating_sub(RECENT_KEEP_NS);
+        let oldest = now_mono.saturating_sub(self.evidence_keep_ns());
         drop_older(&mut self.recent_blocks, oldest, |block| block.timestamp_ns);
         drop_older(&mut self.recent_iterations, oldest, |iteration| iteration.timestamp_ns);
         let r = &mut self.retention;
@@ -137,6 +138,15 @@ impl Collector {
         }
         r.trimmer.maybe_trim(now);
         Ok(())
+    }
+}
+
+impl Collector {
+    /// How long blocks and iterations stay evidence: twice the longest window a detector judges.
+    fn evidence_keep_ns(&self) -> u64 {
+        let d = &self.detectors;
+        let longest = d.event_loop.window.max(d.pool.window).max(d.jvm.config.window);
+        u64::try_from((longest * 2).max(MIN_EVIDENCE_KEEP).as_nanos()).unwrap_or(u64::MAX)
     }
 }
 

@@ -155,6 +155,7 @@ impl History {
     /// Forgets a thread that exited.
     pub fn forget(&mut self, tid: u32) {
         self.tracks.remove(&tid);
+        crate::heap::shrink_sparse_map(&mut self.tracks);
     }
 
     /// The last tick: (its start, its length), from the two latest instants anything was recorded.

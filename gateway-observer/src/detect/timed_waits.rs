@@ -74,6 +74,7 @@ impl TimedWaits {
 
     pub fn forget(&mut self, tid: u32) {
         self.threads.remove(&tid);
+        crate::heap::shrink_sparse_map(&mut self.threads);
     }
 }
 

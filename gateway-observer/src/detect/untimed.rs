@@ -112,6 +112,7 @@ impl LoopBaselines {
 
     pub fn forget(&mut self, tid: u32) {
         self.threads.remove(&tid);
+        crate::heap::shrink_sparse_map(&mut self.threads);
     }
 
     /// Keeps only the groups of processes still followed.

@@ -110,6 +110,7 @@ impl ThreadNames {
     pub fn forget_thread(&mut self, tid: u32) {
         self.release_number(tid);
         self.threads.remove(&tid);
+        crate::heap::shrink_sparse_map(&mut self.threads);
     }
 
     /// Forgets the names of processes no longer followed (and with no thread left to fold).
