@@ -13,7 +13,7 @@ use crate::probes::{ProbeError, Probes};
 use crate::procfs;
 use crate::requests::RequestTracker;
 use crate::requests::queueing::ListenerKey;
-use crate::sinks::prometheus::Exposition;
+use crate::sinks::{families, prometheus::Exposition};
 
 /// SOCKS lookups per tick at most (a syscall each); more idle connections are looked at in turn.
 const LOOKUPS_PER_TICK: usize = 2048;
@@ -131,17 +131,13 @@ impl RequestQueues {
                 sum.1 += l.waiting;
             }
         }
-        let name = "gateway_observer_accept_queue_connections";
-        e.family(name, "gauge", "Connections handshaken on a target's listening port and not yet accepted.");
+        let name = &families::ACCEPT_QUEUE_CONNECTIONS;
+        e.family(name);
         for ((process, port), (accept_queue, _)) in &sums {
             e.sample(name, &[("process", process), ("port", &port.to_string())], f64::from(*accept_queue));
         }
-        let name = "gateway_observer_socket_waiting_connections";
-        e.family(
-            name,
-            "gauge",
-            "Connections on a target's listening port holding request bytes unread past the RequestQueueing threshold.",
-        );
+        let name = &families::SOCKET_WAITING_CONNECTIONS;
+        e.family(name);
         for ((process, port), (_, waiting)) in &sums {
             e.sample(name, &[("process", process), ("port", &port.to_string())], f64::from(*waiting));
         }

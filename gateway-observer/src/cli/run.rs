@@ -28,6 +28,7 @@ use crate::{
     probes::{ProbeSettings, Probes},
     procfs,
     sinks::{
+        families,
         http::{self, Published},
         prometheus::Exposition,
     },
@@ -159,8 +160,8 @@ fn publication(collector: &Collector, book: &AlertBook) -> Published {
 /// its process may be gone, and the series would name it that long.
 fn alert_metrics(book: &AlertBook) -> String {
     let mut e = Exposition::default();
-    let name = "gateway_observer_alerts";
-    e.family(name, "gauge", "Alerts known to the daemon: 1 while firing, 0 while pending or recently resolved.");
+    let name = &families::ALERTS;
+    e.family(name);
     let now = std::time::SystemTime::now();
     let recent = |at: std::time::SystemTime| {
         now.duration_since(at).unwrap_or_default() < crate::state::liveness::GONE_SERIES_KEEP

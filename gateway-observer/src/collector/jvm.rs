@@ -4,7 +4,10 @@
 use std::collections::HashSet;
 
 use crate::{
-    detect::Detectors, hsperfdata::JvmFiles, sinks::prometheus::Exposition, state::counters::DeltaCounters,
+    detect::Detectors,
+    hsperfdata::JvmFiles,
+    sinks::{families, prometheus::Exposition},
+    state::counters::DeltaCounters,
     state::threads::ThreadNames,
 };
 
@@ -54,28 +57,24 @@ impl JvmWatch {
         }
     }
 
-    pub fn render(&self, e: &mut Exposition, threshold: std::time::Duration) {
-        let name = "gateway_observer_jvm_pause_seconds_total";
-        e.family(name, "counter", "Time JVMs held every Java thread stopped (safepoints: GC and other VM operations), from HotSpot's hsperfdata counters.");
+    pub fn render(&self, e: &mut Exposition) {
+        let name = &families::JVM_PAUSE_SECONDS;
+        e.family(name);
         for (process, ns) in self.stopped_ns.totals() {
             e.sample(name, &[("process", process.as_str())], *ns as f64 / 1e9);
         }
-        let name = "gateway_observer_jvm_pauses_total";
-        e.family(name, "counter", "Stop-the-world pauses (safepoints) of JVMs, from HotSpot's hsperfdata counters.");
+        let name = &families::JVM_PAUSES;
+        e.family(name);
         for (process, count) in self.safepoints.totals() {
             e.sample(name, &[("process", process.as_str())], *count as f64);
         }
-        let name = "gateway_observer_jvm_long_pauses_total";
-        let help = format!(
-            "JVM pauses of {} ms or more (the JvmPause threshold), at most one counted per collection interval.",
-            threshold.as_millis()
-        );
-        e.family(name, "counter", &help);
+        let name = &families::JVM_LONG_PAUSES;
+        e.family(name);
         for (process, count) in self.long_pauses.totals() {
             e.sample(name, &[("process", process.as_str())], *count as f64);
         }
-        let name = "gateway_observer_jvm_counter_read_errors_total";
-        e.family(name, "counter", "Reads of a JVM's hsperfdata file that failed (gone, or malformed).");
+        let name = &families::JVM_COUNTER_READ_ERRORS;
+        e.family(name);
         e.sample(name, &[], self.files.read_errors as f64);
     }
 }

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::sinks::prometheus::Exposition;
+use crate::sinks::{families, prometheus::Exposition};
 use crate::socket_events::{ConnInfo, DataRecord, FlowRecord, Opened, SocketRecord};
 use flows::FlowState;
 use gateway_observer_http::{Connection, Direction, Exchange, Role, Segment};
@@ -461,28 +461,20 @@ impl RequestTracker {
 
     /// The request metrics.
     pub fn render(&self, e: &mut Exposition, now_ns: u64) {
-        let name = "gateway_observer_http_requests_total";
-        e.family(name, "counter", "HTTP/1.x requests seen on targets' sockets, by direction (inbound: served; outbound: sent upstream), method and status class.");
+        let name = &families::HTTP_REQUESTS;
+        e.family(name);
         for ((process, side, method, class), count) in &self.stats.counts {
             let labels =
                 [("process", &**process), ("direction", side.as_str()), ("method", method), ("status_class", class)];
             e.sample(name, &labels, *count as f64);
         }
-        let name = "gateway_observer_http_request_duration_seconds";
-        e.family(
-            name,
-            "histogram",
-            "From a request's first byte read (inbound) or written (outbound) to its response's last byte.",
-        );
+        let name = &families::HTTP_REQUEST_DURATION_SECONDS;
+        e.family(name);
         for ((process, side), hist) in &self.stats.durations {
             e.histogram(name, &[("process", process), ("direction", side.as_str())], hist);
         }
-        let name = "gateway_observer_http_socket_queue_seconds";
-        e.family(
-            name,
-            "histogram",
-            "How long inbound requests' first bytes waited in the socket before the gateway read them.",
-        );
+        let name = &families::HTTP_SOCKET_QUEUE_SECONDS;
+        e.family(name);
         for (process, hist) in &self.stats.socket_queue {
             e.histogram(name, &[("process", process)], hist);
         }
@@ -496,55 +488,43 @@ impl RequestTracker {
                 entry.2 += peer.one_way;
             }
         }
-        let name = "gateway_observer_upstream_outstanding_requests";
-        e.family(name, "gauge", "Requests written to an upstream peer whose response is not complete.");
+        let name = &families::UPSTREAM_OUTSTANDING_REQUESTS;
+        e.family(name);
         for ((process, peer), (outstanding, _, _)) in &by_name {
             e.sample(name, &[("process", process), ("peer", peer)], *outstanding as f64);
         }
-        let name = "gateway_observer_upstream_oldest_request_age_seconds";
-        e.family(
-            name,
-            "gauge",
-            "Age of the oldest request still waiting for an upstream peer's response (0: none waiting).",
-        );
+        let name = &families::UPSTREAM_OLDEST_REQUEST_AGE_SECONDS;
+        e.family(name);
         for ((process, peer), (_, age, _)) in &by_name {
             e.sample(name, &[("process", process), ("peer", peer)], *age);
         }
-        let name = "gateway_observer_tcp_retransmits_total";
-        e.family(name, "counter", "Segments the kernel retransmitted on targets' connections, by upstream peer (clients: inbound connections).");
+        let name = &families::TCP_RETRANSMITS;
+        e.family(name);
         for ((process, peer), count) in &self.retransmits {
             e.sample(name, &[("process", process), ("peer", peer)], *count as f64);
         }
-        let name = "gateway_observer_tcp_one_way_flows";
-        e.family(name, "gauge", "Upstream connections retransmitting into silence now (nothing comes back).");
+        let name = &families::TCP_ONE_WAY_FLOWS;
+        e.family(name);
         for ((process, peer), (_, _, one_way)) in &by_name {
             e.sample(name, &[("process", process), ("peer", peer)], *one_way as f64);
         }
-        let name = "gateway_observer_http_non_http_bytes_total";
-        e.family(
-            name,
-            "counter",
-            "Bytes on targets' TCP connections that were not HTTP/1.x (TLS, other protocols), from closed connections.",
-        );
+        let name = &families::HTTP_NON_HTTP_BYTES;
+        e.family(name);
         for (process, bytes) in &self.non_http_bytes {
             e.sample(name, &[("process", process)], *bytes as f64);
         }
-        let name = "gateway_observer_http_parse_resyncs_total";
-        e.family(name, "counter", "Times a connection's HTTP framing could not be followed (headers past the 512 bytes seen, a message starting in unseen bytes) and was picked up again at a direction change or a new start line.");
+        let name = &families::HTTP_PARSE_RESYNCS;
+        e.family(name);
         let live: u64 = self.conns.values().filter_map(|c| c.http.as_ref()).map(Connection::lost_sync).sum();
         e.sample(name, &[], (live + self.counts.closed_resyncs) as f64);
-        let name = "gateway_observer_http_abandoned_requests_total";
-        e.family(name, "counter", "In-flight requests forgotten because socket records were lost meanwhile (see bpf_events_lost_total{ring=\"sockets\"}).");
+        let name = &families::HTTP_ABANDONED_REQUESTS;
+        e.family(name);
         e.sample(name, &[], self.counts.abandoned_after_loss as f64);
-        let name = "gateway_observer_http_connections";
-        e.family(name, "gauge", "TCP connections of targets followed now.");
+        let name = &families::HTTP_CONNECTIONS;
+        e.family(name);
         e.sample(name, &[], self.conns.len() as f64);
-        let name = "gateway_observer_http_unattributed_records_total";
-        e.family(
-            name,
-            "counter",
-            "Socket data records of connections whose handshake was lost and whose bytes did not tell their direction.",
-        );
+        let name = &families::HTTP_UNATTRIBUTED_RECORDS;
+        e.family(name);
         e.sample(name, &[], self.counts.unattributed_records as f64);
     }
 }
