@@ -28,7 +28,7 @@ use peers::PeerLabels;
 use slowest::{Finished, Slowest, UpstreamCall};
 use stats::{RequestStats, Side};
 
-type FastHash = foldhash::fast::RandomState;
+pub(crate) type FastHash = foldhash::fast::RandomState;
 
 /// Connections followed at once (the kernel's SOCKS map holds as many); past it the least
 /// recently active is forgotten (counted).

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use super::FastHash;
+
 pub const MAX_PEER_LABELS: usize = 32;
 pub const OTHER_PEER: &str = "other";
 
@@ -13,7 +15,7 @@ pub const OTHER_PEER: &str = "other";
 pub struct PeerLabels {
     /// Labels are shared (`Arc`): every record of an outbound connection carries one, and a
     /// finished call keeps it, so handing one out allocates nothing.
-    named: HashMap<u32, HashMap<SocketAddr, Arc<str>>>,
+    named: HashMap<u32, HashMap<SocketAddr, Arc<str>, FastHash>, FastHash>,
     other: Option<Arc<str>>,
 }
 

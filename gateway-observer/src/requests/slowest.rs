@@ -4,6 +4,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use super::FastHash;
+
 use serde::Serialize;
 
 /// Requests listed.
@@ -77,9 +79,9 @@ pub struct Finished<'a> {
 #[derive(Debug, Default)]
 pub struct Slowest {
     list: Vec<SlowRequest>,
-    upstream: HashMap<u32, VecDeque<UpstreamCall>>,
+    upstream: HashMap<u32, VecDeque<UpstreamCall>, FastHash>,
     /// When each process's peer last completed a response: (pid → peer → ns).
-    last_answer: HashMap<u32, HashMap<Arc<str>, u64>>,
+    last_answer: HashMap<u32, HashMap<Arc<str>, u64, FastHash>, FastHash>,
 }
 
 fn seconds(ns: u64) -> f64 {
