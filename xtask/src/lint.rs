@@ -1,12 +1,14 @@
 //! `cargo xtask lint`: what CI holds every change to. rustfmt's check on the workspace and on the
 //! fuzz crates (each its own workspace), clippy with warnings denied on the host crates and, with
-//! nightly for bpfel-unknown-none, on the kernel crate (which never builds for the host).
+//! nightly for bpfel-unknown-none, on the kernel crate (which never builds for the host), and the
+//! daemon crate's layer check ([`crate::layers`]).
 
 use anyhow::Context as _;
 
 use crate::util::{self, cargo};
 
 pub fn run() -> anyhow::Result<()> {
+    crate::layers::check(&util::workspace_root().join("gateway-observer/src"))?;
     cargo(&["fmt", "--all", "--check"]).context("formatting differs: run `cargo fmt --all`")?;
     for project in ["gateway-observer-http/fuzz", "gateway-observer/fuzz"] {
         let fuzz_manifest = util::workspace_root().join(project).join("Cargo.toml");

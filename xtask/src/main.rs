@@ -13,6 +13,7 @@ mod bench_probes;
 mod bpf_progs;
 mod demo;
 mod fuzz;
+mod layers;
 mod lint;
 mod loadgen;
 mod package;
