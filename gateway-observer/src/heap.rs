@@ -21,6 +21,19 @@ pub fn give_back_freed() {
     }
 }
 
+/// Heap bytes (in use by live allocations, kept free by the allocator), over every arena;
+/// allocations served by their own mapping count as in use.
+pub fn usage() -> Option<(u64, u64)> {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's counters; it has no preconditions.
+        let info = unsafe { libc::mallinfo2() };
+        Some(((info.uordblks + info.hblkhd) as u64, info.fordblks as u64))
+    }
+    #[cfg(not(target_env = "gnu"))]
+    None
+}
+
 /// Below this many slots a container keeps its room: shrinking it would only cost reallocations.
 pub const KEEP_ROOM: usize = 1024;
 

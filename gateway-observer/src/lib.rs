@@ -22,6 +22,7 @@ pub mod procfs;
 pub mod reason;
 pub mod request_queues;
 pub mod requests;
+pub mod self_usage;
 pub mod sinks;
 pub mod socket_events;
 pub mod state;

@@ -119,6 +119,7 @@ impl Collector {
         for (program, _, runs) in &stats {
             e.sample(name, &[("program", program)], *runs as f64);
         }
+        render_self_usage(&mut e, &crate::self_usage::SelfUsage::read());
         e.finish()
     }
 
@@ -135,5 +136,27 @@ impl Collector {
             }
         }
         out
+    }
+}
+
+/// The daemon's own cost (`process_*`, as every exporter reports it) and its heap.
+fn render_self_usage(e: &mut Exposition, usage: &crate::self_usage::SelfUsage) {
+    for (family, value) in [
+        (&families::PROCESS_CPU_SECONDS, usage.cpu_seconds),
+        (&families::PROCESS_RESIDENT_MEMORY_BYTES, usage.resident_bytes as f64),
+        (&families::PROCESS_VIRTUAL_MEMORY_BYTES, usage.virtual_bytes as f64),
+        (&families::PROCESS_OPEN_FDS, usage.open_fds as f64),
+        (&families::PROCESS_MAX_FDS, usage.max_fds as f64),
+        (&families::PROCESS_START_TIME_SECONDS, usage.start_time_seconds),
+    ] {
+        e.family(family).sample(family, &[], value);
+    }
+    if let Some((in_use, free)) = usage.heap {
+        let name = &families::HEAP_BYTES;
+        e.family(name).sample(name, &[("state", "in_use")], in_use as f64).sample(
+            name,
+            &[("state", "free")],
+            free as f64,
+        );
     }
 }

@@ -277,3 +277,46 @@ pub const JVM_LONG_PAUSES: Family = Family {
     help: "JVM pauses at least the JvmPause threshold long (`[detectors.jvm] threshold`), at most one counted per collection interval.",
     labels: &["process"],
 };
+
+// The daemon's own cost, under the names every Prometheus exporter uses.
+
+pub const PROCESS_CPU_SECONDS: Family = Family {
+    name: "process_cpu_seconds",
+    kind: Kind::Counter,
+    help: "User and system CPU time the daemon has used.",
+    labels: &[],
+};
+
+pub const PROCESS_RESIDENT_MEMORY_BYTES: Family = Family {
+    name: "process_resident_memory_bytes",
+    kind: Kind::Gauge,
+    help: "The daemon's resident memory (its binary, heap, and the kernel's ring buffers mapped into it).",
+    labels: &[],
+};
+
+pub const PROCESS_VIRTUAL_MEMORY_BYTES: Family = Family {
+    name: "process_virtual_memory_bytes",
+    kind: Kind::Gauge,
+    help: "The daemon's virtual memory size.",
+    labels: &[],
+};
+
+pub const PROCESS_OPEN_FDS: Family =
+    Family { name: "process_open_fds", kind: Kind::Gauge, help: "Descriptors the daemon has open.", labels: &[] };
+
+pub const PROCESS_MAX_FDS: Family =
+    Family { name: "process_max_fds", kind: Kind::Gauge, help: "The daemon's limit of open descriptors.", labels: &[] };
+
+pub const PROCESS_START_TIME_SECONDS: Family = Family {
+    name: "process_start_time_seconds",
+    kind: Kind::Gauge,
+    help: "When the daemon started, in seconds since the Unix epoch.",
+    labels: &[],
+};
+
+pub const HEAP_BYTES: Family = Family {
+    name: "gateway_observer_heap_bytes",
+    kind: Kind::Gauge,
+    help: "The daemon's heap: in use by live allocations, or free in the allocator's lists (whose pages are given back to the system every 10 s).",
+    labels: &["state"],
+};
