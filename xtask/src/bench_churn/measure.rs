@@ -19,10 +19,16 @@ const IDENTITY_LABELS: [&str; 5] = ["process", "thread", "thread_group", "peer",
 pub(crate) const COUNTED_MAPS: [&str; 4] = ["TARGETS", "SOCKS", "LISTEN_PORTS", "STACKS"];
 /// The RSS goal: within this share of the baseline's.
 pub(crate) const RSS_TOLERANCE: f64 = 0.10;
+/// The heap's own bound: three quarters of the RSS are the kernel's ring buffers and the binary,
+/// so ±10 % of RSS would let the heap grow fourfold unseen. A MiB covers caches that are meant
+/// to stay (parsed symbol files, thread names of the baseline).
+const HEAP_TOLERANCE_MIB: f64 = 1.0;
 
 /// One scrape of `/metrics`, reduced to what the bench judges.
 pub(crate) struct Scrape {
     map_entries: BTreeMap<String, f64>,
+    /// The daemon's heap in use by live allocations (`gateway_observer_heap_bytes`), in MiB.
+    heap_in_use_mib: f64,
     /// (label, value) → a series that carries it, for the report.
     identities: BTreeMap<(String, String), String>,
 }
@@ -42,7 +48,7 @@ pub(crate) fn scrape(port: u16) -> Result<Scrape> {
 }
 
 fn parse_scrape(text: &str) -> Scrape {
-    let mut scrape = Scrape { map_entries: BTreeMap::new(), identities: BTreeMap::new() };
+    let mut scrape = Scrape { map_entries: BTreeMap::new(), heap_in_use_mib: f64::NAN, identities: BTreeMap::new() };
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((series, value)) = line.rsplit_once(' ') else { continue };
         let Some((name, labels)) = series.split_once('{') else { continue };
@@ -56,6 +62,9 @@ fn parse_scrape(text: &str) -> Scrape {
             && let Some((_, map)) = labels.iter().find(|(k, _)| *k == "map")
         {
             scrape.map_entries.insert((*map).to_owned(), value.parse().unwrap_or(f64::NAN));
+        }
+        if name == "gateway_observer_heap_bytes" && labels.contains(&("state", "in_use")) {
+            scrape.heap_in_use_mib = value.parse::<f64>().unwrap_or(f64::NAN) / (1024.0 * 1024.0);
         }
         for (key, value) in labels.into_iter().filter(|(k, _)| IDENTITY_LABELS.contains(k)) {
             scrape.identities.entry((key.to_owned(), value.to_owned())).or_insert_with(|| series.to_owned());
@@ -158,6 +167,8 @@ pub(crate) struct Measurement {
     pub(crate) live_connections: usize,
     pub(crate) rss_mib: f64,
     pub(crate) hwm_mib: f64,
+    /// Live allocations: what RSS hides under the kernel maps mapped into the daemon.
+    pub(crate) heap_mib: f64,
     identities: BTreeMap<(String, String), String>,
 }
 
@@ -186,6 +197,7 @@ impl Measurement {
             live_connections: tcp_connections(fleet.gateway_pid),
             rss_mib,
             hwm_mib,
+            heap_mib: scrape.heap_in_use_mib,
             identities: scrape.identities,
         })
     }
@@ -259,6 +271,11 @@ impl Measurement {
             format!("{:.1} MiB ({:+.1} %), peak {:.1} MiB", self.rss_mib, change * 100.0, self.hwm_mib),
             change.abs() <= RSS_TOLERANCE,
         ));
+        out.push((
+            "daemon heap in use within 1 MiB of the baseline".to_owned(),
+            format!("{:.2} MiB (baseline {:.2} MiB)", self.heap_mib, b.heap_mib),
+            self.heap_mib - b.heap_mib <= HEAP_TOLERANCE_MIB,
+        ));
         let gone = self.gone_series(baseline);
         out.push((
             "no series of a gone process, thread, peer or port".to_owned(),
@@ -274,14 +291,15 @@ impl Measurement {
 
     fn describe_maps(&self) -> String {
         format!(
-            "targets {:.0}, threads {:.0} ({} live), sockets {:.0} (bpftool: {}; {} live connections), RSS {:.1} MiB",
+            "targets {:.0}, threads {:.0} ({} live), sockets {:.0} (bpftool: {}; {} live connections), RSS {:.1} MiB, heap in use {:.2} MiB",
             self.gauge("targets"),
             self.gauge("threads"),
             self.live_threads,
             self.gauge("sockets"),
             self.bpftool.iter().map(|(m, n)| format!("{m} {}", show(*n))).collect::<Vec<_>>().join(", "),
             self.live_connections,
-            self.rss_mib
+            self.rss_mib,
+            self.heap_mib
         )
     }
 
