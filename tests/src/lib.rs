@@ -126,9 +126,12 @@ pub fn listens_on(pid: u32, port: u16) -> bool {
         .any(|target| inodes.iter().any(|inode| target.as_os_str() == inode.as_str()))
 }
 
-/// A fresh directory for one test's files.
+/// A fresh directory for one test's files. Directories of earlier runs are kept for an hour (a
+/// failed test's logs are there), then removed by the next run that makes one.
 pub fn temp_dir(tag: &str) -> PathBuf {
     static SEQ: AtomicU64 = AtomicU64::new(0);
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| remove_stale_temp_dirs(Duration::from_secs(3600)));
     let dir = std::env::temp_dir().join(format!(
         "refgw-{tag}-{}-{}",
         std::process::id(),
@@ -137,6 +140,21 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create a test directory");
     dir
+}
+
+/// Removes `refgw-*` directories of processes that are gone, last changed over `age` ago.
+fn remove_stale_temp_dirs(age: Duration) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("refgw-")) else { continue };
+        // refgw-{tag}-{pid}-{seq}: the pid is the second field from the end.
+        let pid = rest.rsplit('-').nth(1).and_then(|p| p.parse::<u32>().ok());
+        let old = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().unwrap_or_default() > age);
+        if old && pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Whether `actual` is within `tolerance` (a fraction) of `expected`.
@@ -188,4 +206,33 @@ pub fn closed_pipe() -> std::process::Stdio {
     let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(reader);
     std::process::Stdio::from(writer)
+}
+
+#[cfg(test)]
+mod temp_dir_tests {
+    use super::*;
+
+    fn aged(name: &str, age: Duration) -> PathBuf {
+        let dir = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(&dir).expect("create");
+        let then = std::time::SystemTime::now() - age;
+        std::fs::File::open(&dir).and_then(|d| d.set_modified(then)).expect("age the directory");
+        dir
+    }
+
+    #[test]
+    fn stale_directories_of_gone_processes_are_removed_and_others_kept() {
+        // pid 0 is never a process's; ours is alive.
+        let gone_old = aged("refgw-sweep-0-0", Duration::from_secs(7200));
+        let gone_new = aged("refgw-sweep-0-1", Duration::from_secs(60));
+        let alive_old = aged(&format!("refgw-sweep-{}-2", std::process::id()), Duration::from_secs(7200));
+        remove_stale_temp_dirs(Duration::from_secs(3600));
+        let (removed, kept_new, kept_alive) = (!gone_old.exists(), gone_new.exists(), alive_old.exists());
+        for dir in [&gone_new, &alive_old] {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        assert!(removed, "an hour-old directory of a gone process is removed");
+        assert!(kept_new, "a recent one is kept (a failed test's logs)");
+        assert!(kept_alive, "a running test's directory is kept");
+    }
 }
