@@ -277,3 +277,24 @@ pub const JVM_LONG_PAUSES: Family = Family {
     help: "JVM pauses at least the JvmPause threshold long (`[detectors.jvm] threshold`), at most one counted per collection interval.",
     labels: &["process"],
 };
+
+pub const TLS_HOOKED_PROCESSES: Family = Family {
+    name: "gateway_observer_tls_hooked_processes",
+    kind: Kind::Gauge,
+    help: "Targets whose TLS library calls are hooked (uprobes for that process), by library file name: their HTTPS requests are parsed from the plaintext.",
+    labels: &["library"],
+};
+
+pub const TLS_HOOK_FAILURES: Family = Family {
+    name: "gateway_observer_tls_hook_failures",
+    kind: Kind::Counter,
+    help: "TLS libraries of targets that could not be hooked (refused by the file checks, not ELF, no SSL_read/SSL_write, attach failed); their connections' ciphertext is not parsed.",
+    labels: &[],
+};
+
+pub const TLS_UNATTRIBUTED_RECORDS: Family = Family {
+    name: "gateway_observer_tls_unattributed_records",
+    kind: Kind::Counter,
+    help: "TLS plaintext reads or writes not sent because no followed socket was known for their TLS session.",
+    labels: &[],
+};
