@@ -106,6 +106,11 @@ pub fn assert_matches_wrk(observer: &Observer, url: &str) {
     // Responses still being written when wrk stopped reach the observer a tick later.
     std::thread::sleep(Duration::from_millis(1500));
     let (inbound, outbound, p50) = observed(observer);
+    if std::env::var_os("TLS_DEBUG").is_some() {
+        for l in observer.metrics().lines().filter(|l| !l.starts_with('#') && (l.contains("requests_total") || l.contains("tls") || l.contains("non_http") || l.contains("resync") || l.contains("lost") || l.contains("abandon") || l.contains("unattributed"))) {
+            eprintln!("{l}");
+        }
+    }
     let diff = (inbound - wrk.requests as f64).abs() / wrk.requests as f64;
     assert!(
         diff <= 0.001,

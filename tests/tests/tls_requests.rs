@@ -81,6 +81,9 @@ const PYTHON_TLS_SERVER: &str = r#"
 import http.server, ssl, sys
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body in one write (flushed after each request), no Nagle delay.
+    wbufsize = 65536
+    disable_nagle_algorithm = True
     def do_GET(self):
         body = b"ok"
         self.send_response(200)
@@ -91,7 +94,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(sys.argv[2], sys.argv[3])
-server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
 server.socket = context.wrap_socket(server.socket, server_side=True)
 server.serve_forever()
 "#;

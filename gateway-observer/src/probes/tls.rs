@@ -65,14 +65,16 @@ impl TlsHooks {
         // The kernel resolves this path in our context: the descriptor names the very file that
         // was checked and parsed, in the target's mount namespace.
         let target = format!("/proc/self/fd/{}", library.file.as_raw_fd());
+        // Returns first: an entry seen with its return unhooked would leave the thread inside
+        // the library as far as the kernel programs know (until its next poll).
+        let exits = entries.iter().map(|&(symbol, _, offset)| (symbol, EXIT_PROGRAM, offset));
+        let starts = entries.iter().map(|&(symbol, call, offset)| (symbol, entry_program(call), offset));
         let mut links = Vec::with_capacity(entries.len() * 2);
-        for &(symbol, call, offset) in entries {
-            for program in [entry_program(call), EXIT_PROGRAM] {
-                let prog: &mut UProbe = program_of(probes, program)?;
-                let attach_err = |source| ProbeError::Attach { program, target: symbol, source };
-                let id = prog.attach(offset, &target, scope).map_err(attach_err)?;
-                links.push(prog.take_link(id).map_err(attach_err)?);
-            }
+        for (symbol, program, offset) in exits.chain(starts) {
+            let prog: &mut UProbe = program_of(probes, program)?;
+            let attach_err = |source| ProbeError::Attach { program, target: symbol, source };
+            let id = prog.attach(offset, &target, scope).map_err(attach_err)?;
+            links.push(prog.take_link(id).map_err(attach_err)?);
         }
         self.links.entry(pid).or_default().extend(links);
         Ok(())
