@@ -73,14 +73,16 @@ fn tls_call_starts(ctx: &ProbeContext, shape: u8, ex: bool) {
     let (tid, _) = current_ids();
     let Some(state) = thread_state(tid) else { return };
     state.tls_depth = state.tls_depth.saturating_add(1);
+    // Every call, the handshake's included, says which socket its session uses: the first read
+    // of a session may be answered from bytes the handshake already took.
+    state.tls_ssl = ctx.arg(0).unwrap_or(0);
+    state.tls_sk = 0;
     if shape == data_shape::NONE {
         return;
     }
     state.tls_shape = shape;
-    state.tls_ssl = ctx.arg(0).unwrap_or(0);
     state.tls_buf = ctx.arg(1).unwrap_or(0);
     state.tls_len_out = if ex { ctx.arg(3).unwrap_or(0) } else { 0 };
-    state.tls_sk = 0;
     state.tls_queued_ns = 0;
 }
 
@@ -102,6 +104,13 @@ fn tls_call_returns(ctx: &RetProbeContext) {
         return;
     }
     state.tls_depth -= 1;
+    let key = TlsKey { ssl: state.tls_ssl, tgid, _pad: 0 };
+    if state.tls_sk != 0 {
+        // SAFETY: a map value read, copied at once.
+        if unsafe { TLS_SOCKS.get(&key) }.copied() != Some(state.tls_sk) {
+            let _ = TLS_SOCKS.insert(&key, &state.tls_sk, 0);
+        }
+    }
     let shape = state.tls_shape;
     if shape == data_shape::NONE {
         return;
@@ -119,12 +128,7 @@ fn tls_call_returns(ctx: &RetProbeContext) {
     if len == 0 {
         return;
     }
-    let key = TlsKey { ssl: state.tls_ssl, tgid, _pad: 0 };
     let sk = if state.tls_sk != 0 {
-        // SAFETY: a map value read, copied at once.
-        if unsafe { TLS_SOCKS.get(&key) }.copied() != Some(state.tls_sk) {
-            let _ = TLS_SOCKS.insert(&key, &state.tls_sk, 0);
-        }
         state.tls_sk
     } else {
         // SAFETY: as above.

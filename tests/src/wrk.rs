@@ -110,6 +110,9 @@ pub fn assert_matches_wrk(observer: &Observer, url: &str) {
         for l in observer.metrics().lines().filter(|l| !l.starts_with('#') && (l.contains("requests_total") || l.contains("tls") || l.contains("non_http") || l.contains("resync") || l.contains("lost") || l.contains("abandon") || l.contains("unattributed"))) {
             eprintln!("{l}");
         }
+        for p in snapshot(observer)["processes"].as_array().into_iter().flatten() {
+            eprintln!("process {} {}", p["pid"], p["inbound"]);
+        }
     }
     let diff = (inbound - wrk.requests as f64).abs() / wrk.requests as f64;
     assert!(
