@@ -106,14 +106,6 @@ pub fn assert_matches_wrk(observer: &Observer, url: &str) {
     // Responses still being written when wrk stopped reach the observer a tick later.
     std::thread::sleep(Duration::from_millis(1500));
     let (inbound, outbound, p50) = observed(observer);
-    if std::env::var_os("TLS_DEBUG").is_some() {
-        for l in observer.metrics().lines().filter(|l| !l.starts_with('#') && (l.contains("requests_total") || l.contains("tls") || l.contains("non_http") || l.contains("resync") || l.contains("lost") || l.contains("abandon") || l.contains("unattributed"))) {
-            eprintln!("{l}");
-        }
-        for p in snapshot(observer)["processes"].as_array().into_iter().flatten() {
-            eprintln!("process {} {}", p["pid"], p["inbound"]);
-        }
-    }
     let diff = (inbound - wrk.requests as f64).abs() / wrk.requests as f64;
     assert!(
         diff <= 0.001,
@@ -128,4 +120,3 @@ pub fn assert_matches_wrk(observer: &Observer, url: &str) {
     let ratio = p50 / wrk.p50_seconds;
     assert!((0.9..=1.1).contains(&ratio), "observer p50 {:.3} ms vs wrk {:.3} ms", p50 * 1e3, wrk.p50_seconds * 1e3);
 }
-

@@ -123,7 +123,9 @@ fn python_ssl_requests_are_counted() {
             .spawn()
             .expect("start python3"),
     );
-    wait_until("python to listen", Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    wait_until("python to listen", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
     let observer = Observer::start(server.0.id());
     wait_hooked(&observer, 1.0);
     let out = Command::new("wrk")

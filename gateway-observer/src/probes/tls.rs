@@ -5,9 +5,12 @@
 
 use std::{collections::HashMap, num::NonZeroU32, os::fd::AsRawFd as _};
 
-use aya::programs::{UProbe, uprobe::{UProbeLink, UProbeScope}};
+use aya::programs::{
+    UProbe,
+    uprobe::{UProbeLink, UProbeScope},
+};
 
-use super::{Probes, ProbeError};
+use super::{ProbeError, Probes};
 use crate::tls_libraries::{Library, TlsCall};
 
 /// The uretprobe every hooked call returns through.
