@@ -75,26 +75,20 @@ fn nginx_https_requests_match_wrk() {
     assert_no_ciphertext_parsed(&observer, "nginx");
 }
 
-/// Python's `http.server` behind `ssl.SSLContext.wrap_socket`: `_ssl` calls `SSL_read_ex` and
-/// `SSL_write_ex` of the same libssl.so.3.
+/// Python's `http.server` serving a one-byte file behind `ssl.SSLContext.wrap_socket`: `_ssl`
+/// calls `SSL_read_ex` and `SSL_write_ex` of the same libssl.so.3.
 const PYTHON_TLS_SERVER: &str = r#"
-import http.server, ssl, sys
-class Handler(http.server.BaseHTTPRequestHandler):
+import functools, http.server, ssl, sys
+class Quiet(http.server.SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     # Headers and body in one write (flushed after each request), no Nagle delay.
     wbufsize = 65536
     disable_nagle_algorithm = True
-    def do_GET(self):
-        body = b"ok"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
+    log_message = lambda *args: None
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(sys.argv[2], sys.argv[3])
-server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+handler = functools.partial(Quiet, directory=sys.argv[4])
+server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler)
 server.socket = context.wrap_socket(server.socket, server_side=True)
 server.serve_forever()
 "#;
@@ -115,10 +109,12 @@ fn python_ssl_requests_are_counted() {
     }
     let dir = temp_dir("python-tls");
     let (cert, key) = self_signed(&dir);
+    std::fs::write(dir.join("x"), b"k").expect("write the served file");
     let port = free_port();
     let server = Killed(
         Command::new("python3")
             .args(["-c", PYTHON_TLS_SERVER, &port.to_string(), &cert, &key])
+            .arg(&dir)
             .stdout(Stdio::null())
             .spawn()
             .expect("start python3"),
