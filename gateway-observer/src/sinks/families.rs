@@ -298,3 +298,10 @@ pub const TLS_UNATTRIBUTED_RECORDS: Family = Family {
     help: "TLS plaintext reads or writes not sent because no followed socket was known for their TLS session.",
     labels: &[],
 };
+
+pub const TLS_CONNECTIONS_UNPARSED: Family = Family {
+    name: "gateway_observer_tls_connections_unparsed",
+    kind: Kind::Counter,
+    help: "Closed connections of targets that spoke TLS through a library that is not hooked (or was hooked after they began): their requests were not seen, and their bytes are not counted as non-HTTP.",
+    labels: &["process"],
+};
