@@ -12,7 +12,7 @@ use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 use crate::target_files::{self, Identity};
 
 /// Libraries larger than this are not read (libssl.so.3 is under 1 MiB).
-const MAX_LIBRARY_BYTES: u64 = 64 << 20;
+pub const MAX_LIBRARY_BYTES: u64 = 64 << 20;
 
 /// What a hooked call is, for the kernel programs: each kind has its entry program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -147,7 +147,7 @@ fn tls_line(probes: &mut Probes) -> Line {
         return line(REQUIREMENT, true, format!("no libssl on this host; {covered}"));
     };
     let pid = std::process::id();
-    let opened = crate::target_files::open(pid, &path, &[], 64 << 20);
+    let opened = crate::target_files::open(pid, &path, &[], crate::tls_libraries::MAX_LIBRARY_BYTES);
     let library = match opened {
         Ok(checked) => {
             crate::tls_libraries::Library { path: path.clone(), file: checked.file, identity: checked.identity }

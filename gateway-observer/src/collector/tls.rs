@@ -17,8 +17,6 @@ use crate::{
 
 /// An unhooked target is looked at again after this many ticks.
 const RECHECK_TICKS: u64 = 5;
-/// Libraries are read up to this size (libssl.so.3 is under 1 MiB).
-const MAX_LIBRARY_BYTES: u64 = 64 << 20;
 
 #[derive(Default)]
 pub struct TlsWatch {
@@ -29,6 +27,9 @@ pub struct TlsWatch {
     looked_at: HashMap<u32, u64>,
     /// The library each hooked target's hooks are in (its file name).
     library_of: HashMap<u32, String>,
+    /// (pid, library path) that could not be hooked: counted and logged once each, though
+    /// looked at again every few ticks.
+    failed: HashSet<(u32, String)>,
     failures: u64,
 }
 
@@ -41,6 +42,7 @@ impl TlsWatch {
             self.library_of.remove(&pid);
         }
         self.looked_at.retain(|pid, _| live.contains(pid));
+        self.failed.retain(|(pid, _)| live.contains(pid));
         for &pid in live {
             if self.hooks.is_hooked(pid) {
                 continue;
@@ -57,8 +59,7 @@ impl TlsWatch {
     fn hook(&mut self, probes: &mut Probes, pid: u32) {
         let (libraries, refused) = tls_libraries::open_libraries(pid);
         for (path, error) in refused {
-            self.failures += 1;
-            tracing::warn!(pid, path, %error, "TLS library of a target not hooked");
+            self.fail(pid, &path, &error);
         }
         for library in libraries {
             let entries = match self.parsed.get(&library.identity) {
@@ -66,14 +67,14 @@ impl TlsWatch {
                 None => {
                     let mut bytes = Vec::new();
                     let parsed = (&library.file)
-                        .take(MAX_LIBRARY_BYTES)
+                        .take(tls_libraries::MAX_LIBRARY_BYTES)
                         .read_to_end(&mut bytes)
                         .map_err(tls_libraries::LibraryError::from)
                         .and_then(|_| tls_libraries::entries(&bytes));
                     let entries = match parsed {
                         Ok(entries) => Some(entries),
                         Err(error) => {
-                            tracing::warn!(pid, path = library.path, %error, "TLS library of a target not hooked");
+                            self.fail(pid, &library.path, &error);
                             None
                         }
                     };
@@ -82,7 +83,7 @@ impl TlsWatch {
                 }
             };
             let Some(entries) = entries else {
-                self.failures += 1;
+                self.fail(pid, &library.path, &"its calls were not found (logged for the first process)");
                 continue;
             };
             match self.hooks.attach(probes, pid, &library, &entries) {
@@ -93,11 +94,16 @@ impl TlsWatch {
                     self.looked_at.remove(&pid);
                     return;
                 }
-                Err(error) => {
-                    self.failures += 1;
-                    tracing::warn!(pid, path = library.path, %error, "TLS library of a target not hooked");
-                }
+                Err(error) => self.fail(pid, &library.path, &error),
             }
+        }
+    }
+
+    /// A library of `pid` that cannot be hooked: counted and logged the first time only.
+    fn fail(&mut self, pid: u32, path: &str, error: &dyn std::fmt::Display) {
+        if self.failed.insert((pid, path.to_owned())) {
+            self.failures += 1;
+            tracing::warn!(pid, path, %error, "TLS library of a target not hooked");
         }
     }
 
