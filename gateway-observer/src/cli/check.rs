@@ -3,6 +3,8 @@
 
 use std::{fmt::Write as _, path::Path};
 
+use crate::logging::error_chain;
+
 use crate::probes::{
     DataHooks, ProbeSettings, Probes,
     hooks::{CORE_HOOKS, Hook, OPTIONAL_HOOKS},
@@ -167,21 +169,6 @@ fn tls_line(probes: &mut Probes) -> Line {
 
 fn line(requirement: &str, ok: bool, detail: String) -> Line {
     Line { requirement: requirement.into(), status: if ok { Status::Ok } else { Status::Missing }, detail }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        // Errors that print their source in their own message would say it twice.
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
 }
 
 fn privileges() -> Line {

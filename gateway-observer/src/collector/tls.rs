@@ -83,7 +83,7 @@ impl TlsWatch {
                 }
             };
             let Some(entries) = entries else {
-                self.fail(pid, &library.path, &"its calls were not found (logged for the first process)");
+                self.fail(pid, &library.path, &tls_libraries::LibraryError::NoCalls);
                 continue;
             };
             match self.hooks.attach(probes, pid, &library, &entries) {
@@ -100,10 +100,11 @@ impl TlsWatch {
     }
 
     /// A library of `pid` that cannot be hooked: counted and logged the first time only.
-    fn fail(&mut self, pid: u32, path: &str, error: &dyn std::fmt::Display) {
+    fn fail(&mut self, pid: u32, path: &str, error: &dyn std::error::Error) {
         if self.failed.insert((pid, path.to_owned())) {
             self.failures += 1;
-            tracing::warn!(pid, path, %error, "TLS library of a target not hooked");
+            let error = crate::logging::error_chain(error);
+            tracing::warn!(pid, path, error, "TLS library of a target not hooked");
         }
     }
 
