@@ -192,7 +192,11 @@ pub mod drop_index {
     /// the daemon last drained it (`ring_share`): its data record was dropped, so that one target
     /// cannot take the ring from the others.
     pub const RING_SHARE: u32 = 10;
-    pub const COUNT: u32 = 11;
+    /// A TLS library call returned plaintext and no socket is known for its `SSL *` (no nested
+    /// transfer named one, and `TLS_SOCKS` had none, or the socket is no longer followed): the
+    /// record is not sent.
+    pub const TLS_UNATTRIBUTED: u32 = 11;
+    pub const COUNT: u32 = 12;
 }
 
 /// Ring-buffer event kinds.
@@ -312,7 +316,12 @@ pub struct ThreadState {
     /// 1 when the thread's open off-CPU span, a timed futex wait, was ended by a futex wake (the
     /// waker was inside a futex call) rather than by its timeout.
     pub woken_by_futex: u8,
-    pub _pad: [u8; 2],
+    /// Inside a hooked TLS library call (`SSL_read`, `SSL_write`, their `_ex` forms, the
+    /// handshake): how deep, and `data_shape::*` of the plaintext it moves (`NONE` for a call that
+    /// moves none). The ciphertext transfers nested in it are not reported; the plaintext is,
+    /// when the call returns.
+    pub tls_depth: u8,
+    pub tls_shape: u8,
     /// `SockState::lost` of the transfer's socket, read when the transfer was seen.
     pub data_sock_lost: u32,
     pub _reserved: u32,
@@ -327,8 +336,16 @@ pub struct ThreadState {
     /// rises on a wait on it, falls on another, and another takes over at zero).
     pub home_epoll_fd: u32,
     pub home_epoll_votes: u32,
+    /// The TLS call in progress: its `SSL *`, plaintext buffer, the `size_t *` where an `_ex`
+    /// form writes the bytes it moved (0 for the others), the socket its nested transfers used
+    /// (0 until one did), and when the bytes its first nested read took had arrived.
+    pub tls_ssl: u64,
+    pub tls_buf: u64,
+    pub tls_len_out: u64,
+    pub tls_sk: u64,
+    pub tls_queued_ns: u64,
 }
-pub const THREAD_STATE_SIZE: usize = 752;
+pub const THREAD_STATE_SIZE: usize = 792;
 const _: () = assert!(size_of::<ThreadState>() == THREAD_STATE_SIZE);
 
 impl Default for ThreadState {
@@ -362,7 +379,8 @@ impl Default for ThreadState {
             data_fd: 0,
             data_shape: 0,
             woken_by_futex: 0,
-            _pad: [0; 2],
+            tls_depth: 0,
+            tls_shape: 0,
             data_sock_lost: 0,
             _reserved: 0,
             futex_timeout_ns: 0,
@@ -370,6 +388,11 @@ impl Default for ThreadState {
             futex_sleep_uaddr: 0,
             home_epoll_fd: 0,
             home_epoll_votes: 0,
+            tls_ssl: 0,
+            tls_buf: 0,
+            tls_len_out: 0,
+            tls_sk: 0,
+            tls_queued_ns: 0,
         }
     }
 }
@@ -454,8 +477,12 @@ pub struct SockState {
     /// carries it, and userspace forgets what it was parsing on this connection alone when it
     /// moves, instead of every connection's.
     pub lost: u32,
+    /// 1 once a TLS library call of a target moved bytes on it: its ciphertext is never reported
+    /// (the plaintext is, from the library's hooks).
+    pub tls: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<SockState>() == 32);
+const _: () = assert!(size_of::<SockState>() == 40);
 
 /// Socket ring-buffer record `SOCKET_DATA`: one read or write on a target's TCP socket. Too big
 /// for the BPF stack, so the kernel fills it field by field in the reserved ring-buffer space.
@@ -595,6 +622,20 @@ const _: () = assert!(size_of::<ProbeConfig>() == 128);
 pub fn listen_key(netns_inum: u32, port: u16) -> u64 {
     (u64::from(netns_inum) << 16) | u64::from(port)
 }
+
+/// `SSL *` objects whose last socket is remembered (`TLS_SOCKS`), for reads the library answers
+/// from its buffer without a nested transfer.
+pub const MAX_TLS_SESSIONS: u32 = 16384;
+
+/// Key of `TLS_SOCKS`: an `SSL *` in one process (forked workers share addresses).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct TlsKey {
+    pub ssl: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<TlsKey>() == 16);
 
 /// Listening (namespace, port) pairs followed at once.
 pub const MAX_LISTEN_PORTS: u32 = 4096;

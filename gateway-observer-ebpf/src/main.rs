@@ -19,6 +19,7 @@ mod offcpu;
 mod socket_data;
 mod sockets;
 mod syscalls;
+mod tls;
 mod waits;
 
 #[cfg(not(test))]

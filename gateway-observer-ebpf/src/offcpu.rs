@@ -84,6 +84,10 @@ fn going_to_sleep(ctx: &BtfTracePointContext, state: &mut ThreadState, tid: u32,
             vote_home_epoll(state, state.syscall_arg0 as u32);
         }
         end_iteration(state, tid, now);
+        // No TLS library call waits for events: one still open here lost its return (entered
+        // before its uretprobe was attached), and must not hide this thread's next transfers.
+        state.tls_depth = 0;
+        state.tls_shape = gateway_observer_common::data_shape::NONE;
     }
 }
 

@@ -22,6 +22,7 @@ use crate::{
     maps::{btf_field, config, count_drop, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
     sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, ring_share_left, socket_ring_unread},
     syscalls::Call,
+    tls::tls_transfer,
     waits::stack_if_same_call,
 };
 
@@ -181,6 +182,13 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
                 sock.tgid = tgid;
             }
             state.data_sock_lost = sock.lost;
+            if state.tls_depth != 0 {
+                sock.tls = 1;
+            } else if sock.tls != 0 {
+                // Ciphertext outside the hooked calls (an unhooked library function): never
+                // reported, since userspace would parse it as garbage.
+                return;
+            }
         }
         None => {
             // A connection older than us (or not TCP, which we leave alone). One already closed
@@ -188,7 +196,8 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             if !is_tcp(sk) || is_closed_or_listening(sk) || !take_socket_budget(tgid) {
                 return;
             }
-            let sock = SockState { tgid, role: conn_role::UNKNOWN, ..SockState::default() };
+            let tls = u32::from(state.tls_depth != 0);
+            let sock = SockState { tgid, role: conn_role::UNKNOWN, tls, ..SockState::default() };
             if SOCKS.insert(&key, &sock, 0).is_err() {
                 count_drop(drop_index::SOCKS_FULL);
                 return;
@@ -216,7 +225,12 @@ fn finish_transfer(state: &mut ThreadState, tid: u32, ret: i32) {
     if ret > 0 {
         let now = now_ns();
         if state.data_sk != 0 {
-            emit_data(state, tid, ret as u64, now);
+            if state.tls_depth != 0 {
+                // Ciphertext inside a TLS library call: its plaintext is sent when the call returns.
+                tls_transfer(state, state.data_sk, state.data_queued_ns);
+            } else {
+                emit_data(state, tid, ret as u64, now);
+            }
         }
         transfer_boundary(state, tid, now);
     }
@@ -329,7 +343,7 @@ fn read_kernel(addr: u64) -> u64 {
 }
 
 #[inline(always)]
-fn read_user<T: Default>(addr: u64) -> T {
+pub fn read_user<T: Default>(addr: u64) -> T {
     let mut value = T::default();
     // SAFETY: copies size_of::<T>() bytes of user memory into a local; a fault leaves the default.
     unsafe {
@@ -350,7 +364,7 @@ fn lose_record(state: &ThreadState, drop: u32) {
 }
 
 #[inline(always)]
-fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
+pub fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
     let unread = socket_ring_unread();
     if unread > u64::from(SOCKET_RINGBUF_BYTES / 2) && !ring_share_left(state.tgid) {
         lose_record(state, drop_index::RING_SHARE);

@@ -30,6 +30,7 @@ pub mod symbolize;
 pub mod syscalls;
 pub mod target_files;
 pub mod thread_group;
+pub mod tls_libraries;
 pub mod top;
 
 /// The compiled kernel programs, built by build.rs with aya-build.

@@ -63,6 +63,22 @@ where
     }
 }
 
+/// An error with each of its sources, for a log line or `check` (the sources hold the errno).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        // Errors that print their source in their own message would say it twice.
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};

@@ -26,6 +26,7 @@ pub mod runtimes;
 pub mod summary;
 pub mod tmux;
 pub mod upstream;
+pub mod wrk;
 
 use std::{
     path::PathBuf,

@@ -16,7 +16,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Pure helpers and the wire types every layer may use.
     ("foundation", &["heap", "printable", "opaque", "reason", "syscalls", "thread_group", "api", "logging"]),
     // The kernel, /proc and the target's files: the only I/O below the tick.
-    ("host", &["probes", "procfs", "target_files", "hsperfdata", "symbolize", "privileges", "self_usage"]),
+    (
+        "host",
+        &["probes", "procfs", "target_files", "hsperfdata", "symbolize", "privileges", "self_usage", "tls_libraries"],
+    ),
     ("events", &["events", "socket_events"]),
     ("state", &["state", "requests", "request_queues"]),
     ("detect", &["detect"]),

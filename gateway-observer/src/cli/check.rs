@@ -3,6 +3,8 @@
 
 use std::{fmt::Write as _, path::Path};
 
+use crate::logging::error_chain;
+
 use crate::probes::{
     DataHooks, ProbeSettings, Probes,
     hooks::{CORE_HOOKS, Hook, OPTIONAL_HOOKS},
@@ -54,6 +56,7 @@ pub fn check() -> bool {
         Ok(mut probes) => {
             lines.push(line("eBPF object and maps", true, "loaded; ring buffer and hash maps created".into()));
             lines.extend(hook_lines(&mut probes));
+            lines.push(tls_line(&mut probes));
         }
         Err(e) => lines.push(line("eBPF object and maps", false, error_chain(&e))),
     }
@@ -129,23 +132,43 @@ fn hook_lines(probes: &mut Probes) -> Vec<Line> {
     lines
 }
 
-fn line(requirement: &str, ok: bool, detail: String) -> Line {
-    Line { requirement: requirement.into(), status: if ok { Status::Ok } else { Status::Missing }, detail }
+/// Libraries a TLS stack is found in, where distributions put them.
+const LIBRARY_DIRS: &[&str] =
+    &["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib"];
+
+/// Which TLS stacks are covered, and whether this host's OpenSSL can be hooked: its calls are
+/// found and attached for this process (targets get theirs at run time, per pid).
+fn tls_line(probes: &mut Probes) -> Line {
+    const REQUIREMENT: &str = "TLS plaintext (uprobes)";
+    let covered =
+        "covered: OpenSSL 1.1/3, dynamically linked (libssl.so*); not yet: static OpenSSL, BoringSSL, Go, JDK";
+    let degraded = |detail: String| Line { requirement: REQUIREMENT.into(), status: Status::Degraded, detail };
+    let found =
+        LIBRARY_DIRS.iter().flat_map(|dir| ["libssl.so.3", "libssl.so.1.1"].map(|name| format!("{dir}/{name}")));
+    let Some(path) = found.into_iter().find(|p| Path::new(p).exists()) else {
+        return line(REQUIREMENT, true, format!("no libssl on this host; {covered}"));
+    };
+    let pid = std::process::id();
+    let opened = crate::target_files::open(pid, &path, &[], crate::tls_libraries::MAX_LIBRARY_BYTES);
+    let library = match opened {
+        Ok(checked) => {
+            crate::tls_libraries::Library { path: path.clone(), file: checked.file, identity: checked.identity }
+        }
+        Err(e) => return degraded(format!("{path}: {e}; {covered}")),
+    };
+    let entries = match std::fs::read(&path).map_err(Into::into).and_then(|b| crate::tls_libraries::entries(&b)) {
+        Ok(entries) => entries,
+        Err(e) => return degraded(format!("{path}: {e}; {covered}")),
+    };
+    let mut hooks = crate::probes::tls::TlsHooks::default();
+    match hooks.attach(probes, pid, &library, &entries) {
+        Ok(()) => line(REQUIREMENT, true, format!("{path}: {} calls attach; {covered}", entries.len())),
+        Err(e) => degraded(format!("{path}: {}; HTTPS requests are not seen; {covered}", error_chain(&e))),
+    }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        // Errors that print their source in their own message would say it twice.
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
+fn line(requirement: &str, ok: bool, detail: String) -> Line {
+    Line { requirement: requirement.into(), status: if ok { Status::Ok } else { Status::Missing }, detail }
 }
 
 fn privileges() -> Line {

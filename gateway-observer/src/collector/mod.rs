@@ -10,6 +10,7 @@ mod quotas;
 mod retention;
 mod slots;
 mod snapshot;
+mod tls;
 
 pub use slots::monotonic_ns;
 use slots::{BLOCKED, exit_name, thread_state_label, with_open_span};
@@ -143,6 +144,8 @@ pub struct Collector {
     ring_share: Option<u64>,
     /// Threads of targets found running when added that their quota left unfollowed.
     quota_refused_threads: u64,
+    /// Targets' TLS libraries, hooked per process.
+    tls: tls::TlsWatch,
 }
 
 impl Collector {
@@ -191,6 +194,7 @@ impl Collector {
             budgets: HashMap::new(),
             ring_share: None,
             quota_refused_threads: 0,
+            tls: tls::TlsWatch::default(),
         }
     }
 
@@ -306,6 +310,7 @@ impl Collector {
     pub fn tick(&mut self) -> Result<(), ProbeError> {
         self.names.next_tick();
         let live_targets = self.sync_targets()?;
+        self.tls.sync(&mut self.probes, &live_targets, self.collections);
         self.sync_listen_ports(&live_targets)?;
         let threads = self.drop_orphan_slots(self.probes.threads())?;
         let followed = threads.len();

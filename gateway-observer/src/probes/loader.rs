@@ -286,6 +286,11 @@ impl Probes {
         Ok(Attachment { data, missing })
     }
 
+    /// The loaded object, for the per-target uprobes (`probes::tls`).
+    pub(super) fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
     /// Frees the parsed kernel BTF once every program the daemon runs is attached.
     pub fn forget_kernel_btf(&mut self) {
         self.btf = None;

@@ -5,6 +5,7 @@ pub mod hooks;
 pub mod kernel_offsets;
 mod loader;
 mod thread_slots;
+pub mod tls;
 
 pub use hooks::DataHooks;
 pub use loader::{Attachment, BASELINE_PROGRAMS, BPF_EXIST, ProbeError, ProbeSettings, Probes};

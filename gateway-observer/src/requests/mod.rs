@@ -58,6 +58,9 @@ struct Tracked {
     last_read_ns: u64,
     /// The kernel's count of this socket's lost data records, as last seen (low 16 bits).
     lost_seen: u16,
+    /// Its bytes began with a TLS record: if they are not HTTP, a TLS library we do not hook
+    /// (or hooked too late for this connection) encrypted them.
+    tls: bool,
 }
 
 /// What a followed connection is doing, for metrics and snapshot.
@@ -89,12 +92,20 @@ pub struct RequestTracker {
     pub counts: TrackerCounts,
     /// Bytes of connections that turned out not to speak HTTP/1.x, by process (closed ones).
     non_http_bytes: BTreeMap<Arc<str>, u64>,
+    /// Connections that spoke TLS we could not read (closed ones), by process.
+    tls_unparsed: BTreeMap<Arc<str>, u64>,
     /// Retransmitted segments by (process, peer label; `clients` for inbound connections).
     retransmits: BTreeMap<(Arc<str>, String), u64>,
     scratch: Vec<Exchange>,
     proc_lookups_left: u32,
     /// Where the last scan for unread requests stopped (see `queueing`).
     unread_scan_offset: usize,
+}
+
+/// Whether `head` opens with a TLS handshake record (content type 22, version 3.x): a
+/// ClientHello, the first bytes of every TLS connection.
+fn starts_tls_record(head: &[u8]) -> bool {
+    matches!(head, [0x16, 0x03, 0x00..=0x04, ..])
 }
 
 fn seconds(ns: u64) -> f64 {
@@ -169,6 +180,7 @@ impl RequestTracker {
         self.stats.durations.retain(|(process, _), _| process_live(process));
         self.stats.socket_queue.retain(|process, _| process_live(process));
         self.non_http_bytes.retain(|process, _| process_live(process));
+        self.tls_unparsed.retain(|process, _| process_live(process));
         self.retransmits.retain(|(process, peer), _| peer_live(process, peer));
     }
 
@@ -224,6 +236,7 @@ impl RequestTracker {
                 last_active_ns: info.timestamp_ns,
                 last_read_ns: info.timestamp_ns,
                 lost_seen: 0,
+                tls: false,
             },
         );
     }
@@ -259,6 +272,7 @@ impl RequestTracker {
                 last_active_ns: 0,
                 last_read_ns: data.timestamp_ns,
                 lost_seen: data.sock_lost,
+                tls: false,
             };
             self.conns.insert(data.sk, tracked);
         }
@@ -272,6 +286,7 @@ impl RequestTracker {
             conn.process = Some(name.clone());
         }
         conn.last_active_ns = data.timestamp_ns;
+        conn.tls |= starts_tls_record(data.head);
         if data.read {
             conn.last_read_ns = data.timestamp_ns;
         }
@@ -340,8 +355,12 @@ impl RequestTracker {
         self.counts.closed_resyncs += http.lost_sync();
         if !http.is_http() {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
-            let total = self.non_http_bytes.entry(process).or_default();
-            *total = total.saturating_add(http.non_http_bytes());
+            if conn.tls {
+                *self.tls_unparsed.entry(process).or_default() += 1;
+            } else {
+                let total = self.non_http_bytes.entry(process).or_default();
+                *total = total.saturating_add(http.non_http_bytes());
+            }
         }
     }
 
@@ -512,6 +531,11 @@ impl RequestTracker {
         e.family(name);
         for (process, bytes) in &self.non_http_bytes {
             e.sample(name, &[("process", process)], *bytes as f64);
+        }
+        let name = &families::TLS_CONNECTIONS_UNPARSED;
+        e.family(name);
+        for (process, connections) in &self.tls_unparsed {
+            e.sample(name, &[("process", process)], *connections as f64);
         }
         let name = &families::HTTP_PARSE_RESYNCS;
         e.family(name);

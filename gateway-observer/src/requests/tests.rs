@@ -364,13 +364,25 @@ fn stall_facts_count_requests_waiting_inside_the_process() {
 fn non_http_bytes_saturate() {
     // Found by fuzzing (socket_records): two closed connections whose records claimed more than
     // u64::MAX bytes between them overflowed the per-process total, a panic in debug builds.
-    const TLS_HELLO: &[u8] = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+    const GARBAGE: &[u8] = b"\x00\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
     let mut tracker = RequestTracker::default();
     for sk in [1, 2] {
         tracker.handle(open(sk, Opened::Accepted, Some(GW), "127.0.0.1:8443", "127.0.0.1:50000", 0));
-        let SocketRecord::Data(record) = data(sk, true, TLS_HELLO, MS, None) else { unreachable!() };
+        let SocketRecord::Data(record) = data(sk, true, GARBAGE, MS, None) else { unreachable!() };
         tracker.handle(SocketRecord::Data(DataRecord { len: u64::MAX / 2 + 1, ..record }));
         tracker.handle(close(sk, 2 * MS));
     }
     assert_eq!(tracker.non_http_bytes.values().copied().collect::<Vec<_>>(), vec![u64::MAX]);
+}
+
+#[test]
+fn tls_nobody_decrypts_is_counted_as_tls_not_as_garbage() {
+    const TLS_HELLO: &[u8] = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+    let mut tracker = RequestTracker::default();
+    tracker.handle(open(1, Opened::Accepted, Some(GW), "127.0.0.1:8443", "127.0.0.1:50000", 0));
+    tracker.handle(data(1, true, TLS_HELLO, MS, None));
+    tracker.handle(data(1, false, b"\x16\x03\x03\x00\x7a\x02\x00", 2 * MS, None));
+    tracker.handle(close(1, 3 * MS));
+    assert_eq!(tracker.tls_unparsed.values().copied().collect::<Vec<_>>(), vec![1]);
+    assert!(tracker.non_http_bytes.is_empty(), "{:?}", tracker.non_http_bytes);
 }

@@ -320,3 +320,31 @@ pub const HEAP_BYTES: Family = Family {
     help: "The daemon's heap: in use by live allocations, or free in the allocator's lists (whose pages are given back to the system every 10 s).",
     labels: &["state"],
 };
+
+pub const TLS_HOOKED_PROCESSES: Family = Family {
+    name: "gateway_observer_tls_hooked_processes",
+    kind: Kind::Gauge,
+    help: "Targets whose TLS library calls are hooked (uprobes for that process), by library file name: their HTTPS requests are parsed from the plaintext.",
+    labels: &["library"],
+};
+
+pub const TLS_HOOK_FAILURES: Family = Family {
+    name: "gateway_observer_tls_hook_failures",
+    kind: Kind::Counter,
+    help: "TLS libraries of targets that could not be hooked (refused by the file checks, not ELF, no SSL_read/SSL_write, attach failed); their connections' ciphertext is not parsed.",
+    labels: &[],
+};
+
+pub const TLS_UNATTRIBUTED_RECORDS: Family = Family {
+    name: "gateway_observer_tls_unattributed_records",
+    kind: Kind::Counter,
+    help: "TLS plaintext reads or writes not sent because no followed socket was known for their TLS session.",
+    labels: &[],
+};
+
+pub const TLS_CONNECTIONS_UNPARSED: Family = Family {
+    name: "gateway_observer_tls_connections_unparsed",
+    kind: Kind::Counter,
+    help: "Closed connections of targets that spoke TLS through a library that is not hooked (or was hooked after they began): their requests were not seen, and their bytes are not counted as non-HTTP.",
+    labels: &["process"],
+};

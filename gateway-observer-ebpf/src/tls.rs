@@ -1,0 +1,159 @@
+//! TLS plaintext, from uprobes on the TLS library's read and write calls (OpenSSL's `SSL_read`,
+//! `SSL_write` and their `_ex` forms), attached by userspace per target process: a process that
+//! is not a target never traps.
+//!
+//! A call's entry notes, in the thread's state, the plaintext buffer and that the thread is inside
+//! the library; the socket transfers nested in it (`socket_data.rs`) then only name the socket and
+//! mark it TLS, instead of reporting ciphertext. The return sends the plaintext as the same
+//! `DataEvent` a plain transfer makes, on that socket, so userspace parses it unchanged. A read
+//! the library answers from bytes it already holds has no nested transfer: the socket the same
+//! `SSL *` used last (`TLS_SOCKS`) stands for it. The handshake's calls only hide their ciphertext.
+
+use aya_ebpf::{
+    macros::{map, uprobe, uretprobe},
+    maps::LruHashMap,
+    programs::{ProbeContext, RetProbeContext},
+};
+use gateway_observer_common::{DATA_FD_UNKNOWN, MAX_TLS_SESSIONS, ThreadState, TlsKey, data_shape, drop_index};
+
+use crate::{
+    maps::{count_drop, current_ids, now_ns, thread_state},
+    socket_data::{emit_data, read_user},
+    sockets::SOCKS,
+};
+
+/// The socket each `SSL *` of a target last moved bytes on.
+#[map]
+static TLS_SOCKS: LruHashMap<TlsKey, u64> = LruHashMap::with_max_entries(MAX_TLS_SESSIONS, 0);
+
+/// int SSL_read(SSL *ssl, void *buf, int num)
+#[uprobe]
+pub fn tls_read_enter(ctx: ProbeContext) -> u32 {
+    tls_call_starts(&ctx, data_shape::READ_BUF, false);
+    0
+}
+
+/// int SSL_write(SSL *ssl, const void *buf, int num)
+#[uprobe]
+pub fn tls_write_enter(ctx: ProbeContext) -> u32 {
+    tls_call_starts(&ctx, data_shape::WRITE_BUF, false);
+    0
+}
+
+/// int SSL_read_ex(SSL *ssl, void *buf, size_t num, size_t *readbytes)
+#[uprobe]
+pub fn tls_read_ex_enter(ctx: ProbeContext) -> u32 {
+    tls_call_starts(&ctx, data_shape::READ_BUF, true);
+    0
+}
+
+/// int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *written)
+#[uprobe]
+pub fn tls_write_ex_enter(ctx: ProbeContext) -> u32 {
+    tls_call_starts(&ctx, data_shape::WRITE_BUF, true);
+    0
+}
+
+/// SSL_do_handshake, SSL_shutdown: ciphertext only.
+#[uprobe]
+pub fn tls_other_enter(ctx: ProbeContext) -> u32 {
+    tls_call_starts(&ctx, data_shape::NONE, false);
+    0
+}
+
+/// The return of every call above.
+#[uretprobe]
+pub fn tls_exit(ctx: RetProbeContext) -> u32 {
+    tls_call_returns(&ctx);
+    0
+}
+
+#[inline(always)]
+fn tls_call_starts(ctx: &ProbeContext, shape: u8, ex: bool) {
+    let (tid, _) = current_ids();
+    let Some(state) = thread_state(tid) else { return };
+    state.tls_depth = state.tls_depth.saturating_add(1);
+    // Every call, the handshake's included, says which socket its session uses: the first read
+    // of a session may be answered from bytes the handshake already took.
+    state.tls_ssl = ctx.arg(0).unwrap_or(0);
+    state.tls_sk = 0;
+    if shape == data_shape::NONE {
+        return;
+    }
+    state.tls_shape = shape;
+    state.tls_buf = ctx.arg(1).unwrap_or(0);
+    state.tls_len_out = if ex { ctx.arg(3).unwrap_or(0) } else { 0 };
+    state.tls_queued_ns = 0;
+}
+
+/// A nested transfer moved ciphertext on `sk` (called by `socket_data.rs` instead of reporting it).
+#[inline(always)]
+pub fn tls_transfer(state: &mut ThreadState, sk: u64, queued_ns: u64) {
+    state.tls_sk = sk;
+    if state.tls_queued_ns == 0 {
+        state.tls_queued_ns = queued_ns;
+    }
+}
+
+#[inline(always)]
+fn tls_call_returns(ctx: &RetProbeContext) {
+    let (tid, tgid) = current_ids();
+    let Some(state) = thread_state(tid) else { return };
+    if state.tls_depth == 0 {
+        // Its entry ran before the uprobes were attached.
+        return;
+    }
+    state.tls_depth -= 1;
+    let key = TlsKey { ssl: state.tls_ssl, tgid, _pad: 0 };
+    if state.tls_sk != 0 {
+        // SAFETY: a map value read, copied at once.
+        if unsafe { TLS_SOCKS.get(&key) }.copied() != Some(state.tls_sk) {
+            let _ = TLS_SOCKS.insert(&key, &state.tls_sk, 0);
+        }
+    }
+    let shape = state.tls_shape;
+    if shape == data_shape::NONE {
+        return;
+    }
+    state.tls_shape = data_shape::NONE;
+    // Both forms return an int: the bytes moved, or (`_ex`) 1 for success.
+    let ret = ctx.ret::<u64>() as i32;
+    let len = if state.tls_len_out != 0 {
+        if ret == 1 { read_user::<u64>(state.tls_len_out) } else { 0 }
+    } else if ret > 0 {
+        ret as u64
+    } else {
+        0
+    };
+    if len == 0 {
+        return;
+    }
+    let sk = if state.tls_sk != 0 {
+        state.tls_sk
+    } else {
+        // SAFETY: as above.
+        match unsafe { TLS_SOCKS.get(&key) }.copied() {
+            Some(sk) => sk,
+            None => {
+                count_drop(drop_index::TLS_UNATTRIBUTED);
+                return;
+            }
+        }
+    };
+    // SAFETY: as above.
+    let Some(lost) = (unsafe { SOCKS.get(&sk) }).map(|sock| sock.lost) else {
+        // Not followed (over quota, or closed): its plaintext belongs to no connection we know.
+        count_drop(drop_index::TLS_UNATTRIBUTED);
+        return;
+    };
+    state.data_shape = shape;
+    state.data_buf = state.tls_buf;
+    state.data_count = len;
+    state.data_sk = sk;
+    state.data_fd = DATA_FD_UNKNOWN;
+    state.data_queued_ns = state.tls_queued_ns;
+    state.data_sock_lost = lost;
+    emit_data(state, tid, len, now_ns());
+    state.data_shape = data_shape::NONE;
+    state.data_sk = 0;
+}

@@ -1,0 +1,128 @@
+//! Keeps each target's TLS library hooked while it is a target: looked for when a target
+//! appears (and again every few ticks while none is found: Python loads `libssl` at `import
+//! ssl`), hooked for that pid, unhooked when the target goes. Parsed libraries are cached by file
+//! identity, so a hundred workers of one nginx parse its `libssl` once.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    io::Read as _,
+};
+
+use crate::{
+    probes::{Probes, tls::TlsHooks},
+    sinks::{families, prometheus::Exposition},
+    target_files::Identity,
+    tls_libraries::{self, Entries},
+};
+
+/// An unhooked target is looked at again after this many ticks.
+const RECHECK_TICKS: u64 = 5;
+
+#[derive(Default)]
+pub struct TlsWatch {
+    hooks: TlsHooks,
+    /// A library's calls, or that it has none, by file identity.
+    parsed: HashMap<Identity, Option<Entries>>,
+    /// Unhooked targets and the tick they were last looked at.
+    looked_at: HashMap<u32, u64>,
+    /// The library each hooked target's hooks are in (its file name).
+    library_of: HashMap<u32, String>,
+    /// (pid, library path) that could not be hooked: counted and logged once each, though
+    /// looked at again every few ticks.
+    failed: HashSet<(u32, String)>,
+    failures: u64,
+}
+
+impl TlsWatch {
+    /// Brings the hooks in line with `live` targets at tick `tick`.
+    pub fn sync(&mut self, probes: &mut Probes, live: &HashSet<u32>, tick: u64) {
+        let gone: Vec<u32> = self.hooks.pids().filter(|pid| !live.contains(pid)).collect();
+        for pid in gone {
+            self.hooks.detach(pid);
+            self.library_of.remove(&pid);
+        }
+        self.looked_at.retain(|pid, _| live.contains(pid));
+        self.failed.retain(|(pid, _)| live.contains(pid));
+        for &pid in live {
+            if self.hooks.is_hooked(pid) {
+                continue;
+            }
+            if self.looked_at.get(&pid).is_some_and(|&at| tick < at + RECHECK_TICKS) {
+                continue;
+            }
+            self.looked_at.insert(pid, tick);
+            self.hook(probes, pid);
+        }
+    }
+
+    /// Hooks the first TLS library of `pid` that can be hooked.
+    fn hook(&mut self, probes: &mut Probes, pid: u32) {
+        let (libraries, refused) = tls_libraries::open_libraries(pid);
+        for (path, error) in refused {
+            self.fail(pid, &path, &error);
+        }
+        for library in libraries {
+            let entries = match self.parsed.get(&library.identity) {
+                Some(entries) => entries.clone(),
+                None => {
+                    let mut bytes = Vec::new();
+                    let parsed = (&library.file)
+                        .take(tls_libraries::MAX_LIBRARY_BYTES)
+                        .read_to_end(&mut bytes)
+                        .map_err(tls_libraries::LibraryError::from)
+                        .and_then(|_| tls_libraries::entries(&bytes));
+                    let entries = match parsed {
+                        Ok(entries) => Some(entries),
+                        Err(error) => {
+                            self.fail(pid, &library.path, &error);
+                            None
+                        }
+                    };
+                    self.parsed.insert(library.identity, entries.clone());
+                    entries
+                }
+            };
+            let Some(entries) = entries else {
+                self.fail(pid, &library.path, &tls_libraries::LibraryError::NoCalls);
+                continue;
+            };
+            match self.hooks.attach(probes, pid, &library, &entries) {
+                Ok(()) => {
+                    let name = library.path.rsplit('/').next().unwrap_or(&library.path).to_owned();
+                    tracing::info!(pid, path = library.path, calls = entries.len(), "TLS library hooked");
+                    self.library_of.insert(pid, name);
+                    self.looked_at.remove(&pid);
+                    return;
+                }
+                Err(error) => self.fail(pid, &library.path, &error),
+            }
+        }
+    }
+
+    /// A library of `pid` that cannot be hooked: counted and logged the first time only.
+    fn fail(&mut self, pid: u32, path: &str, error: &dyn std::error::Error) {
+        if self.failed.insert((pid, path.to_owned())) {
+            self.failures += 1;
+            let error = crate::logging::error_chain(error);
+            tracing::warn!(pid, path, error, "TLS library of a target not hooked");
+        }
+    }
+
+    pub fn render(&self, e: &mut Exposition, unattributed: u64) {
+        let mut per_library: BTreeMap<&str, usize> = BTreeMap::new();
+        for library in self.library_of.values() {
+            *per_library.entry(library).or_default() += 1;
+        }
+        let name = &families::TLS_HOOKED_PROCESSES;
+        e.family(name);
+        for (library, processes) in per_library {
+            e.sample(name, &[("library", library)], processes as f64);
+        }
+        let name = &families::TLS_HOOK_FAILURES;
+        e.family(name);
+        e.sample(name, &[], self.failures as f64);
+        let name = &families::TLS_UNATTRIBUTED_RECORDS;
+        e.family(name);
+        e.sample(name, &[], unattributed as f64);
+    }
+}
