@@ -50,6 +50,9 @@ pub struct Config {
     pub alertmanager: Option<String>,
     /// Thread-name patterns that add or remove event loops.
     pub event_loops: EventLoopPatterns,
+    /// HTTPS requests read from the targets' OpenSSL calls (uprobes per target process). Off by
+    /// default: each hooked call traps into the kernel, and nginx's HTTPS throughput halved.
+    pub tls_plaintext: bool,
     /// The daemon's nice value: by default it yields the CPU to the gateways it watches, so
     /// its bursts of decoding do not show in their tail latency.
     pub nice: i32,
@@ -76,6 +79,7 @@ impl Default for Config {
             max_threads: gateway_observer_common::MAX_THREADS,
             max_threads_per_target: None,
             max_connections_per_target: None,
+            tls_plaintext: false,
             busy_iteration: Duration::from_millis(100),
             request_queueing: Duration::from_millis(200),
             requests_stalled: StalledConfig::default(),

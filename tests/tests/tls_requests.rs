@@ -68,10 +68,32 @@ fn nginx_https_requests_match_wrk() {
         upstream.addr()
     );
     let nginx = Nginx::start(&[], 2, &body, ("127.0.0.1", port));
-    let observer = Observer::start(nginx.pid());
+    let url = format!("https://127.0.0.1:{port}/api/items");
+    let target = format!("pid={}", nginx.pid());
+    {
+        // Off by default (each hooked call traps): no request is seen, and each connection is
+        // counted as TLS nobody decrypts rather than as garbage.
+        let observer = Observer::start_with(&[&target], &[]);
+        let client = tests::wrk::wrk(&url);
+        assert!(client.requests > 0);
+        wait_until("wrk's connections counted as unparsed TLS", Duration::from_secs(5), || {
+            let metrics = observer.metrics();
+            metric_sum(&metrics, "gateway_observer_tls_connections_unparsed_total", &[("process", "nginx")]) >= 16.0
+        });
+        let metrics = observer.metrics();
+        let seen = metric_sum(
+            &metrics,
+            "gateway_observer_http_requests_total",
+            &[("process", "nginx"), ("direction", "inbound")],
+        );
+        assert_eq!(seen, 0.0, "no request is read from TLS unless --tls-plaintext");
+        assert_eq!(metric_sum(&metrics, "gateway_observer_tls_hooked_processes", &[]), 0.0);
+        assert_no_ciphertext_parsed(&observer, "nginx");
+    }
+    let observer = Observer::start_with(&[&target], &["--tls-plaintext"]);
     // The master and both workers.
     wait_hooked(&observer, 3.0);
-    assert_matches_wrk(&observer, &format!("https://127.0.0.1:{port}/api/items"));
+    assert_matches_wrk(&observer, &url);
     assert_no_ciphertext_parsed(&observer, "nginx");
 }
 
@@ -122,7 +144,7 @@ fn python_ssl_requests_are_counted() {
     wait_until("python to listen", Duration::from_secs(10), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
-    let observer = Observer::start(server.0.id());
+    let observer = Observer::start_with(&[&format!("pid={}", server.0.id())], &["--tls-plaintext"]);
     wait_hooked(&observer, 1.0);
     let out = Command::new("wrk")
         .args(["-t1", "-c4", "-d3s", &format!("https://127.0.0.1:{port}/x")])

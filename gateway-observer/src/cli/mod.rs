@@ -63,6 +63,10 @@ pub struct RunArgs {
     /// Push alerts to this Alertmanager (v2 API), e.g. http://127.0.0.1:9093.
     #[arg(long, value_name = "URL")]
     pub alertmanager: Option<String>,
+    /// Read HTTPS requests from the targets' OpenSSL calls (uprobes per target). Off by default:
+    /// every hooked call traps, which halved nginx's HTTPS throughput in `bench` (README, TLS).
+    #[arg(long)]
+    pub tls_plaintext: bool,
     /// The daemon's nice value, -20..19 [default: 10: the gateways come first].
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<i32>,

@@ -58,6 +58,7 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
     if let Some(path) = &args.api_token_file {
         config.api_token_file = Some(path.clone());
     }
+    config.tls_plaintext |= args.tls_plaintext;
     if let Some(interval) = args.interval {
         config.interval = interval;
     }
@@ -219,6 +220,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut collector = Collector::new(probes, config.targets.clone(), event_loop);
     collector.set_request_queueing_threshold(config.request_queueing);
     collector.set_requests_stalled(config.requests_stalled.clone());
+    collector.set_tls_plaintext(config.tls_plaintext);
     collector.tick().context("first collection failed")?;
 
     let access = match &config.api_token_file {

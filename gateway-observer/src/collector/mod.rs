@@ -146,6 +146,8 @@ pub struct Collector {
     quota_refused_threads: u64,
     /// Targets' TLS libraries, hooked per process.
     tls: tls::TlsWatch,
+    /// Whether targets' TLS libraries are hooked (`tls_plaintext`).
+    tls_plaintext: bool,
 }
 
 impl Collector {
@@ -195,6 +197,7 @@ impl Collector {
             ring_share: None,
             quota_refused_threads: 0,
             tls: tls::TlsWatch::default(),
+            tls_plaintext: false,
         }
     }
 
@@ -302,6 +305,11 @@ impl Collector {
         }
     }
 
+    /// Hooks targets' TLS libraries from the next tick on (off: none is hooked).
+    pub fn set_tls_plaintext(&mut self, on: bool) {
+        self.tls_plaintext = on;
+    }
+
     pub fn count_decode_error(&mut self) {
         self.decode_errors += 1;
     }
@@ -310,7 +318,9 @@ impl Collector {
     pub fn tick(&mut self) -> Result<(), ProbeError> {
         self.names.next_tick();
         let live_targets = self.sync_targets()?;
-        self.tls.sync(&mut self.probes, &live_targets, self.collections);
+        if self.tls_plaintext {
+            self.tls.sync(&mut self.probes, &live_targets, self.collections);
+        }
         self.sync_listen_ports(&live_targets)?;
         let threads = self.drop_orphan_slots(self.probes.threads())?;
         let followed = threads.len();
