@@ -56,6 +56,23 @@ pub struct Config {
     /// The daemon's nice value: by default it yields the CPU to the gateways it watches, so
     /// its bursts of decoding do not show in their tail latency.
     pub nice: i32,
+    /// `[jvm]`: what the daemon may ask of the JVMs it watches.
+    pub jvm: JvmConfig,
+}
+
+/// `[jvm]`: `thread_dumps` lets an EventLoopBlocked or PoolSaturated alert on a HotSpot JVM take
+/// one thread dump (HotSpot's dynamic attach, as `jstack`) per alert per minute, for the Java
+/// frames in its evidence; each costs the JVM a safepoint pause (see the README).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JvmConfig {
+    pub thread_dumps: bool,
+}
+
+impl Default for JvmConfig {
+    fn default() -> Self {
+        Self { thread_dumps: true }
+    }
 }
 
 /// `[event_loops]`: `include` names threads that are event loops even before they are seen
@@ -86,6 +103,7 @@ impl Default for Config {
             alertmanager: None,
             event_loops: EventLoopPatterns::default(),
             nice: 10,
+            jvm: JvmConfig::default(),
         }
     }
 }
@@ -219,6 +237,8 @@ mod tests {
             [event_loops]
             include = ["reactor-http-nio-*"]
             exclude = ["pool-*"]
+            [jvm]
+            thread_dumps = false
             "#,
         )
         .expect("parses");
@@ -232,6 +252,8 @@ mod tests {
         assert_eq!(config.requests_stalled.prompt, Duration::from_millis(100), "a key left out keeps its default");
         assert_eq!(config.event_loops.include, vec!["reactor-http-nio-*".to_owned()]);
         assert_eq!(config.event_loops.exclude, vec!["pool-*".to_owned()]);
+        assert!(!config.jvm.thread_dumps);
+        assert!(Config::default().jvm.thread_dumps, "on unless turned off");
     }
 
     #[test]

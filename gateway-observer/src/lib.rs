@@ -13,6 +13,7 @@ pub mod detect;
 pub mod events;
 pub mod heap;
 pub mod hsperfdata;
+pub mod jvm_attach;
 pub mod logging;
 pub mod opaque;
 pub mod printable;

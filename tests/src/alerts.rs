@@ -23,6 +23,22 @@ pub fn blocked_stack(alerts: &[Value]) -> Option<Vec<String>> {
         .filter(|s| !s.is_empty())
 }
 
+/// Polls until a firing alert of `kind` carries `evidence[key]`, for at most `within`; the
+/// evidence value, or the last such alert's whole evidence as the error.
+pub fn wait_evidence(observer: &Observer, kind: &str, key: &str, within: Duration) -> Result<Value, Value> {
+    let start = Instant::now();
+    loop {
+        let firing = alerts_of(&observer.alerts(), kind, "firing");
+        if let Some(value) = firing.iter().map(|a| &a["evidence"][key]).find(|v| !v.is_null()) {
+            return Ok(value.clone());
+        }
+        if start.elapsed() >= within {
+            return Err(firing.first().map(|a| a["evidence"].clone()).unwrap_or_default());
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Polls until an alert of `kind` fires, or panics after `within` with what the observer saw.
 pub fn wait_firing(observer: &Observer, kind: &str, within: Duration) -> (Value, Duration) {
     let start = Instant::now();

@@ -80,6 +80,9 @@ const NETTY_DETECT_WITHIN: Duration = Duration::from_secs(3);
 
 /// Four reactor-http-nio loops; the access check's Redis GET goes through a Netty Redis client
 /// with its own loop (lettuce-nioEventLoop-4-1) to a real redis-server.
+/// A thread dump is asked for when the alert is pending and lands a tick after it returns.
+const JAVA_FRAMES_WITHIN: Duration = Duration::from_secs(3);
+
 fn netty_loop_blocked(test: &str, fault: &str) {
     if !privileged(test) || !jvm::available(test) {
         return;
@@ -119,6 +122,17 @@ fn netty_loop_blocked(test: &str, fault: &str) {
     );
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
     eprintln!("netty {fault}: evidence {}", alert["evidence"]);
+    // The blocked loop's Java frames, from a thread dump the alert asked for while pending.
+    let frames =
+        tests::alerts::wait_evidence(scenario.observer(), "EventLoopBlocked", "java_stack", JAVA_FRAMES_WITHIN)
+            .unwrap_or_else(|evidence| panic!("no java_stack {JAVA_FRAMES_WITHIN:?} after firing: {evidence:#}"));
+    let frames: Vec<String> = serde_json::from_value(frames).expect("java_stack is a list of frames");
+    eprintln!("netty {fault}: java_stack {frames:#?}");
+    assert!(
+        frames.iter().any(|f| f.contains("CompletableFuture.get") || f.contains("CompletableFuture.join")),
+        "the blocking call: {frames:#?}"
+    );
+    assert!(frames.iter().any(|f| f.contains("NettyGateway$Handler")), "the handler that made it: {frames:#?}");
     let resolved = scenario.healed("EventLoopBlocked");
     Detection { runtime: "jvm netty", fault, kind: "EventLoopBlocked", start: Start::Watching }
         .report(detected, Some(resolved));
@@ -249,6 +263,16 @@ fn pool_saturated(test: &str, mode: &str) {
     let (alert, detected) = scenario.detected("PoolSaturated", &before);
     eprintln!("{}: stats at detection {:?}", scenario.name, scenario.gateway.stats());
     assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
+    // Where the pool's threads wait, as a thread-dump summary: the biggest group first.
+    let groups = tests::alerts::wait_evidence(scenario.observer(), "PoolSaturated", "waiting_at", JAVA_FRAMES_WITHIN)
+        .unwrap_or_else(|evidence| panic!("no waiting_at {JAVA_FRAMES_WITHIN:?} after firing: {evidence:#}"));
+    eprintln!("{}: waiting_at {groups:#}", scenario.name);
+    let top = &groups[0];
+    let frames: Vec<String> = serde_json::from_value(top["frames"].clone()).expect("frames");
+    assert!(frames.iter().any(|f| f.contains("RateLimiter.acquire")), "{groups:#}");
+    // Most of the pool waits there (the rest run or hold the limiter's lock).
+    let threads = top["threads"].as_u64().expect("threads");
+    assert!(threads >= core / 2, "{threads} threads at RateLimiter.acquire, pool core {core}: {groups:#}");
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
     let resolved = scenario.healed("PoolSaturated");
     let fault = format!("ratelimit, {mode} pool");

@@ -18,7 +18,17 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The kernel, /proc and the target's files: the only I/O below the tick.
     (
         "host",
-        &["probes", "procfs", "target_files", "hsperfdata", "symbolize", "privileges", "self_usage", "tls_libraries"],
+        &[
+            "probes",
+            "procfs",
+            "target_files",
+            "hsperfdata",
+            "symbolize",
+            "privileges",
+            "self_usage",
+            "tls_libraries",
+            "jvm_attach",
+        ],
     ),
     ("events", &["events", "socket_events"]),
     ("state", &["state", "requests", "request_queues"]),

@@ -221,6 +221,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     collector.set_request_queueing_threshold(config.request_queueing);
     collector.set_requests_stalled(config.requests_stalled.clone());
     collector.set_tls_plaintext(config.tls_plaintext);
+    collector.set_thread_dumps(config.jvm.thread_dumps);
     collector.tick().context("first collection failed")?;
 
     let access = match &config.api_token_file {

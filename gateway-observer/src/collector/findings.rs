@@ -7,6 +7,7 @@ impl Collector {
     /// What holds now, for the alert book. Blocked loops carry the user stack of their longest
     /// block, symbolized, when the kernel captured one.
     pub fn findings(&mut self) -> Vec<crate::alerts::Finding> {
+        self.java_stacks.collect();
         let config = &self.detectors.event_loop;
         let mut blocked: Vec<crate::alerts::Finding> = Vec::new();
         for found in &self.blocked_loops {
@@ -16,11 +17,22 @@ impl Collector {
                 finding.evidence["stack"] =
                     serde_json::json!(frames.into_iter().take(STACK_FRAMES).collect::<Vec<_>>());
             }
+            if self.jvm.is_jvm(found.thread.tgid) {
+                self.java_stacks.annotate(&mut finding, Some(found.thread.tid), None);
+            }
             blocked.push(finding);
+        }
+        let mut pools: Vec<crate::alerts::Finding> = Vec::new();
+        for found in &self.saturated_pools {
+            let mut finding = crate::detect::findings::pool_saturated(found);
+            if self.jvm.is_jvm(found.pid) {
+                self.java_stacks.annotate(&mut finding, None, Some(&found.group));
+            }
+            pools.push(finding);
         }
         let config = &self.detectors.event_loop;
         let loops = blocked.into_iter();
-        let pools = self.saturated_pools.iter().map(crate::detect::findings::pool_saturated);
+        let pools = pools.into_iter();
         let busy = self.busy_loops.iter().map(|found| crate::detect::findings::event_loop_busy(found, config));
         let jvm = &self.detectors.jvm.config;
         let paused = self.paused_jvms.iter().map(|found| crate::detect::findings::jvm_pause(found, jvm));

@@ -50,6 +50,11 @@ impl JvmWatch {
         self.pids = seen;
     }
 
+    /// Whether `pid` is a HotSpot JVM (it has an hsperfdata file), as of the last tick.
+    pub fn is_jvm(&self, pid: u32) -> bool {
+        self.pids.contains(&pid)
+    }
+
     /// Drops the series of processes `live` no longer names.
     pub fn retain_processes(&mut self, live: impl Fn(&str) -> bool) {
         for counters in [&mut self.stopped_ns, &mut self.safepoints, &mut self.long_pauses] {

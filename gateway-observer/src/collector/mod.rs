@@ -4,6 +4,7 @@
 //! renders the metrics (`metrics`). It is the only module that holds a `Probes`.
 
 mod findings;
+mod java_stacks;
 mod jvm;
 mod metrics;
 mod quotas;
@@ -116,6 +117,8 @@ pub struct Collector {
     /// JVM targets' HotSpot counters, and the JVMs found pausing at the last tick.
     jvm: jvm::JvmWatch,
     paused_jvms: Vec<PausedJvm>,
+    /// Thread dumps of JVM targets for the Java frames of their alerts.
+    java_stacks: java_stacks::JavaStacks,
     /// (tid, reason) → (process, thread, reason): blocked time of event loops.
     loop_blocked: DeltaCounters<(u32, u32), (String, String, u32)>,
     /// Per loop thread, its untimed waits judged blocking so far (ns).
@@ -180,6 +183,7 @@ impl Collector {
             saturated_pools: Vec::new(),
             jvm: jvm::JvmWatch::default(),
             paused_jvms: Vec::new(),
+            java_stacks: java_stacks::JavaStacks::default(),
             loop_blocked: DeltaCounters::default(),
             untimed_loop_ns: HashMap::new(),
             requests: RequestTracker::default(),
@@ -204,6 +208,11 @@ impl Collector {
     /// Requests whose bytes wait unread this long are queued (RequestQueueing).
     pub fn set_request_queueing_threshold(&mut self, threshold: std::time::Duration) {
         self.detectors.queueing.threshold = threshold;
+    }
+
+    /// Whether alerts on JVMs may take thread dumps for their Java frames (`[jvm] thread_dumps`).
+    pub fn set_thread_dumps(&mut self, enabled: bool) {
+        self.java_stacks.set_enabled(enabled);
     }
 
     /// When in-flight requests count as stalled (RequestsStalled).
