@@ -74,6 +74,9 @@ pub struct Symbolizer {
     elves: HashMap<Identity, Option<ElfSymbols>>,
     /// Each process's perf map, with the identity it was parsed from.
     perf_maps: HashMap<u32, (Identity, Arc<Vec<PerfEntry>>)>,
+    /// When each parsed file and each process's perf map last named a frame: a gone gateway's
+    /// binary is several MiB of names that nothing will ask for again.
+    last_used: HashMap<Identity, std::time::Instant>,
     refusals: BTreeMap<&'static str, u64>,
 }
 
@@ -101,10 +104,23 @@ impl Symbolizer {
                         identity
                     }
                 };
+                if let Some(identity) = identity {
+                    self.last_used.insert(identity, std::time::Instant::now());
+                }
                 let elf = identity.and_then(|id| self.elves.get(&id)).and_then(Option::as_ref);
                 name(*ip, mapping, elf)
             })
             .collect()
+    }
+
+    /// Drops parsed files and perf maps that named no frame since `keep` before `now`.
+    pub fn forget_unused(&mut self, now: std::time::Instant, keep: std::time::Duration) {
+        let fresh = |at: &std::time::Instant| now.saturating_duration_since(*at) < keep;
+        self.last_used.retain(|_, at| fresh(at));
+        let used = &self.last_used;
+        self.elves.retain(|identity, _| used.contains_key(identity));
+        self.perf_maps.retain(|_, (identity, _)| used.contains_key(identity));
+        crate::heap::shrink_sparse_map(&mut self.elves);
     }
 
     /// Opens refused so far, by reason (`not_regular`, `owner`, `too_large`, `symlink`, `io`).
@@ -150,6 +166,7 @@ impl Symbolizer {
                 return Arc::default();
             }
         };
+        self.last_used.insert(checked.identity, std::time::Instant::now());
         if let Some((identity, entries)) = self.perf_maps.get(&pid)
             && *identity == checked.identity
         {
@@ -381,6 +398,13 @@ mod tests {
         assert!(names[0].contains("a_function_to_find"), "{names:?}");
         let unknown = s.symbolize(std::process::id(), &[8]);
         assert_eq!(unknown[0], "0x8");
+        let now = std::time::Instant::now();
+        s.forget_unused(now, std::time::Duration::from_secs(30));
+        assert!(!s.elves.is_empty(), "a file used just now is kept");
+        s.forget_unused(now + std::time::Duration::from_secs(31), std::time::Duration::from_secs(30));
+        assert!(s.elves.is_empty() && s.perf_maps.is_empty(), "a file unused for 30 s is dropped");
+        let again = s.symbolize(std::process::id(), &[ip]);
+        assert_eq!(again, names, "and parsed again when asked");
     }
 
     /// A process to symbolize and its /tmp/perf-PID.map, both gone on drop.

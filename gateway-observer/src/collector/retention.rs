@@ -136,6 +136,8 @@ impl Collector {
         for stack_id in r.stale_stacks(now) {
             self.probes.remove_stack(stack_id)?;
         }
+        // A gone gateway's parsed binary (3 MiB of names for the reference gateway) is not kept.
+        self.symbolizer.forget_unused(now, STACK_KEEP);
         r.trimmer.maybe_trim(now);
         Ok(())
     }
