@@ -34,8 +34,9 @@ dmesg -n 1 # keep kernel messages off the console while results are printed
 
 # kt-get, not busybox wget: Debian's static busybox wget crashes.
 metrics() { kt-get $METRICS_PORT /metrics 2>/dev/null; }
-# The value of one series, named exactly as exposed (labels included), or nothing.
-value() { metrics | grep -F "$1 " | grep -v '^#' | cut -d' ' -f2; }
+# The value of one series, named exactly as exposed (labels included), or nothing. Whole numbers
+# lose the ".0" the encoder writes (5.0), so that the shell can compare and add them.
+value() { metrics | grep -F "$1 " | grep -v '^#' | cut -d' ' -f2 | sed 's/\.0$//'; }
 uptime_s() { cut -d. -f1 /proc/uptime; }
 
 # wait_until SECONDS COMMAND...: runs COMMAND every 0.2 s until it succeeds; fails after SECONDS
