@@ -24,6 +24,7 @@ pub mod request_queues;
 pub mod requests;
 pub mod sinks;
 pub mod socket_events;
+pub mod stacks;
 pub mod state;
 pub mod symbolize;
 pub mod syscalls;
