@@ -107,8 +107,19 @@ impl Collector {
         let name = "gateway_observer_symbol_files_refused_total";
         e.family(name, "counter", "Files a target named for its stacks (ELF, perf map) that were not read, by reason.");
         for reason in crate::target_files::REASONS {
-            let refused = self.symbolizer.refusals().get(reason).copied().unwrap_or(0);
+            let refused = self.symbolizer.refusals().get(reason).copied().unwrap_or(0)
+                + self.live_stacks.refusals().get(reason).copied().unwrap_or(0);
             e.sample(name, &[("reason", reason)], refused as f64);
+        }
+        let name = "gateway_observer_live_stacks_total";
+        e.family(
+            name,
+            "counter",
+            "Alerted threads whose stack was taken from userspace, by outcome: unwound, running (on a CPU then), gone, denied (no ptrace access), error, dropped (the worker's queue was full).",
+        );
+        for outcome in crate::stacks::OUTCOMES {
+            let n = self.live_stacks.outcomes().get(outcome).copied().unwrap_or(0);
+            e.sample(name, &[("outcome", outcome)], n as f64);
         }
         let name = "gateway_observer_targets";
         e.family(name, "gauge", "Watched processes (attached) and target specs matching nothing yet (waiting).");

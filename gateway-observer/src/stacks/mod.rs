@@ -52,8 +52,9 @@ struct Reply {
 
 /// The tick thread's end of the stack worker.
 pub struct LiveStacks {
-    requests: mpsc::SyncSender<Request>,
-    replies: mpsc::Receiver<Reply>,
+    /// The worker's channels, once started (at the first request: the daemon drops its
+    /// capabilities while it has one thread, and the worker inherits what is left).
+    worker: Option<(mpsc::SyncSender<Request>, mpsc::Receiver<Reply>)>,
     /// When each thread was last asked for.
     asked: HashMap<u32, Instant>,
     /// The last stack taken of each thread, and when it came.
@@ -62,25 +63,38 @@ pub struct LiveStacks {
     refusals: BTreeMap<&'static str, u64>,
 }
 
+impl Default for LiveStacks {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl LiveStacks {
-    /// Starts the worker. If no thread can be made, every request is dropped (and counted).
-    pub fn spawn() -> Self {
-        let (requests, worker_requests) = mpsc::sync_channel(QUEUE);
-        let (worker_replies, replies) = mpsc::channel();
-        let started = std::thread::Builder::new()
-            .name("live-stacks".to_owned())
-            .spawn(move || serve(&worker_requests, &worker_replies));
-        if let Err(err) = started {
-            tracing::warn!(error = %err, "cannot start the stack worker: alerts carry the kernel's stacks only");
-        }
+    /// No worker yet: it starts with the first request.
+    pub fn new() -> Self {
         Self {
-            requests,
-            replies,
+            worker: None,
             asked: HashMap::new(),
             stacks: HashMap::new(),
             outcomes: BTreeMap::new(),
             refusals: BTreeMap::new(),
         }
+    }
+
+    /// The worker's channels, started if need be. If no thread can be made, every request is
+    /// dropped (and counted).
+    fn worker(&mut self) -> &(mpsc::SyncSender<Request>, mpsc::Receiver<Reply>) {
+        self.worker.get_or_insert_with(|| {
+            let (requests, worker_requests) = mpsc::sync_channel(QUEUE);
+            let (worker_replies, replies) = mpsc::channel();
+            let started = std::thread::Builder::new()
+                .name("live-stacks".to_owned())
+                .spawn(move || serve(&worker_requests, &worker_replies));
+            if let Err(err) = started {
+                tracing::warn!(error = %err, "cannot start the stack worker: alerts carry the kernel's stacks only");
+            }
+            (requests, replies)
+        })
     }
 
     /// Asks for the stacks of `tids` of process `pid`, those not asked for in the last
@@ -92,7 +106,7 @@ impl LiveStacks {
             return;
         }
         let asked = tids.clone();
-        match self.requests.try_send(Request { pid, tids }) {
+        match self.worker().0.try_send(Request { pid, tids }) {
             Ok(()) => {
                 for tid in asked {
                     self.asked.insert(tid, now);
@@ -104,7 +118,7 @@ impl LiveStacks {
 
     /// Takes in what the worker answered since the last call; forgets what is old.
     pub fn collect(&mut self, now: Instant) {
-        while let Ok(reply) = self.replies.try_recv() {
+        while let Some(reply) = self.worker.as_ref().and_then(|(_, replies)| replies.try_recv().ok()) {
             self.refusals = reply.refusals;
             for (tid, answer) in reply.answers {
                 match answer {
@@ -238,14 +252,7 @@ mod tests {
     fn a_full_queue_drops_and_counts_and_a_thread_is_not_asked_twice_at_once() {
         let (requests, _worker) = mpsc::sync_channel(1);
         let (_replies_tx, replies) = mpsc::channel();
-        let mut stacks = LiveStacks {
-            requests,
-            replies,
-            asked: HashMap::new(),
-            stacks: HashMap::new(),
-            outcomes: BTreeMap::new(),
-            refusals: BTreeMap::new(),
-        };
+        let mut stacks = LiveStacks { worker: Some((requests, replies)), ..LiveStacks::new() };
         let now = Instant::now();
         stacks.ask(1, &[10], now);
         stacks.ask(1, &[10], now + Duration::from_secs(1));
