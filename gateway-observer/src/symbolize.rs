@@ -94,6 +94,19 @@ pub struct Image {
 }
 
 impl ElfSymbols {
+    /// The address the file gives the first byte of a mapping at `file_offset`. The kernel maps a
+    /// segment from its offset rounded down to a page, so that page's first bytes may belong to
+    /// the segment before in the file (lld puts the text segment 0x860 bytes into a page that
+    /// ends the read-only one): the segment that starts in the mapping's first page decides.
+    fn vaddr_at_mapping(&self, file_offset: u64) -> Option<u64> {
+        const PAGE: u64 = 4096;
+        self.segments
+            .iter()
+            .find(|(start, _, _)| start - start % PAGE == file_offset)
+            .and_then(|(start, _, addr)| addr.checked_sub(start - file_offset))
+            .or_else(|| self.vaddr_of_offset(file_offset))
+    }
+
     fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
         self.segments
             .iter()
@@ -152,7 +165,7 @@ impl Symbolizer {
                 let elf = self.elves.get(identity.as_ref()?)?.as_ref()?;
                 let tables = elf.unwind.clone()?;
                 // The segment that holds the mapping's first byte says where the file's address 0 is.
-                let vaddr = elf.vaddr_of_offset(mapping.file_offset)?;
+                let vaddr = elf.vaddr_at_mapping(mapping.file_offset)?;
                 let base = mapping.start.checked_sub(vaddr)?;
                 let path = mapping.path.to_string_lossy().into_owned();
                 Some(MappedTables { range: mapping.start..mapping.end, base, path, tables })
@@ -500,6 +513,15 @@ mod tests {
         assert_eq!(name(0x1010, 0x1010, &mapping, Some(&elf)), "huge+0x10 (libgw.so)");
         assert_eq!(name(0x1010, 0x100f, &mapping, Some(&elf)), "huge+0x10 (libgw.so)", "looked up a byte back");
         assert_eq!(name(0x1000, 0x0fff, &mapping, Some(&elf)), "huge+0x0 (libgw.so)", "never before the mapping");
+        // lld's layout (reference-gateway): the text segment starts 0x860 into the page that ends
+        // the read-only segment; its mapping starts at that page.
+        let lld = ElfSymbols {
+            symbols: Vec::new(),
+            segments: vec![(0, 0x1c_0854, 0), (0x1c_0860, 0x34_8040, 0x1c_1860)],
+            unwind: None,
+        };
+        assert_eq!(lld.vaddr_at_mapping(0x1c_0000), Some(0x1c_1000), "the text segment's page");
+        assert_eq!(lld.vaddr_of_offset(0x1c_0000), Some(0x1c_0000), "by offset alone: the read-only segment");
         let top = ElfSymbols { symbols: Vec::new(), segments: vec![(u64::MAX - 8, 8, u64::MAX - 8)], unwind: None };
         assert_eq!(top.vaddr_of_offset(u64::MAX - 1), Some(u64::MAX - 1));
         let past = ElfSymbols { symbols: Vec::new(), segments: vec![(0x10, u64::MAX - 0x10, u64::MAX)], unwind: None };
