@@ -288,6 +288,11 @@ mod tests {
                 other => panic!("no stack of our sleeping thread: {other:?}"),
             }
         };
+        // What an unwind costs the worker once the files are parsed (the target pays nothing).
+        let started = Instant::now();
+        let again = stacks_of(&mut symbolizer, &mut unwinder, pid, &[tid]);
+        eprintln!("UNWIND_COST {:?} for {} frames, files cached", started.elapsed(), frames.len());
+        assert!(matches!(again.first(), Some((_, Ok(_) | Err("running" | "gone")))), "{again:?}");
         sleeper.join().expect("join");
         let at = |needle: &str| frames.iter().position(|f| f.contains(needle));
         let (Some(libc_sleep), Some(ours)) = (at("nanosleep"), at("a_function_that_sleeps")) else {
