@@ -26,6 +26,7 @@ pub mod requests;
 pub mod self_usage;
 pub mod sinks;
 pub mod socket_events;
+pub mod stacks;
 pub mod state;
 pub mod symbolize;
 pub mod syscalls;

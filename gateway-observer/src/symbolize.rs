@@ -1,8 +1,13 @@
 //! User-space addresses to names, for the stacks in alert evidence: native code through the
 //! process's mappings (/proc/PID/maps) and the mapped file's ELF symbol tables; JIT code (a JVM
 //! with -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit or perf-map-agent, Node with
-//! --perf-basic-prof) through /tmp/perf-PID.map. Unknown addresses stay hex. Nothing here
-//! touches the kernel.
+//! --perf-basic-prof) through /tmp/perf-PID.map. No absolute address is ever named (issue 16):
+//! a frame without a symbol is `file+0xOFFSET` (an offset in the file), one outside any file
+//! `[unknown]`. Nothing here touches the kernel.
+//!
+//! The same parse also keeps a file's unwind tables (`.eh_frame`, `.eh_frame_hdr`) when asked
+//! ([`Symbolizer::with_unwind_tables`]): the live-stack worker (`stacks/`) unwinds and names with
+//! one cache, so each file is opened and parsed once for both.
 //!
 //! Every file named here is the target's to arrange (any local user can create /tmp/perf-N.map
 //! for any N), and this runs as root on the tick thread: files are opened through
@@ -54,9 +59,54 @@ struct ElfSymbols {
     /// Loaded segments as (file offset, file size, virtual address): a file offset inside one
     /// maps to that segment's addresses.
     segments: Vec<(u64, u64, u64)>,
+    /// Kept only by a symbolizer made [`Symbolizer::with_unwind_tables`].
+    unwind: Option<UnwindTables>,
+}
+
+/// What an unwinder needs of one ELF file, addresses as the file states them. `.text` itself is
+/// not kept: `.eh_frame` is exact at every instruction on Linux (framehop reads code only for
+/// Mach-O), and a JVM's libjvm.so alone has 15 MiB of it.
+#[derive(Debug, Clone)]
+pub struct UnwindTables {
+    pub eh_frame: Option<(std::ops::Range<u64>, Arc<[u8]>)>,
+    pub eh_frame_hdr: Option<(std::ops::Range<u64>, Arc<[u8]>)>,
+    pub text: Option<std::ops::Range<u64>>,
+    pub got: Option<std::ops::Range<u64>>,
+}
+
+/// One executable mapping of a process with the unwind tables of its file, and where the file's
+/// address 0 is in the process (`base`).
+#[derive(Debug, Clone)]
+pub struct MappedTables {
+    pub range: std::ops::Range<u64>,
+    pub base: u64,
+    pub path: String,
+    pub tables: UnwindTables,
+}
+
+/// A process's executable mappings and the identities of the files behind them, read once for
+/// the stacks of its threads.
+#[derive(Debug, Default)]
+pub struct Image {
+    maps: Vec<Mapping>,
+    files: Vec<Option<Identity>>,
+    perf_map: Arc<Vec<PerfEntry>>,
 }
 
 impl ElfSymbols {
+    /// The address the file gives the first byte of a mapping at `file_offset`. The kernel maps a
+    /// segment from its offset rounded down to a page, so that page's first bytes may belong to
+    /// the segment before in the file (lld puts the text segment 0x860 bytes into a page that
+    /// ends the read-only one): the segment that starts in the mapping's first page decides.
+    fn vaddr_at_mapping(&self, file_offset: u64) -> Option<u64> {
+        const PAGE: u64 = 4096;
+        self.segments
+            .iter()
+            .find(|(start, _, _)| start - start % PAGE == file_offset)
+            .and_then(|(start, _, addr)| addr.checked_sub(start - file_offset))
+            .or_else(|| self.vaddr_of_offset(file_offset))
+    }
+
     fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
         self.segments
             .iter()
@@ -72,6 +122,8 @@ type PerfEntry = (u64, u64, String);
 pub struct Symbolizer {
     /// Symbols by file identity; `None` for a file that is no ELF we can read.
     elves: HashMap<Identity, Option<ElfSymbols>>,
+    /// Keep each file's unwind tables too.
+    unwind_tables: bool,
     /// Each process's perf map, with the identity it was parsed from.
     perf_maps: HashMap<u32, (Identity, Arc<Vec<PerfEntry>>)>,
     /// When each parsed file and each process's perf map last named a frame: a gone gateway's
@@ -81,7 +133,70 @@ pub struct Symbolizer {
 }
 
 impl Symbolizer {
-    /// Names for `ips` of process `pid`, innermost first: `function+0xoff (file)`, or hex.
+    /// A symbolizer that also keeps each ELF file's unwind tables ([`Symbolizer::tables`]).
+    pub fn with_unwind_tables() -> Self {
+        Self { unwind_tables: true, ..Self::default() }
+    }
+
+    /// The process's executable mappings, every file behind them loaded (and cached).
+    pub fn image(&mut self, pid: u32) -> Image {
+        let maps = read_maps(pid);
+        let owners = procfs::uids(pid);
+        let perf_map = self.perf_map(pid, &owners);
+        let mut opened: HashMap<PathBuf, Option<Identity>> = HashMap::new();
+        let files = maps
+            .iter()
+            .map(|m| match opened.get(&m.path) {
+                Some(identity) => *identity,
+                None => {
+                    let identity = self.load_elf(pid, &m.path, &owners);
+                    opened.insert(m.path.clone(), identity);
+                    identity
+                }
+            })
+            .collect();
+        Image { maps, files, perf_map }
+    }
+
+    /// The unwind tables of every mapping of `image` whose file has some.
+    pub fn tables(&self, image: &Image) -> Vec<MappedTables> {
+        image
+            .maps
+            .iter()
+            .zip(&image.files)
+            .filter_map(|(mapping, identity)| {
+                let elf = self.elves.get(identity.as_ref()?)?.as_ref()?;
+                let tables = elf.unwind.clone()?;
+                // The segment that holds the mapping's first byte says where the file's address 0 is.
+                let vaddr = elf.vaddr_at_mapping(mapping.file_offset)?;
+                let base = mapping.start.checked_sub(vaddr)?;
+                let path = mapping.path.to_string_lossy().into_owned();
+                Some(MappedTables { range: mapping.start..mapping.end, base, path, tables })
+            })
+            .collect()
+    }
+
+    /// Names of frames of `image`'s process, innermost first. A return address is looked up one
+    /// byte back (the call it returns from), so a call that ends its function is not named after
+    /// the next one.
+    pub fn name_frames(&self, image: &Image, frames: &[(u64, bool)]) -> Vec<String> {
+        frames
+            .iter()
+            .map(|&(ip, returns)| {
+                if let Some(name) = jit_name(ip, &image.perf_map) {
+                    return name;
+                }
+                let Some(at) = image.maps.iter().position(|m| ip >= m.start && ip < m.end) else {
+                    return UNKNOWN.to_owned();
+                };
+                let elf = image.files[at].as_ref().and_then(|id| self.elves.get(id)).and_then(Option::as_ref);
+                name(ip, if returns { ip.saturating_sub(1) } else { ip }, &image.maps[at], elf)
+            })
+            .collect()
+    }
+
+    /// Names for `ips` of process `pid`, innermost first: `function+0xoff (file)`, `file+0xoff`
+    /// or `[unknown]`.
     pub fn symbolize(&mut self, pid: u32, ips: &[u64]) -> Vec<String> {
         let maps = read_maps(pid);
         let owners = procfs::uids(pid);
@@ -94,7 +209,7 @@ impl Symbolizer {
                     return name;
                 }
                 let Some(mapping) = mapping_of(*ip, &maps) else {
-                    return format!("{ip:#x}");
+                    return UNKNOWN.to_owned();
                 };
                 let identity = match opened.get(&mapping.path) {
                     Some(identity) => *identity,
@@ -108,7 +223,7 @@ impl Symbolizer {
                     self.last_used.insert(identity, std::time::Instant::now());
                 }
                 let elf = identity.and_then(|id| self.elves.get(&id)).and_then(Option::as_ref);
-                name(*ip, mapping, elf)
+                name(*ip, *ip, mapping, elf)
             })
             .collect()
     }
@@ -148,7 +263,8 @@ impl Symbolizer {
             if self.elves.len() >= MAX_CACHED {
                 self.elves.clear();
             }
-            let symbols = checked.read(MAX_ELF_BYTES).ok().and_then(|bytes| parse_elf(&bytes));
+            let unwind = self.unwind_tables;
+            let symbols = checked.read(MAX_ELF_BYTES).ok().and_then(|bytes| parse_elf(&bytes, unwind));
             self.elves.insert(identity, symbols);
         }
         Some(identity)
@@ -195,20 +311,31 @@ fn mapping_of(ip: u64, maps: &[Mapping]) -> Option<&Mapping> {
     maps.iter().find(|m| ip >= m.start && ip < m.end)
 }
 
-/// `function+0xoff (file)` from the file's symbols, else the address with the file's name.
-fn name(ip: u64, mapping: &Mapping, elf: Option<&ElfSymbols>) -> String {
+/// What a frame outside every file-backed mapping is named: its address would say where the
+/// process's memory lies, and that may not leave the host.
+const UNKNOWN: &str = "[unknown]";
+
+/// `function+0xoff (file)` from the file's symbols, else `file+0xoff` (the offset in the file).
+/// `lookup` (`ip`, or one byte before a return address) picks the symbol; the offset is `ip`'s.
+fn name(ip: u64, lookup: u64, mapping: &Mapping, elf: Option<&ElfSymbols>) -> String {
     let file = mapping.path.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned());
+    let lookup = lookup.clamp(mapping.start, ip);
+    let file_offset = |at: u64| (at - mapping.start).checked_add(mapping.file_offset);
     if let Some(elf) = elf
-        && let Some(vaddr) = (ip - mapping.start).checked_add(mapping.file_offset).and_then(|o| elf.vaddr_of_offset(o))
+        && let Some(vaddr) = file_offset(lookup).and_then(|o| elf.vaddr_of_offset(o))
     {
         let at = elf.symbols.partition_point(|(addr, _, _)| *addr <= vaddr);
         if let Some((addr, size, name)) = at.checked_sub(1).and_then(|i| elf.symbols.get(i))
             && (*size == 0 || vaddr - addr < *size)
         {
-            return format!("{:#}+{:#x} ({file})", rustc_demangle::demangle(name), vaddr - addr);
+            let offset = (vaddr - addr).saturating_add(ip - lookup);
+            return format!("{:#}+{offset:#x} ({file})", rustc_demangle::demangle(name));
         }
     }
-    format!("{ip:#x} ({file})")
+    match file_offset(ip) {
+        Some(offset) => format!("{file}+{offset:#x}"),
+        None => format!("{file}+?"),
+    }
 }
 
 /// The kernel writes /proc/PID/maps, but its size follows the target's mappings: capped.
@@ -252,8 +379,9 @@ fn parse_perf_map(text: &str) -> Vec<PerfEntry> {
         .collect()
 }
 
-fn parse_elf(data: &[u8]) -> Option<ElfSymbols> {
+fn parse_elf(data: &[u8], unwind: bool) -> Option<ElfSymbols> {
     let file = object::File::parse(data).ok()?;
+    let unwind = unwind.then(|| unwind_tables(&file));
     let segments = file
         .segments()
         .map(|seg| {
@@ -270,7 +398,27 @@ fn parse_elf(data: &[u8]) -> Option<ElfSymbols> {
         .collect();
     symbols.sort_by_key(|(addr, _, _)| *addr);
     symbols.dedup_by_key(|(addr, _, _)| *addr);
-    Some(ElfSymbols { symbols, segments })
+    Some(ElfSymbols { symbols, segments, unwind })
+}
+
+/// The sections an unwinder reads, copied out of the file (which is dropped after the parse).
+fn unwind_tables(file: &object::File) -> UnwindTables {
+    use object::ObjectSection as _;
+    let range = |name: &str| {
+        let section = file.section_by_name(name)?;
+        Some(section.address()..section.address().checked_add(section.size())?)
+    };
+    let bytes = |name: &str| {
+        let section = file.section_by_name(name)?;
+        let data: Arc<[u8]> = Arc::from(section.data().ok()?);
+        Some((range(name)?, data))
+    };
+    UnwindTables {
+        eh_frame: bytes(".eh_frame"),
+        eh_frame_hdr: bytes(".eh_frame_hdr"),
+        text: range(".text"),
+        got: range(".got"),
+    }
 }
 
 /// The symbolizer's parsing and naming on text and bytes in hand, for the fuzz targets
@@ -289,7 +437,7 @@ pub mod fuzzing {
 
     impl Parsed {
         pub fn new(maps: &str, perf_map: &str, elf: &[u8]) -> Self {
-            Self { maps: parse_maps(maps), perf_map: parse_perf_map(perf_map), elf: parse_elf(elf) }
+            Self { maps: parse_maps(maps), perf_map: parse_perf_map(perf_map), elf: parse_elf(elf, true) }
         }
 
         /// Mappings, perf map entries and ELF symbols (None: no ELF) parsed.
@@ -334,8 +482,8 @@ pub mod fuzzing {
                 return name;
             }
             match mapping_of(ip, &self.maps) {
-                Some(mapping) => name(ip, mapping, self.elf.as_ref()),
-                None => format!("{ip:#x}"),
+                Some(mapping) => name(ip, ip.wrapping_sub(1), mapping, self.elf.as_ref()),
+                None => UNKNOWN.to_owned(),
             }
         }
     }
@@ -375,13 +523,25 @@ mod tests {
         let elf = ElfSymbols {
             symbols: vec![(0x400, u64::MAX, "huge".to_owned()), (u64::MAX - 4, 8, "last".to_owned())],
             segments: vec![(0, u64::MAX, 0x400)],
+            unwind: None,
         };
-        assert_eq!(name(0x1020, &mapping, Some(&elf)), "0x1020 (libgw.so)", "the file offset overflows");
+        assert_eq!(name(0x1020, 0x1020, &mapping, Some(&elf)), "libgw.so+?", "the file offset overflows");
         let mapping = Mapping { file_offset: 0, ..mapping };
-        assert_eq!(name(0x1010, &mapping, Some(&elf)), "huge+0x10 (libgw.so)");
-        let top = ElfSymbols { symbols: Vec::new(), segments: vec![(u64::MAX - 8, 8, u64::MAX - 8)] };
+        assert_eq!(name(0x1010, 0x1010, &mapping, Some(&elf)), "huge+0x10 (libgw.so)");
+        assert_eq!(name(0x1010, 0x100f, &mapping, Some(&elf)), "huge+0x10 (libgw.so)", "looked up a byte back");
+        assert_eq!(name(0x1000, 0x0fff, &mapping, Some(&elf)), "huge+0x0 (libgw.so)", "never before the mapping");
+        // lld's layout (reference-gateway): the text segment starts 0x860 into the page that ends
+        // the read-only segment; its mapping starts at that page.
+        let lld = ElfSymbols {
+            symbols: Vec::new(),
+            segments: vec![(0, 0x1c_0854, 0), (0x1c_0860, 0x34_8040, 0x1c_1860)],
+            unwind: None,
+        };
+        assert_eq!(lld.vaddr_at_mapping(0x1c_0000), Some(0x1c_1000), "the text segment's page");
+        assert_eq!(lld.vaddr_of_offset(0x1c_0000), Some(0x1c_0000), "by offset alone: the read-only segment");
+        let top = ElfSymbols { symbols: Vec::new(), segments: vec![(u64::MAX - 8, 8, u64::MAX - 8)], unwind: None };
         assert_eq!(top.vaddr_of_offset(u64::MAX - 1), Some(u64::MAX - 1));
-        let past = ElfSymbols { symbols: Vec::new(), segments: vec![(0x10, u64::MAX - 0x10, u64::MAX)] };
+        let past = ElfSymbols { symbols: Vec::new(), segments: vec![(0x10, u64::MAX - 0x10, u64::MAX)], unwind: None };
         assert_eq!(past.vaddr_of_offset(0x20), None, "a segment whose addresses run past the top");
     }
 
@@ -397,7 +557,7 @@ mod tests {
         let names = s.symbolize(std::process::id(), &[ip]);
         assert!(names[0].contains("a_function_to_find"), "{names:?}");
         let unknown = s.symbolize(std::process::id(), &[8]);
-        assert_eq!(unknown[0], "0x8");
+        assert_eq!(unknown[0], "[unknown]", "no address leaves the host");
         let now = std::time::Instant::now();
         s.forget_unused(now, std::time::Duration::from_secs(30));
         assert!(!s.elves.is_empty(), "a file used just now is kept");
@@ -452,7 +612,7 @@ mod tests {
         // SAFETY: a NUL-terminated path of ours.
         assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o666) }, 0, "mkfifo");
         let (s, names) = symbolize_within(Symbolizer::default(), target.pid(), vec![0x1000]);
-        assert_eq!(names, vec!["0x1000"]);
+        assert_eq!(names, vec!["[unknown]"]);
         assert_eq!(s.refusals().get("not_regular"), Some(&1), "{:?}", s.refusals());
     }
 
@@ -481,7 +641,7 @@ mod tests {
         // Sparse: a terabyte that takes no disk, and would take the daemon for ever to read.
         file.set_len(1 << 40).expect("set_len");
         let (s, names) = symbolize_within(Symbolizer::default(), target.pid(), vec![0x1000]);
-        assert_eq!(names, vec!["0x1000"]);
+        assert_eq!(names, vec!["[unknown]"]);
         assert_eq!(s.refusals().get("too_large"), Some(&1), "{:?}", s.refusals());
         file.set_len(0).expect("truncate");
         std::fs::write(&target.perf_map, "1000 40 Lplanted;\n").expect("write");
@@ -492,7 +652,7 @@ mod tests {
         }
         std::os::unix::fs::chown(&target.perf_map, Some(54_321), None).expect("chown");
         let (s, names) = symbolize_within(s, target.pid(), vec![0x1010]);
-        assert_eq!(names, vec!["0x1010"], "a stranger's perf map was believed");
+        assert_eq!(names, vec!["[unknown]"], "a stranger's perf map was believed");
         assert_eq!(s.refusals().get("owner"), Some(&1), "{:?}", s.refusals());
     }
 }

@@ -14,6 +14,40 @@ pub fn alerts_of(alerts: &[Value], kind: &str, state: &str) -> Vec<Value> {
     alerts.iter().filter(|a| a["kind"] == kind && a["state"] == state).cloned().collect()
 }
 
+/// Polls the alerts of `kind` until `pick` finds something in one's evidence; panics after
+/// `within` with the alerts seen. Returns it with how long it took.
+pub fn wait_for_evidence<T>(
+    observer: &Observer,
+    kind: &str,
+    within: Duration,
+    pick: impl Fn(&Value) -> Option<T>,
+) -> (T, Duration) {
+    let start = Instant::now();
+    loop {
+        let alerts = observer.alerts();
+        if let Some(found) = alerts.iter().filter(|a| a["kind"] == kind).find_map(|a| pick(&a["evidence"])) {
+            return (found, start.elapsed());
+        }
+        assert!(start.elapsed() < within, "nothing sought in {kind} evidence within {within:?}: {alerts:#?}");
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The stack of an `EventLoopBlocked` evidence when it was unwound from userspace (issue 17).
+pub fn live_stack(evidence: &Value) -> Option<Vec<String>> {
+    if evidence["stack_source"] != "live" {
+        return None;
+    }
+    serde_json::from_value::<Vec<String>>(evidence["stack"].clone()).ok().filter(|s| !s.is_empty())
+}
+
+/// The frame positions of `first` and of `then` below it (outer), if both are in `stack`.
+pub fn frames_in_order(stack: &[String], first: &str, then: &str) -> Option<(usize, usize)> {
+    let inner = stack.iter().position(|f| f.contains(first))?;
+    let outer = stack.iter().skip(inner + 1).position(|f| f.contains(then))? + inner + 1;
+    Some((inner, outer))
+}
+
 /// The user stack in the evidence of the first `EventLoopBlocked` that has one.
 pub fn blocked_stack(alerts: &[Value]) -> Option<Vec<String>> {
     alerts

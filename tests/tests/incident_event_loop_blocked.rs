@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 use tests::{
-    alerts::{assert_quiet, blocked_stack, wait_firing, wait_resolved},
+    alerts::{assert_quiet, blocked_stack, frames_in_order, live_stack, wait_firing, wait_for_evidence, wait_resolved},
     load::{load, stop, stop_flag},
     observer::Observer,
     privileged,
@@ -87,6 +87,14 @@ fn a_slow_redis_behind_a_blocking_client_is_named_within_seconds() {
     // kernel's unwinder rarely gets further through it).
     let stack = wait_for_stack(&observer);
     assert!(stack[0].contains("recv"), "innermost frame of the blocking call: {stack:?}");
+    // The stack of a worker blocked right now, unwound from userspace through .eh_frame (issue
+    // 17): past glibc into the gateway's own code, down to the access check that called Redis
+    // (`AccessCheck::check_blocking`, in the binary's symbol table).
+    let (stack, after) = wait_for_evidence(&observer, "EventLoopBlocked", Duration::from_secs(10), |e| {
+        live_stack(e).filter(|s| frames_in_order(s, "recv", "check_blocking").is_some())
+    });
+    eprintln!("LIVE_STACK {} frames, {:.1}s after firing: {stack:#?}", stack.len(), after.as_secs_f64());
+    assert!(stack.iter().all(|f| !f.starts_with("0x") && !f.contains("(0x")), "a raw address: {stack:#?}");
 
     // Redis fast again: the alerts resolve.
     slow.store(false, Ordering::Relaxed);

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 use tests::{
-    alerts::{assert_quiet, wait_firing, wait_resolved},
+    alerts::{assert_quiet, wait_firing, wait_for_evidence, wait_resolved},
     http_client::try_request,
     load::{load, stop, stop_flag},
     observer::Observer,
@@ -82,6 +82,18 @@ fn a_rate_limiter_that_parks_every_worker_is_named_within_seconds() {
     assert!(evidence["threads"].as_u64().is_some_and(|n| n >= 10), "{alert:#}");
     assert!(evidence["blocked_seconds_by_reason"]["sleep"].as_f64().is_some_and(|s| s > 0.0), "{alert:#}");
     assert!(evidence["cpu_cores"].as_f64().is_some_and(|c| c < 0.5), "parked threads burn no CPU: {alert:#}");
+    // Where the pool's threads wait, unwound from userspace (issue 17): the biggest group sleeps
+    // in libc under the gateway's `RateLimiter::acquire` (in the binary's symbol table).
+    let (waiting_at, after) = wait_for_evidence(&observer, "PoolSaturated", Duration::from_secs(5), |e| {
+        let groups = e["waiting_at"].as_array()?.clone();
+        let frames = groups.first()?["frames"].as_array()?.clone();
+        frames.iter().any(|f| f.as_str().is_some_and(|f| f.contains("RateLimiter::acquire"))).then_some(groups)
+    });
+    eprintln!("WAITING_AT {:.1}s after firing: {waiting_at:#?}", after.as_secs_f64());
+    let biggest = &waiting_at[0];
+    assert!(biggest["threads"].as_u64().is_some_and(|n| n >= 10), "most pool threads in one place: {waiting_at:#?}");
+    assert!(biggest["frames"][0].as_str().is_some_and(|f| f.contains("nanosleep")), "{waiting_at:#?}");
+    assert!(waiting_at.len() <= 5, "at most five places: {waiting_at:#?}");
     // 96 callers for a pool of at most 64: the gateway answers the rest 503, seen on its sockets.
     let refusals = wait_for_refusals(&observer);
     assert!(refusals >= 1, "refusals (5xx) in PoolSaturated evidence: {refusals}");

@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "self_usage",
             "tls_libraries",
             "jvm_attach",
+            "stacks",
         ],
     ),
     ("events", &["events", "socket_events"]),

@@ -1,6 +1,6 @@
 //! The symbolizer's text inputs: a /proc/PID/maps and a /tmp/perf-PID.map (any local user can
 //! write one for any pid), separated by the first NUL byte. Every address at the edge of what
-//! was parsed is named, as stacks are: no panic, and an address no mapping holds stays hex.
+//! was parsed is named, as stacks are: no panic, and an address no mapping holds is `[unknown]`.
 
 #![no_main]
 

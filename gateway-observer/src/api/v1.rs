@@ -220,7 +220,9 @@ pub struct Alert {
     pub subject: String,
     /// One line, human readable.
     pub summary: String,
-    /// Kind-specific object.
+    /// Kind-specific object. Stacks in it are arrays of frame names, innermost first
+    /// (`EventLoopBlocked`'s `stack`, with `stack_source` `live` or `kernel`), and `PoolSaturated`'s
+    /// `waiting_at` an array of `{"threads": N, "frames": [...]}`; a frame never holds an address.
     pub evidence: serde_json::Value,
 }
 

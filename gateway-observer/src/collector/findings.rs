@@ -1,30 +1,59 @@
 //! What holds now, for the alert book: every detector's findings with the evidence only the
 //! collector has (stacks, the requests clients saw meanwhile).
 
-use super::{Collector, STACK_FRAMES, monotonic_ns};
+use std::time::Instant;
+
+use super::{Collector, LIVE_STACK_FRAMES, STACK_FRAMES, monotonic_ns};
 
 impl Collector {
-    /// What holds now, for the alert book. Blocked loops carry the user stack of their longest
-    /// block, symbolized, when the kernel captured one.
+    /// What holds now, for the alert book. Blocked loops carry the stack of the blocked thread:
+    /// unwound from userspace while it blocks (`stack_source` `live`), else the kernel's of its
+    /// longest block (`kernel`). Saturated pools say where their threads wait (`waiting_at`). JVMs add
+    /// Java frames from a thread dump (`java_stack`).
+    /// Stacks are asked for here and come from the stack worker by the next tick.
     pub fn findings(&mut self) -> Vec<crate::alerts::Finding> {
         self.java_stacks.collect();
+        let now = Instant::now();
+        self.live_stacks.collect(now);
         let config = &self.detectors.event_loop;
         let mut blocked: Vec<crate::alerts::Finding> = Vec::new();
         for found in &self.blocked_loops {
             let mut finding = crate::detect::findings::event_loop_blocked(found, config);
-            if let Some(ips) = found.blocks.stack_id.and_then(|id| self.probes.user_stack(id)) {
-                let frames = self.symbolizer.symbolize(found.thread.tgid, &ips);
+            let (pid, tid) = (found.thread.tgid, found.thread.tid);
+            if found.active {
+                self.live_stacks.ask(pid, &[tid], now);
+            }
+            if let Some(frames) = self.live_stacks.stack(tid) {
+                finding.evidence["stack"] = serde_json::json!(&frames[..frames.len().min(LIVE_STACK_FRAMES)]);
+                finding.evidence["stack_source"] = serde_json::json!("live");
+            } else if let Some(ips) = found.blocks.stack_id.and_then(|id| self.probes.user_stack(id)) {
+                let frames = self.symbolizer.symbolize(pid, &ips);
                 finding.evidence["stack"] =
                     serde_json::json!(frames.into_iter().take(STACK_FRAMES).collect::<Vec<_>>());
+                finding.evidence["stack_source"] = serde_json::json!("kernel");
             }
             if self.jvm.is_jvm(found.thread.tgid) {
                 self.java_stacks.annotate(&mut finding, Some(found.thread.tid), None);
             }
             blocked.push(finding);
         }
-        let mut pools: Vec<crate::alerts::Finding> = Vec::new();
+        let mut pools = Vec::new();
         for found in &self.saturated_pools {
             let mut finding = crate::detect::findings::pool_saturated(found);
+            // The threads blocked in work first: they are where the pool is stuck.
+            let mut tids = self.detectors.group_threads(found.pid, &found.group);
+            tids.sort_by_key(|tid| (!self.blocked_in_work.contains(tid), *tid));
+            tids.truncate(crate::stacks::MAX_THREADS);
+            if found.active {
+                self.live_stacks.ask(found.pid, &tids, now);
+            }
+            let stacks = tids.iter().filter_map(|tid| self.live_stacks.stack(*tid));
+            let waiting_at = crate::stacks::waiting_at(stacks);
+            if waiting_at.as_array().is_some_and(|groups| !groups.is_empty()) {
+                finding.evidence["waiting_at"] = waiting_at;
+            }
+            // A JVM's Java frames say more than its native ones (`Unsafe.park` in libjvm): they
+            // replace the native `waiting_at` once a thread dump is in.
             if self.jvm.is_jvm(found.pid) {
                 self.java_stacks.annotate(&mut finding, None, Some(&found.group));
             }

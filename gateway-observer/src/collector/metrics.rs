@@ -91,8 +91,15 @@ impl Collector {
         let name = &families::SYMBOL_FILES_REFUSED;
         e.family(name);
         for reason in crate::target_files::REASONS {
-            let refused = self.symbolizer.refusals().get(reason).copied().unwrap_or(0);
+            let refused = self.symbolizer.refusals().get(reason).copied().unwrap_or(0)
+                + self.live_stacks.refusals().get(reason).copied().unwrap_or(0);
             e.sample(name, &[("reason", reason)], refused as f64);
+        }
+        let name = &families::LIVE_STACKS;
+        e.family(name);
+        for outcome in crate::stacks::OUTCOMES {
+            let n = self.live_stacks.outcomes().get(outcome).copied().unwrap_or(0);
+            e.sample(name, &[("outcome", outcome)], n as f64);
         }
         let name = &families::TARGETS;
         e.family(name);

@@ -47,8 +47,10 @@ use crate::{
 /// Long blocks kept for the detectors; older ones are dropped first. Sized for several seconds
 /// of a large pool's blocks (poll waits, the commonest, are not kept: no detector uses them).
 const RECENT_BLOCKS: usize = 16384;
-/// Frames of a blocking call's stack shown in evidence, innermost first.
+/// Frames of a blocking call's stack shown in evidence, innermost first: the kernel's, and the
+/// deeper one unwound from userspace.
 const STACK_FRAMES: usize = 12;
+const LIVE_STACK_FRAMES: usize = 32;
 /// Names of exited threads are kept this many ticks for block events that arrive late.
 const EXIT_NAME_TICKS: u64 = 10;
 /// Re-read thread names every this many ticks (young threads: every tick).
@@ -85,6 +87,8 @@ pub struct Collector {
     hist_sum: DeltaCounters<(u32, HistKind), (String, HistKind)>,
     recent_blocks: VecDeque<Block>,
     symbolizer: crate::symbolize::Symbolizer,
+    /// Stacks of alerted threads blocked now, unwound off the tick thread (issue 17).
+    live_stacks: crate::stacks::LiveStacks,
     /// Threads per (process, thread group, state) at the last tick.
     thread_states: BTreeMap<(String, String, &'static str), usize>,
     /// Threads off the CPU in work (not waiting for it) at the last tick.
@@ -168,6 +172,7 @@ impl Collector {
             thread_states: BTreeMap::new(),
             blocked_in_work: HashSet::new(),
             symbolizer: crate::symbolize::Symbolizer::default(),
+            live_stacks: crate::stacks::LiveStacks::new(),
             busy_loops: Vec::new(),
             open_iterations: Vec::new(),
             exit_names: HashMap::new(),

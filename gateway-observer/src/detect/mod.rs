@@ -94,6 +94,11 @@ impl Detectors {
         }
     }
 
+    /// Followed threads of process `tgid` in thread group `group`.
+    pub fn group_threads(&self, tgid: u32, group: &str) -> Vec<u32> {
+        self.history.threads().filter(|t| t.tgid == tgid && t.group == group).map(|t| t.tid).collect()
+    }
+
     /// See `History::keep_as_loop`.
     pub fn keep_as_loop(&mut self, tid: u32, now: Instant) {
         self.history.keep_as_loop(tid, now, self.event_loop.loop_memory);

@@ -82,6 +82,13 @@ pub const SYMBOL_FILES_REFUSED: Family = Family {
     labels: &["reason"],
 };
 
+pub const LIVE_STACKS: Family = Family {
+    name: "gateway_observer_live_stacks",
+    kind: Kind::Counter,
+    help: "Alerted threads whose stack was taken from userspace, by outcome: unwound, running (on a CPU then), gone, denied (no ptrace access), error, dropped (the worker's queue was full).",
+    labels: &["outcome"],
+};
+
 pub const TARGETS: Family = Family {
     name: "gateway_observer_targets",
     kind: Kind::Gauge,

@@ -36,10 +36,12 @@ impl Data {
 }
 
 /// Evidence flattened into `key: value` lines: nested objects as dotted keys, arrays of scalars
-/// on one line, arrays of strings (stacks) one element per line, indented.
-/// Keys that say most about an alert come first, the rest in name order.
+/// on one line, arrays of strings (stacks) one element per line, indented; places threads wait
+/// (`waiting_at`'s `{"threads": N, "frames": [...]}`) as `N threads` and their frames.
+/// Keys that say most about an alert come first (the stack among them), the rest in name order.
 pub fn evidence_lines(evidence: &serde_json::Value) -> Vec<(String, String)> {
-    const HEADLINE: [&str; 5] = ["reason", "syscall", "blocked_share", "longest_block_seconds", "peer"];
+    const HEADLINE: [&str; 8] =
+        ["reason", "syscall", "blocked_share", "longest_block_seconds", "peer", "stack_source", "stack", "waiting_at"];
     let mut out = Vec::new();
     match evidence.as_object() {
         Some(map) => {
@@ -70,6 +72,14 @@ fn flatten(prefix: &str, value: &serde_json::Value, out: &mut Vec<(String, Strin
             out.push((prefix.to_owned(), String::new()));
             for item in items {
                 out.push((String::new(), item.as_str().unwrap_or_default().to_owned()));
+            }
+        }
+        Value::Array(items) if !items.is_empty() && items.iter().all(|item| item["frames"].is_array()) => {
+            for (at, item) in items.iter().enumerate() {
+                out.push((format!("{prefix}[{}]", at + 1), format!("{} threads", scalar(&item["threads"]))));
+                for frame in item["frames"].as_array().into_iter().flatten() {
+                    out.push((String::new(), scalar(frame)));
+                }
             }
         }
         Value::Array(items) => {
@@ -121,6 +131,30 @@ mod tests {
         .expect("parses");
         let r = &data.snapshot.slowest_requests[0];
         assert_eq!((r.status, r.upstream.as_ref(), r.breakdown.upstream_seconds), (None, None, None));
+    }
+
+    #[test]
+    fn where_pool_threads_wait_shows_as_groups_of_frames() {
+        let evidence = serde_json::json!({
+            "threads": 64,
+            "waiting_at": [
+                {"threads": 54, "frames": ["clock_nanosleep+0x65 (libc.so.6)", "RateLimiter::acquire+0x31a (gw)"]},
+                {"threads": 10, "frames": ["futex_wait+0x1 (libc.so.6)"]},
+            ],
+        });
+        let lines = evidence_lines(&evidence);
+        let shown: Vec<(&str, &str)> = lines.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            shown,
+            vec![
+                ("waiting_at[1]", "54 threads"),
+                ("", "clock_nanosleep+0x65 (libc.so.6)"),
+                ("", "RateLimiter::acquire+0x31a (gw)"),
+                ("waiting_at[2]", "10 threads"),
+                ("", "futex_wait+0x1 (libc.so.6)"),
+                ("threads", "64"),
+            ]
+        );
     }
 
     #[test]
