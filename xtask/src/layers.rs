@@ -246,10 +246,10 @@ mod tests {
     #[test]
     fn unknown_modules_and_aya_outside_probes_fail() {
         let mut pairs = known();
-        pairs.push(("stacks", "procfs"));
+        pairs.push(("newcomer", "procfs"));
         let problems = judge(&uses(&pairs), &["detect/pool.rs".to_owned()]);
         assert_eq!(problems.len(), 2, "{problems:?}");
-        assert!(problems[0].contains("`stacks` is in no layer"));
+        assert!(problems[0].contains("`newcomer` is in no layer"));
         assert!(problems[1].contains("detect/pool.rs names aya"));
     }
 

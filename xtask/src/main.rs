@@ -1,5 +1,5 @@
 //! `cargo xtask setup | build | lint | test | test-kernels | package | fuzz | bench
-//! probes|gateway|overhead|parser|detect|churn | demo`: the project's own commands. Each installs what it needs first, so a fresh machine goes from
+//! probes|gateway|overhead|parser|records|detect|churn | demo`: the project's own commands. Each installs what it needs first, so a fresh machine goes from
 //! clone to green with `cargo xtask test`. The arguments are parsed by clap: `Cli` here, each
 //! command's options next to the code that uses them.
 
@@ -72,6 +72,11 @@ enum Bench {
     /// In process and unprivileged: gateway-observer-http/examples/parser_bench.rs, built with the
     /// release profile.
     Parser,
+    /// The daemon's CPU per proxied request on the socket ring
+    ///
+    /// In process and unprivileged: four data records per request decoded and fed to the request
+    /// tracker (gateway-observer/examples/records_bench.rs, release profile).
+    Records,
     Detect(bench_detect::Options),
     Churn(bench_churn::Options),
 }
@@ -146,6 +151,7 @@ fn main() -> anyhow::Result<()> {
                 Bench::Gateway(options) => bench_gateway::run(&options),
                 Bench::Overhead(options) => bench_overhead::run(&options),
                 Bench::Parser => bench_parser::run(),
+                Bench::Records => bench_parser::records(),
                 Bench::Detect(options) => bench_detect::run(&options),
                 Bench::Churn(options) => bench_churn::run(&options),
             }
@@ -244,6 +250,7 @@ mod tests {
             "bench overhead --pairs 2 --duration 8 --gateway nginx",
             "bench overhead --pairs 1 --duration 5 --gateway nginx --rate 0",
             "bench parser",
+            "bench records",
             "bench detect",
             "bench detect --rounds 3 --filter runtime_jvm:: --timeout 300",
             "bench churn",
