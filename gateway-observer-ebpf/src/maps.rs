@@ -51,10 +51,14 @@ static PROBE_CONFIG: ProbeConfig = ProbeConfig {
     socket_quota: 0,
 };
 
+/// The loader patches `PROBE_CONFIG` after compilation, so the compiler must not fold its
+/// fields into constants. A volatile read of its address hides them, and each field is then
+/// loaded where used, only the fields used (a volatile read of the whole struct loaded all of
+/// its ~30 fields at every call, on every context switch).
 #[inline(always)]
-pub fn config() -> ProbeConfig {
-    // SAFETY: a read of our own static; volatile so the compiler keeps the load the loader patches.
-    unsafe { core::ptr::read_volatile(&PROBE_CONFIG) }
+pub fn config() -> &'static ProbeConfig {
+    // SAFETY: reads a local holding the static's address; the static lives for the program.
+    unsafe { &*core::ptr::read_volatile(&&raw const PROBE_CONFIG) }
 }
 
 /// Processes (tgids) to watch: userspace adds them, fork adds their children.
