@@ -1,17 +1,13 @@
 //! The daemon's work per proxied request on the socket ring, in process and unprivileged: the
 //! four data records of a request through a keep-alive proxy (client request read, upstream
 //! request written, upstream response read, client response written), as the kernel writes them,
-//! decoded by `socket_events::decode` and fed to the `RequestTracker`, with a tick's views every
+//! decoded by `socket::decode` and fed to the `RequestTracker`, with a tick's views every
 //! 10,000 requests as the daemon takes them once a second. Run by `cargo xtask bench records`;
 //! `perf record` on it shows where the time goes.
 
 use std::time::Instant;
 
-use gateway_observer::{
-    detect::stalled::StalledConfig,
-    requests::RequestTracker,
-    socket_events::{self},
-};
+use gateway_observer::{detect::stalled::StalledConfig, events::socket, state::requests::RequestTracker};
 use gateway_observer_common::{
     CONN_EVENT_SIZE, ConnEvent, DATA_EVENT_SIZE, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, conn_role, data_shape,
     event_kind,
@@ -79,7 +75,7 @@ fn main() {
     let mut tracker = RequestTracker::default();
     let stalled = StalledConfig::default();
     let mut decode_errors = 0u64;
-    let mut feed = |tracker: &mut RequestTracker, bytes: &[u8]| match socket_events::decode(bytes) {
+    let mut feed = |tracker: &mut RequestTracker, bytes: &[u8]| match socket::decode(bytes) {
         Ok(record) => tracker.handle(record),
         Err(_) => decode_errors += 1,
     };

@@ -12,27 +12,19 @@ pub mod config;
 pub mod detect;
 pub mod events;
 pub mod heap;
-pub mod hsperfdata;
+pub mod host;
 pub mod jvm_attach;
 pub mod logging;
 pub mod opaque;
 pub mod printable;
-pub mod privileges;
 pub mod probes;
-pub mod procfs;
 pub mod reason;
-pub mod request_queues;
-pub mod requests;
-pub mod self_usage;
 pub mod sinks;
-pub mod socket_events;
 pub mod stacks;
 pub mod state;
 pub mod symbolize;
 pub mod syscalls;
-pub mod target_files;
 pub mod thread_group;
-pub mod tls_libraries;
 pub mod top;
 
 /// The compiled kernel programs, built by build.rs with aya-build.

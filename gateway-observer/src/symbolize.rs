@@ -25,8 +25,8 @@ use std::{
 use object::{Object as _, ObjectSymbol as _};
 
 use crate::{
-    procfs,
-    target_files::{self, Identity, Refusal},
+    host::procfs,
+    host::target_files::{self, Identity, Refusal},
 };
 
 /// /proc/PID/maps: a line is under 4 KiB, and vm.max_map_count (65530 by default) lines at ~100

@@ -8,7 +8,7 @@
 
 use std::{collections::BTreeSet, path::Path, process::Command};
 
-use gateway_observer::privileges::KEPT;
+use gateway_observer::host::privileges::KEPT;
 use serde::Deserialize as _;
 use serde_json::Value;
 use tests::deploy::{DAEMONSET, UNIT, deploy_path, read_deploy, unit_words};

@@ -7,7 +7,7 @@
 
 use std::{collections::BTreeSet, process::Command, time::Duration};
 
-use gateway_observer::privileges::kept_mask;
+use gateway_observer::host::privileges::kept_mask;
 use tests::{
     fixture::Fixture,
     free_port,

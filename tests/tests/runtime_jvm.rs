@@ -572,8 +572,8 @@ fn jvm_hsperfdata_counters_match_jcmd() {
     let gateway = JvmGateway::start("JdkHttpGateway", &["growing"], &["-Xmx256m"]);
     let pid = gateway.pid();
     let read = || {
-        let location = gateway_observer::hsperfdata::file::locate(pid).expect("the JVM's file is found");
-        gateway_observer::hsperfdata::file::read(pid, &location).expect("the JVM's file parses")
+        let location = gateway_observer::host::hsperfdata::file::locate(pid).expect("the JVM's file is found");
+        gateway_observer::host::hsperfdata::file::read(pid, &location).expect("the JVM's file parses")
     };
     let ours_before = read();
     let output =
@@ -586,7 +586,7 @@ fn jvm_hsperfdata_counters_match_jcmd() {
     // jcmd adds the prologue's fields (version, used bytes, ...) as sun.perfdata.*: no entries.
     assert_eq!(theirs.get("sun.perfdata.majorVersion"), Some(&"2"), "the layout version the parser knows");
     theirs.retain(|name, _| !name.starts_with("sun.perfdata."));
-    use gateway_observer::hsperfdata::format::Value as V;
+    use gateway_observer::host::hsperfdata::format::Value as V;
     let mut differ = Vec::new();
     for (name, value) in &theirs {
         let (Some(before), Some(after)) = (ours_before.counters.get(*name), ours_after.counters.get(*name)) else {
@@ -613,6 +613,7 @@ fn jvm_hsperfdata_counters_match_jcmd() {
     for name in ["sun.os.hrt.frequency", "sun.rt.safepoints", "sun.rt.safepointTime", "sun.gc.collector.0.name"] {
         assert!(!differ.iter().any(|d| d.starts_with(name)), "{name} differs: {differ:#?}");
     }
-    let counters = gateway_observer::hsperfdata::JvmCounters::from_perf_data(&ours_after).expect("pause counters");
+    let counters =
+        gateway_observer::host::hsperfdata::JvmCounters::from_perf_data(&ours_after).expect("pause counters");
     assert!(counters.frequency > 0 && !counters.collectors.is_empty(), "{counters:?}");
 }

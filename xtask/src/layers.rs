@@ -16,23 +16,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Pure helpers and the wire types every layer may use.
     ("foundation", &["heap", "printable", "opaque", "reason", "syscalls", "thread_group", "api", "logging"]),
     // The kernel, /proc and the target's files: the only I/O below the tick.
-    (
-        "host",
-        &[
-            "probes",
-            "procfs",
-            "target_files",
-            "hsperfdata",
-            "symbolize",
-            "privileges",
-            "self_usage",
-            "tls_libraries",
-            "jvm_attach",
-            "stacks",
-        ],
-    ),
-    ("events", &["events", "socket_events"]),
-    ("state", &["state", "requests", "request_queues"]),
+    ("host", &["probes", "host", "symbolize", "stacks", "jvm_attach"]),
+    ("events", &["events"]),
+    ("state", &["state"]),
     ("detect", &["detect"]),
     ("alerts", &["alerts"]),
     ("sinks", &["sinks"]),
@@ -47,10 +33,8 @@ const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     ("detect", "alerts", "`Finding` is what detectors produce: it moves to detect"),
     ("probes", "collector", "the map readers return state types the collector defines"),
     ("probes", "state", "target quotas are computed in state and written into TARGETS by probes"),
-    ("request_queues", "detect", "queue facts are state the detector reads"),
-    ("request_queues", "sinks", "metrics are rendered by the sink from the facts"),
-    ("requests", "detect", "request facts are state the detectors read"),
-    ("requests", "sinks", "metrics are rendered by the sink from the tracker's views"),
+    ("state", "detect", "request and queue facts are state the detectors read"),
+    ("state", "sinks", "request and queue metrics are rendered by the sink from the tracker's views"),
 ];
 
 /// Files outside `probes` that may name aya: the embedded object and the ring-buffer drains.
@@ -141,7 +125,7 @@ fn rust_files(src: &Path) -> anyhow::Result<Vec<(String, String)>> {
     Ok(out)
 }
 
-/// `collector/mod.rs` → `collector`, `procfs.rs` → `procfs`; the crate root and the binary are
+/// `collector/mod.rs` → `collector`, `heap.rs` → `heap`; the crate root and the binary are
 /// `lib` and `main`, above every layer.
 fn top_module(relative: &str) -> String {
     let first = relative.split('/').next().unwrap_or(relative);
@@ -220,15 +204,15 @@ mod tests {
     #[test]
     fn paths_and_use_groups_name_their_modules() {
         let text = "use crate::{\n    detect::Detectors,\n    sinks::{families, prometheus::Exposition},\n    state::x,\n};\n\
-                    fn f() { crate::procfs::comm(1); } // crate::top is a comment\n";
+                    fn f() { crate::host::procfs::comm(1); } // crate::top is a comment\n";
         let found: Vec<String> = crate_modules(text).into_iter().collect();
-        assert_eq!(found, ["detect", "procfs", "sinks", "state"]);
+        assert_eq!(found, ["detect", "host", "sinks", "state"]);
     }
 
     #[test]
     fn a_new_upward_import_fails_and_downward_ones_pass() {
         let mut pairs = known();
-        pairs.extend([("collector", "detect"), ("detect", "state"), ("state", "procfs")]);
+        pairs.extend([("collector", "detect"), ("detect", "state"), ("state", "host")]);
         assert!(judge(&uses(&pairs), &[]).is_empty(), "{:?}", judge(&uses(&pairs), &[]));
         pairs.push(("detect", "collector"));
         let problems = judge(&uses(&pairs), &[]);
@@ -246,7 +230,7 @@ mod tests {
     #[test]
     fn unknown_modules_and_aya_outside_probes_fail() {
         let mut pairs = known();
-        pairs.push(("newcomer", "procfs"));
+        pairs.push(("newcomer", "host"));
         let problems = judge(&uses(&pairs), &["detect/pool.rs".to_owned()]);
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("`newcomer` is in no layer"));

@@ -4,7 +4,7 @@
 
 #![no_main]
 
-use gateway_observer::hsperfdata::{
+use gateway_observer::host::hsperfdata::{
     JvmCounters,
     format::{self, MAX_ENTRIES},
 };

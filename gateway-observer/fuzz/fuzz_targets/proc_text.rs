@@ -4,7 +4,7 @@
 
 #![no_main]
 
-use gateway_observer::procfs;
+use gateway_observer::host::procfs;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|bytes: &[u8]| {

@@ -1,5 +1,5 @@
 //! The socket ring as the daemon drains it: any bytes, cut into records, decoded by
-//! `socket_events::decode` and fed to the `RequestTracker`, with ticks (expiry and every view the
+//! `events::socket::decode` and fed to the `RequestTracker`, with ticks (expiry and every view the
 //! snapshot, the metrics and the detectors read), losses and listening ports in between. It must
 //! never panic, keep at most `MAX_SOCKETS` connections and bounded lists, and keep its counters
 //! monotonic.
@@ -19,9 +19,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use gateway_observer::{
     detect::stalled::StalledConfig,
-    requests::{RequestTracker, slowest::SLOWEST},
+    events::socket::{self, SocketRecord},
     sinks::prometheus::Exposition,
-    socket_events::{self, SocketRecord},
+    state::requests::{RequestTracker, slowest::SLOWEST},
 };
 use gateway_observer_common::{CONN_EVENT_SIZE, DATA_EVENT_SIZE, FLOW_EVENT_SIZE, MAX_SOCKETS, event_kind};
 use libfuzzer_sys::fuzz_target;
@@ -75,7 +75,7 @@ fn counters(tracker: &RequestTracker) -> Counters {
 }
 
 fn feed(tracker: &mut RequestTracker, bytes: &[u8], now: &mut u64) {
-    let Ok(record) = socket_events::decode(bytes) else { return };
+    let Ok(record) = socket::decode(bytes) else { return };
     let record = match record {
         SocketRecord::Data(mut data) => {
             data.tgid |= NO_PID;

@@ -149,14 +149,14 @@ fn tls_line(probes: &mut Probes) -> Line {
         return line(REQUIREMENT, true, format!("no libssl on this host; {covered}"));
     };
     let pid = std::process::id();
-    let opened = crate::target_files::open(pid, &path, &[], crate::tls_libraries::MAX_LIBRARY_BYTES);
+    let opened = crate::host::target_files::open(pid, &path, &[], crate::host::tls_libraries::MAX_LIBRARY_BYTES);
     let library = match opened {
         Ok(checked) => {
-            crate::tls_libraries::Library { path: path.clone(), file: checked.file, identity: checked.identity }
+            crate::host::tls_libraries::Library { path: path.clone(), file: checked.file, identity: checked.identity }
         }
         Err(e) => return degraded(format!("{path}: {e}; {covered}")),
     };
-    let entries = match std::fs::read(&path).map_err(Into::into).and_then(|b| crate::tls_libraries::entries(&b)) {
+    let entries = match std::fs::read(&path).map_err(Into::into).and_then(|b| crate::host::tls_libraries::entries(&b)) {
         Ok(entries) => entries,
         Err(e) => return degraded(format!("{path}: {e}; {covered}")),
     };
@@ -188,7 +188,7 @@ fn privileges() -> Line {
 }
 
 fn effective_capabilities() -> Option<u64> {
-    crate::procfs::parse_effective_capabilities(&std::fs::read_to_string("/proc/self/status").ok()?)
+    crate::host::procfs::parse_effective_capabilities(&std::fs::read_to_string("/proc/self/status").ok()?)
 }
 
 fn kernel_btf() -> Line {

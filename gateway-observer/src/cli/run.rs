@@ -24,9 +24,10 @@ use crate::{
     collector::Collector,
     config::Config,
     detect::event_loop::EventLoopConfig,
-    events, privileges,
+    events,
+    host::privileges,
+    host::procfs,
     probes::{ProbeSettings, Probes},
-    procfs,
     sinks::{
         families,
         http::{self, Published},

@@ -109,7 +109,7 @@ impl Collector {
                 "window_seconds": window as f64 / 1e9,
                 "completed": impact.requests,
                 "delayed_in_socket": impact.delayed_in_socket,
-                "delayed_threshold_seconds": crate::requests::stats::DELAYED_QUEUE_NS as f64 / 1e9,
+                "delayed_threshold_seconds": crate::state::requests::stats::DELAYED_QUEUE_NS as f64 / 1e9,
                 "max_socket_queue_seconds": impact.max_socket_queue_seconds,
                 "in_flight": in_flight.map_or(0, |(n, _)| n),
                 "oldest_in_flight_seconds": in_flight.and_then(|(_, age)| age),

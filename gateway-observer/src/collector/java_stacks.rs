@@ -100,7 +100,7 @@ impl JavaStacks {
             }
         };
         if let Some(tid) = tid {
-            let nid = crate::procfs::namespace_pid(tid).unwrap_or(tid);
+            let nid = crate::host::procfs::namespace_pid(tid).unwrap_or(tid);
             if let Some(frames) = summary::java_stack(threads, nid) {
                 finding.evidence["java_stack"] = serde_json::json!(frames);
             }

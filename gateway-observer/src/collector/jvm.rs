@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use crate::{
     detect::Detectors,
-    hsperfdata::JvmFiles,
+    host::hsperfdata::JvmFiles,
     sinks::{families, prometheus::Exposition},
     state::counters::DeltaCounters,
     state::threads::ThreadNames,

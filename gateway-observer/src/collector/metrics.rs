@@ -90,7 +90,7 @@ impl Collector {
         }
         let name = &families::SYMBOL_FILES_REFUSED;
         e.family(name);
-        for reason in crate::target_files::REASONS {
+        for reason in crate::host::target_files::REASONS {
             let refused = self.symbolizer.refusals().get(reason).copied().unwrap_or(0)
                 + self.live_stacks.refusals().get(reason).copied().unwrap_or(0);
             e.sample(name, &[("reason", reason)], refused as f64);
@@ -127,7 +127,7 @@ impl Collector {
         for (program, _, runs) in &stats {
             e.sample(name, &[("program", program)], *runs as f64);
         }
-        render_self_usage(&mut e, &crate::self_usage::SelfUsage::read());
+        render_self_usage(&mut e, &crate::host::self_usage::SelfUsage::read());
         e.finish()
     }
 
@@ -148,7 +148,7 @@ impl Collector {
 }
 
 /// The daemon's own cost (`process_*`, as every exporter reports it) and its heap.
-fn render_self_usage(e: &mut Exposition, usage: &crate::self_usage::SelfUsage) {
+fn render_self_usage(e: &mut Exposition, usage: &crate::host::self_usage::SelfUsage) {
     for (family, value) in [
         (&families::PROCESS_CPU_SECONDS, usage.cpu_seconds),
         (&families::PROCESS_RESIDENT_MEMORY_BYTES, usage.resident_bytes as f64),

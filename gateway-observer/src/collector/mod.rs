@@ -28,17 +28,17 @@ use crate::{
         Detectors, LoopStatus,
         busy::{BusyLoop, MIN_ITERATIONS_BEFORE_OPEN, open_iteration},
         event_loop::{BLOCKING_REASONS, BlockedLoop, EventLoopConfig},
-        history::ThreadInfo,
         jvm_pause::PausedJvm,
         pool::SaturatedPool,
     },
     events::{Block, LongIteration, Record},
+    host::procfs,
     probes::{ProbeError, Probes},
-    procfs,
-    request_queues::RequestQueues,
-    requests::RequestTracker,
     state::{
         counters::DeltaCounters,
+        history::ThreadInfo,
+        request_queues::RequestQueues,
+        requests::RequestTracker,
         targets::{PortListeners, TargetSpec, host_processes, resolve, waiting_specs},
         threads::ThreadNames,
     },
@@ -246,7 +246,7 @@ impl Collector {
 
     /// A record from the socket ring buffer; undecodable bytes are counted, never fatal.
     pub fn handle_socket_bytes(&mut self, bytes: &[u8]) {
-        match crate::socket_events::decode(bytes) {
+        match crate::events::socket::decode(bytes) {
             Ok(record) => self.requests.handle(record),
             Err(_) => self.socket_decode_errors += 1,
         }

@@ -31,7 +31,7 @@ impl Collector {
             let quota = if kind == "threads" { quotas.threads } else { quotas.connections };
             tracing::warn!(
                 pid = tgid,
-                process = %crate::procfs::comm(tgid).unwrap_or_default(),
+                process = %crate::host::procfs::comm(tgid).unwrap_or_default(),
                 quota,
                 "a target holds its whole quota of {kind}: more are not followed (max_{kind}_per_target)"
             );

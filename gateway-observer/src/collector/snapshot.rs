@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use super::{Collector, monotonic_ns};
 use crate::{
     api::v1,
-    procfs,
-    requests::{InFlightRequest, UpstreamPeer, slowest::SlowRequest, stats::WindowSummary},
+    host::procfs,
+    state::requests::{InFlightRequest, UpstreamPeer, slowest::SlowRequest, stats::WindowSummary},
 };
 
 impl Collector {

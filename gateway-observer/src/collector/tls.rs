@@ -9,10 +9,10 @@ use std::{
 };
 
 use crate::{
+    host::target_files::Identity,
+    host::tls_libraries::{self, Entries},
     probes::{Probes, tls::TlsHooks},
     sinks::{families, prometheus::Exposition},
-    target_files::Identity,
-    tls_libraries::{self, Entries},
 };
 
 /// An unhooked target is looked at again after this many ticks.

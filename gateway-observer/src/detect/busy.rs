@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
-use super::{event_loop::EventLoopConfig, history::History};
+use super::event_loop::EventLoopConfig;
 use crate::events::LongIteration;
+use crate::state::history::History;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BusyLoop {
@@ -65,7 +66,7 @@ pub fn busy_loops(
 ) -> Vec<BusyLoop> {
     // Only event loops (a worker doing a blocking poll between two long computations is not one,
     // and `exclude` must hold).
-    let loops: std::collections::HashMap<u32, &super::history::ThreadInfo> =
+    let loops: std::collections::HashMap<u32, &crate::state::history::ThreadInfo> =
         history.event_loops(now, config).map(|t| (t.tid, t)).collect();
     let start = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
     let tick_ns = history.last_tick().map_or(0, |(_, length)| u64::try_from(length.as_nanos()).unwrap_or(u64::MAX));
@@ -136,7 +137,7 @@ mod tests {
     use gateway_observer_common::reason;
 
     use super::*;
-    use crate::detect::history::ThreadInfo;
+    use crate::state::history::ThreadInfo;
 
     fn iteration(tid: u32, on_cpu_ms: u64, at_ns: u64) -> LongIteration {
         LongIteration {

@@ -12,10 +12,8 @@ use gateway_observer_common::reason;
 
 use std::collections::{HashMap, HashSet};
 
-use super::{
-    history::{History, ThreadInfo, WindowDelta},
-    untimed::{self, LoopBaselines, UntimedWait},
-};
+use super::untimed::{self, LoopBaselines, UntimedWait};
+use crate::state::history::{History, ThreadInfo, WindowDelta};
 use crate::{events::Block, reason::reason_label, syscalls};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -86,7 +84,7 @@ impl EventLoopConfig {
 }
 
 /// Reasons that mean "blocked in work" for an event loop.
-pub const BLOCKING_REASONS: [u32; 8] = super::history::LOOP_BLOCKING_REASONS;
+pub const BLOCKING_REASONS: [u32; 8] = crate::state::history::LOOP_BLOCKING_REASONS;
 
 /// One blocked event loop, with its evidence.
 #[derive(Debug, Clone, PartialEq)]

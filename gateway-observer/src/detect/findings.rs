@@ -136,7 +136,7 @@ mod tests {
     use gateway_observer_common::reason;
 
     use super::*;
-    use crate::detect::{event_loop::BlockStats, history::ThreadInfo};
+    use crate::{detect::event_loop::BlockStats, state::history::ThreadInfo};
 
     #[test]
     fn evidence_names_the_thread_reason_and_futex() {

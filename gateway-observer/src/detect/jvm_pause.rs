@@ -3,7 +3,7 @@
 //! but nothing of theirs is at fault, so this is its own kind and the others leave it alone
 //! (`super::untimed` sees the pause in the kernel: one thread releasing many together).
 //!
-//! Source: HotSpot's own counters (`crate::hsperfdata`), read at each tick by the collector and
+//! Source: HotSpot's own counters (`crate::host::hsperfdata`), read at each tick by the collector and
 //! passed in. Between two readings they give the stop-the-world time and the safepoints begun;
 //! the longest pause in between is at least that time over those safepoints, and at least each
 //! collection whose last run ended in between (its own entry and exit ticks), never more than the
@@ -21,7 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::hsperfdata::JvmCounters;
+use crate::host::hsperfdata::JvmCounters;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct JvmPauseConfig {
@@ -249,7 +249,7 @@ impl PausedJvm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hsperfdata::counters::CollectorCounters;
+    use crate::host::hsperfdata::counters::CollectorCounters;
 
     const MS: u64 = 1_000_000;
 

@@ -5,7 +5,6 @@
 pub mod busy;
 pub mod event_loop;
 pub mod findings;
-pub mod history;
 pub mod jvm_pause;
 pub mod pool;
 pub mod queueing;
@@ -16,9 +15,9 @@ pub mod upstream;
 
 use std::time::{Duration, Instant};
 
+use crate::state::history::{History, ReasonTotals, ThreadInfo};
 use event_loop::{BlockedLoop, EventLoopConfig, blocked_loops};
 use gateway_observer_common::reason;
-use history::{History, ReasonTotals, ThreadInfo};
 use pool::{PoolConfig, SaturatedPool, saturated_pools};
 
 use crate::events::Block;

@@ -41,10 +41,8 @@ use std::{
 
 use gateway_observer_common::reason;
 
-use super::{
-    history::{History, WindowDelta},
-    timed_waits::TimedWaits,
-};
+use super::timed_waits::TimedWaits;
+use crate::state::history::{History, WindowDelta};
 use crate::{events::Block, reason::reason_label};
 
 /// Off-CPU reasons that mean a pool thread is occupied by work.
@@ -430,7 +428,7 @@ impl SaturatedPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::detect::history::ThreadInfo;
+    use crate::state::history::ThreadInfo;
 
     /// Every saturated pool, with default configs; `waiting`: (pid, requests waiting).
     fn judge_all(h: &History, now: Instant, now_mono_ns: u64, waiting: &[(u32, usize)]) -> Vec<SaturatedPool> {

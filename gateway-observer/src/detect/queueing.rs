@@ -3,7 +3,7 @@
 //! the cause (a blocked or busy event loop, too few workers), and it is often the first sign:
 //! the gateway's CPU stays low and its own latency, measured from the read, looks fine.
 //!
-//! Judged from `QueueFacts`, gathered each tick by `crate::request_queues`: connections holding
+//! Judged from `QueueFacts`, gathered each tick by `crate::state::request_queues`: connections holding
 //! unread bytes now (the kernel's per-socket arrival time), the socket queue waits of requests
 //! completed in the window, accept queues and listen overflows.
 

@@ -31,11 +31,9 @@ use std::collections::{HashMap, HashSet};
 
 use gateway_observer_common::reason;
 
-use super::{
-    event_loop::EventLoopConfig,
-    history::{History, ThreadInfo},
-};
+use super::event_loop::EventLoopConfig;
 use crate::events::Block;
+use crate::state::history::{History, ThreadInfo};
 
 /// Ticks idling in poll without untimed waits that make a thread a poll-only loop.
 const POLL_ONLY_TICKS: u32 = 3;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::alerts::{AlertKind, Finding};
-use crate::requests::flows::PeerFacts;
+use crate::state::requests::flows::PeerFacts;
 
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {

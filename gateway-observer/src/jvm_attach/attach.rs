@@ -47,14 +47,14 @@ pub enum AttachError {
 
 /// The thread dump of JVM `pid` (a host pid), at most `max_bytes` of it.
 pub fn thread_dump(pid: u32, max_bytes: usize) -> Result<String, AttachError> {
-    let uids = crate::procfs::uids(pid);
+    let uids = crate::host::procfs::uids(pid);
     let Some(&euid) = uids.get(1) else { return Err(AttachError::Gone(pid)) };
     // SAFETY: geteuid has no preconditions and cannot fail.
     let own = unsafe { libc::geteuid() };
     if euid != own {
         return Err(AttachError::OtherUid(euid));
     }
-    let nspid = crate::procfs::namespace_pid(pid).ok_or(AttachError::Gone(pid))?;
+    let nspid = crate::host::procfs::namespace_pid(pid).ok_or(AttachError::Gone(pid))?;
     let socket = PathBuf::from(format!("/proc/{pid}/root/tmp/.java_pid{nspid}"));
     let mut stream = match UnixStream::connect(&socket) {
         Ok(stream) => stream,

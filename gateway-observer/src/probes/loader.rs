@@ -17,7 +17,7 @@ use super::{
     kernel_offsets::{KernelOffsets, OffsetError},
     thread_slots::ThreadSlots,
 };
-use crate::{procfs, state::quotas::Quotas, syscalls};
+use crate::{host::procfs, state::quotas::Quotas, syscalls};
 
 /// Empty programs for `calibrate`: (program, tracepoint).
 pub const BASELINE_PROGRAMS: &[(&str, &str)] =

@@ -11,7 +11,7 @@ use aya::programs::{
 };
 
 use super::{ProbeError, Probes};
-use crate::tls_libraries::{Library, TlsCall};
+use crate::host::tls_libraries::{Library, TlsCall};
 
 /// The uretprobe every hooked call returns through.
 const EXIT_PROGRAM: &str = "tls_exit";

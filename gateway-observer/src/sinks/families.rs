@@ -1,5 +1,5 @@
 //! Every `gateway_observer_*` metric family: name, type, help and label names, in one place.
-//! Whoever computes the values ([`crate::collector`], [`crate::requests`], the alert book) names
+//! Whoever computes the values ([`crate::collector`], [`crate::state::requests`], the alert book) names
 //! a family from here; the names are the dashboards' and alert rules' contract
 //! (`deploy/grafana`, `deploy/prometheus`, the README's table).
 

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::procfs;
+use crate::host::procfs;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetSpec {

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::{procfs, thread_group::thread_group};
+use crate::{host::procfs, thread_group::thread_group};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadName {
@@ -165,7 +165,7 @@ mod tests {
         };
         let handles: Vec<_> = (0..3).map(spawn).collect();
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let tids = crate::procfs::threads(me);
+        let tids = crate::host::procfs::threads(me);
         let mut names = ThreadNames::new(5);
         let mut loops: Vec<(u32, String)> = tids
             .iter()

@@ -9,7 +9,7 @@ use std::{collections::BTreeSet, fs::File};
 
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-use crate::target_files::{self, Identity};
+use crate::host::target_files::{self, Identity};
 
 /// Libraries larger than this are not read (libssl.so.3 is under 1 MiB).
 pub const MAX_LIBRARY_BYTES: u64 = 64 << 20;
@@ -78,7 +78,7 @@ pub fn tls_paths(maps: &str) -> BTreeSet<String> {
 /// be opened (with why).
 pub fn open_libraries(pid: u32) -> (Vec<Library>, Vec<(String, LibraryError)>) {
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return (Vec::new(), Vec::new()) };
-    let owners = crate::procfs::uids(pid);
+    let owners = crate::host::procfs::uids(pid);
     let mut opened = Vec::new();
     let mut failed = Vec::new();
     for path in tls_paths(&maps) {

@@ -15,7 +15,7 @@ use std::{
 };
 
 use super::format::{self, FormatError, PerfData};
-use crate::{procfs, target_files::openat2};
+use crate::{host::procfs, host::target_files::openat2};
 
 /// HotSpot maps 64 KiB by default (`-XX:PerfDataMemorySize`); nothing legitimate is near this.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;

@@ -20,8 +20,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::events::socket::{ConnInfo, DataRecord, FlowRecord, Opened, SocketRecord};
 use crate::sinks::{families, prometheus::Exposition};
-use crate::socket_events::{ConnInfo, DataRecord, FlowRecord, Opened, SocketRecord};
 use flows::FlowState;
 use gateway_observer_http::{Connection, Direction, Exchange, Role, Segment};
 use peers::PeerLabels;
@@ -279,10 +279,9 @@ impl RequestTracker {
         let Some(conn) = self.conns.get_mut(&data.sk) else { return };
         conn.tgid = Some(data.tgid);
         if conn.process.is_none() {
-            let name = self
-                .names
-                .entry(data.tgid)
-                .or_insert_with(|| Arc::from(crate::procfs::comm(data.tgid).unwrap_or_else(|| data.tgid.to_string())));
+            let name = self.names.entry(data.tgid).or_insert_with(|| {
+                Arc::from(crate::host::procfs::comm(data.tgid).unwrap_or_else(|| data.tgid.to_string()))
+            });
             conn.process = Some(name.clone());
         }
         conn.last_active_ns = data.timestamp_ns;
@@ -417,7 +416,7 @@ impl RequestTracker {
             return None;
         }
         self.proc_lookups_left -= 1;
-        crate::procfs::tcp_addresses(tgid, fd)
+        crate::host::procfs::tcp_addresses(tgid, fd)
     }
 
     /// Connections with requests in flight (at most `limit`): after the kernel lost socket

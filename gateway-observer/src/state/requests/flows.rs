@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::socket_events::FlowRecord;
+use crate::events::socket::FlowRecord;
 
 /// One connection's traffic and retransmit history.
 #[derive(Debug, Default, Clone)]

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use crate::procfs;
+use crate::host::procfs;
 
 /// One reading of the daemon's own process.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::queueing::UnreadCandidate;
 use super::*;
-use crate::socket_events::{ConnInfo, DataRecord, Opened, SocketRecord};
+use crate::events::socket::{ConnInfo, DataRecord, Opened, SocketRecord};
 
 const GW: u32 = u32::MAX - 7; // a pid that does not exist: its name is the number
 const NETNS: u32 = 4_026_531_840;

@@ -81,7 +81,7 @@ fn non_negative(v: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hsperfdata::format::{parse, tests::Builder};
+    use crate::host::hsperfdata::format::{parse, tests::Builder};
 
     #[test]
     fn the_pause_counters_of_a_parallel_gc_jvm() {

@@ -1,5 +1,8 @@
 //! Ring-buffer bytes to typed records. Nothing here touches the kernel: it decodes byte slices,
-//! so it is tested on bytes made in the test.
+//! so it is tested on bytes made in the test. This module decodes the thread ring; `socket` the
+//! socket ring.
+
+pub mod socket;
 
 use gateway_observer_common::{EVENT_SIZE, Event, event_kind};
 

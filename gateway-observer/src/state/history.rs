@@ -193,7 +193,7 @@ impl History {
     pub fn event_loops<'a>(
         &'a self,
         now: Instant,
-        config: &'a super::event_loop::EventLoopConfig,
+        config: &'a crate::detect::event_loop::EventLoopConfig,
     ) -> impl Iterator<Item = &'a ThreadInfo> {
         self.tracks
             .values()

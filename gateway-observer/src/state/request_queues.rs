@@ -9,11 +9,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use crate::api::v1;
 use crate::detect::queueing::{ListenerFacts, QueueFacts};
+use crate::host::procfs;
 use crate::probes::{ProbeError, Probes};
-use crate::procfs;
-use crate::requests::RequestTracker;
-use crate::requests::queueing::ListenerKey;
 use crate::sinks::{families, prometheus::Exposition};
+use crate::state::requests::RequestTracker;
+use crate::state::requests::queueing::ListenerKey;
 
 /// SOCKS lookups per tick at most (a syscall each); more idle connections are looked at in turn.
 const LOOKUPS_PER_TICK: usize = 2048;

@@ -1,0 +1,10 @@
+//! The host as the daemon reads it: `/proc`, the files a target names (its binaries, its JVM's
+//! perf data), the daemon's own privileges and usage. The only I/O below the tick besides the
+//! kernel maps (`probes/`) and the stack readers (`stacks/`, `symbolize`, `jvm_attach/`).
+
+pub mod hsperfdata;
+pub mod privileges;
+pub mod procfs;
+pub mod self_usage;
+pub mod target_files;
+pub mod tls_libraries;
