@@ -7,6 +7,7 @@
 pub mod alerts;
 pub mod api;
 pub mod cli;
+pub mod clock;
 pub mod collector;
 pub mod config;
 pub mod detect;

@@ -14,7 +14,7 @@ use anyhow::Context as _;
 /// Bottom to top. A module may use its own layer and any layer listed before it.
 const LAYERS: &[(&str, &[&str])] = &[
     // Pure helpers and the wire types every layer may use.
-    ("foundation", &["heap", "printable", "opaque", "reason", "syscalls", "thread_group", "api", "logging"]),
+    ("foundation", &["clock", "heap", "printable", "opaque", "reason", "syscalls", "thread_group", "api", "logging"]),
     // The kernel, /proc and the target's files: the only I/O below the tick.
     ("host", &["probes", "host", "symbolize", "stacks", "jvm_attach"]),
     ("events", &["events"]),
@@ -31,8 +31,6 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// removes them.
 const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     ("detect", "alerts", "`Finding` is what detectors produce: it moves to detect"),
-    ("probes", "collector", "the map readers return state types the collector defines"),
-    ("probes", "state", "target quotas are computed in state and written into TARGETS by probes"),
     ("state", "detect", "request and queue facts are state the detectors read"),
     ("state", "sinks", "request and queue metrics are rendered by the sink from the tracker's views"),
 ];

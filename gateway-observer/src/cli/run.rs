@@ -27,13 +27,13 @@ use crate::{
     events,
     host::privileges,
     host::procfs,
+    probes::quotas::Quotas,
     probes::{ProbeSettings, Probes},
     sinks::{
         families,
         http::{self, Published},
         prometheus::Exposition,
     },
-    state::quotas::Quotas,
     state::targets::TargetSpec,
 };
 

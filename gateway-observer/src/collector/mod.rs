@@ -13,7 +13,7 @@ mod slots;
 mod snapshot;
 mod tls;
 
-pub use slots::monotonic_ns;
+pub use crate::clock::monotonic_ns;
 use slots::{BLOCKED, exit_name, thread_state_label, with_open_span};
 
 use std::{
@@ -339,7 +339,7 @@ impl Collector {
         let threads = self.drop_orphan_slots(self.probes.threads())?;
         let followed = threads.len();
         let threads_held =
-            crate::state::quotas::held_per_process(threads.iter().filter(|(_, s)| s.exited == 0).map(|(_, s)| s.tgid));
+            crate::probes::quotas::held_per_process(threads.iter().filter(|(_, s)| s.exited == 0).map(|(_, s)| s.tgid));
         let now = Instant::now();
         let now_mono = monotonic_ns();
         let mut owners = live_targets.clone();

@@ -1,4 +1,4 @@
-//! Renewing each target's budgets of thread slots and connections once a tick (`state::quotas`):
+//! Renewing each target's budgets of thread slots and connections once a tick (`probes::quotas`):
 //! what it holds now is counted, the kernel's entry is written again, and a target whose quota
 //! has just run out is named in the log. The congested socket ring is shared out equally among
 //! the targets (`ring_share`).
@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use super::Collector;
 use crate::{
+    probes::quotas::{held_per_process, newly_exhausted},
     probes::{BPF_EXIST, ProbeError},
-    state::quotas::{held_per_process, newly_exhausted},
 };
 
 impl Collector {

@@ -17,7 +17,7 @@ use super::{
     kernel_offsets::{KernelOffsets, OffsetError},
     thread_slots::ThreadSlots,
 };
-use crate::{host::procfs, state::quotas::Quotas, syscalls};
+use crate::{host::procfs, probes::quotas::Quotas, syscalls};
 
 /// Empty programs for `calibrate`: (program, tracepoint).
 pub const BASELINE_PROGRAMS: &[(&str, &str)] =
@@ -83,7 +83,7 @@ fn state_when_found(tgid: u32, tid: u32) -> ThreadState {
     if let Some(letter) = procfs::thread_state(tgid, tid).filter(|s| *s != 'R') {
         let syscall = procfs::thread_syscall(tgid, tid);
         state.offcpu_reason = crate::syscalls::blocked_reason(letter, syscall);
-        state.offcpu_start_ns = crate::collector::monotonic_ns();
+        state.offcpu_start_ns = crate::clock::monotonic_ns();
         if let Some((nr, args)) = syscall {
             state.syscall_nr = i32::try_from(nr).unwrap_or(-1);
             state.syscall_class = crate::syscalls::class_of(nr);

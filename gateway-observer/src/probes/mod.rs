@@ -4,6 +4,7 @@
 pub mod hooks;
 pub mod kernel_offsets;
 mod loader;
+pub mod quotas;
 mod thread_slots;
 pub mod tls;
 

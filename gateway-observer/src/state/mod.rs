@@ -5,7 +5,6 @@
 pub mod counters;
 pub mod history;
 pub mod liveness;
-pub mod quotas;
 pub mod request_queues;
 pub mod requests;
 pub mod targets;
