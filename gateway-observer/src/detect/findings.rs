@@ -9,7 +9,7 @@ use super::{
     jvm_pause::{JvmPauseConfig, PausedJvm},
     pool::SaturatedPool,
 };
-use crate::alerts::{AlertKind, Finding};
+use crate::detect::finding::{AlertKind, Finding};
 
 pub fn event_loop_blocked(found: &BlockedLoop, config: &EventLoopConfig) -> Finding {
     let evidence = json!({

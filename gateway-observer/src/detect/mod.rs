@@ -4,6 +4,7 @@
 
 pub mod busy;
 pub mod event_loop;
+pub mod finding;
 pub mod findings;
 pub mod jvm_pause;
 pub mod pool;

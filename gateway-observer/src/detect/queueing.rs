@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::{
-    alerts::{AlertKind, Finding},
     api::v1,
+    detect::finding::{AlertKind, Finding},
 };
 
 #[derive(Debug, Clone)]

@@ -36,7 +36,7 @@ use std::{collections::BTreeSet, time::Duration};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::alerts::{AlertKind, Finding};
+use crate::detect::finding::{AlertKind, Finding};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

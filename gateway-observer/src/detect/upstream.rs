@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::alerts::{AlertKind, Finding};
+use crate::detect::finding::{AlertKind, Finding};
 use crate::state::requests::flows::PeerFacts;
 
 #[derive(Debug, Clone)]
