@@ -107,7 +107,7 @@ fn main() {
             now_ns += 1_000_000_000;
             tracker.expire(now_ns);
             std::hint::black_box(tracker.per_process(now_ns));
-            std::hint::black_box(tracker.stall_facts(now_ns, &stalled));
+            std::hint::black_box(tracker.stall_facts(now_ns, stalled.age_ns(), stalled.prompt_ns()));
         }
     }
     let elapsed = started.elapsed();

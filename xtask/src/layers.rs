@@ -1,8 +1,6 @@
 //! The layer check of `cargo xtask lint`: the daemon crate's top-level modules form a pipeline
 //! (ARCHITECTURE.md), and a module may name only modules of its own layer or of the layers below.
-//! Only `probes` names aya. Today's tree still breaks the rule in a few places; each is listed in
-//! [`KNOWN_UPWARD`] with what must move, so a new upward import fails the lint and an exception
-//! that is no longer needed fails it too (the list only shrinks).
+//! Only `probes` names aya. There are no exceptions: an upward import fails the lint.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -25,13 +23,6 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The tick that ties the layers together, and the programs around it.
     ("collector", &["collector"]),
     ("commands", &["cli", "top", "config"]),
-];
-
-/// Upward imports the tree still has: (from, to, what must move). Issue 12's pipeline tree
-/// removes them.
-const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
-    ("state", "detect", "request and queue facts are state the detectors read"),
-    ("state", "sinks", "request and queue metrics are rendered by the sink from the tracker's views"),
 ];
 
 /// Files outside `probes` that may name aya: the embedded object and the ring-buffer drains.
@@ -58,16 +49,14 @@ pub fn check(src: &Path) -> anyhow::Result<()> {
     }
     let problems = judge(&uses, &aya_users);
     anyhow::ensure!(problems.is_empty(), "layer check (xtask/src/layers.rs):\n  {}", problems.join("\n  "));
-    println!("layer check: passed; {} known upward imports left (issue 12)", KNOWN_UPWARD.len());
+    println!("layer check: passed");
     Ok(())
 }
 
-/// What breaks the layers: upward imports not known, known ones no longer there, modules in
-/// no layer, aya named outside `probes`.
+/// What breaks the layers: upward imports, modules in no layer, aya named outside `probes`.
 fn judge(uses: &BTreeMap<String, BTreeSet<String>>, aya_users: &[String]) -> Vec<String> {
     let mut problems = Vec::new();
     let layer_of = |module: &str| LAYERS.iter().position(|(_, modules)| modules.contains(&module));
-    let mut seen_upward = BTreeSet::new();
     for (from, used) in uses {
         let Some(from_layer) = layer_of(from) else {
             problems.push(format!("module `{from}` is in no layer: add it to LAYERS"));
@@ -81,19 +70,10 @@ fn judge(uses: &BTreeMap<String, BTreeSet<String>>, aya_users: &[String]) -> Vec
             if to_layer <= from_layer {
                 continue;
             }
-            if KNOWN_UPWARD.iter().any(|(f, t, _)| f == from && t == to) {
-                seen_upward.insert((from.as_str(), to.as_str()));
-            } else {
-                problems.push(format!(
-                    "`{from}` ({}) uses `{to}` ({}), a layer above it",
-                    LAYERS[from_layer].0, LAYERS[to_layer].0
-                ));
-            }
-        }
-    }
-    for (from, to, _) in KNOWN_UPWARD {
-        if !seen_upward.contains(&(*from, *to)) {
-            problems.push(format!("`{from}` no longer uses `{to}`: remove it from KNOWN_UPWARD"));
+            problems.push(format!(
+                "`{from}` ({}) uses `{to}` ({}), a layer above it",
+                LAYERS[from_layer].0, LAYERS[to_layer].0
+            ));
         }
     }
     for file in aya_users {
@@ -194,10 +174,6 @@ mod tests {
         map
     }
 
-    fn known() -> Vec<(&'static str, &'static str)> {
-        KNOWN_UPWARD.iter().map(|(f, t, _)| (*f, *t)).collect()
-    }
-
     #[test]
     fn paths_and_use_groups_name_their_modules() {
         let text = "use crate::{\n    detect::Detectors,\n    sinks::{families, prometheus::Exposition},\n    state::x,\n};\n\
@@ -208,8 +184,7 @@ mod tests {
 
     #[test]
     fn a_new_upward_import_fails_and_downward_ones_pass() {
-        let mut pairs = known();
-        pairs.extend([("collector", "detect"), ("detect", "state"), ("state", "host")]);
+        let mut pairs = vec![("collector", "detect"), ("detect", "state"), ("state", "host")];
         assert!(judge(&uses(&pairs), &[]).is_empty(), "{:?}", judge(&uses(&pairs), &[]));
         pairs.push(("detect", "collector"));
         let problems = judge(&uses(&pairs), &[]);
@@ -218,16 +193,8 @@ mod tests {
     }
 
     #[test]
-    fn an_exception_no_longer_needed_fails_until_removed() {
-        let pairs: Vec<_> = known().into_iter().filter(|(f, t)| (*f, *t) != ("state", "sinks")).collect();
-        let problems = judge(&uses(&pairs), &[]);
-        assert_eq!(problems, ["`state` no longer uses `sinks`: remove it from KNOWN_UPWARD"]);
-    }
-
-    #[test]
     fn unknown_modules_and_aya_outside_probes_fail() {
-        let mut pairs = known();
-        pairs.push(("newcomer", "host"));
+        let pairs = [("newcomer", "host")];
         let problems = judge(&uses(&pairs), &["detect/pool.rs".to_owned()]);
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("`newcomer` is in no layer"));

@@ -112,12 +112,13 @@ fn tick(tracker: &mut RequestTracker, now: u64) {
         assert!(facts.connections <= connections, "{facts:?}");
     }
     let _ = tracker.waiting_inbound(now, 0);
-    let _ = tracker.stall_facts(now, &StalledConfig::default());
+    let stalled = StalledConfig::default();
+    let _ = tracker.stall_facts(now, stalled.age_ns(), stalled.prompt_ns());
     let candidates = tracker.unread_candidates(now, 0, 8);
     assert!(candidates.len() <= 8);
     assert!(tracker.slowest.list().len() <= SLOWEST);
     let mut exposition = Exposition::default();
-    tracker.render(&mut exposition, now);
+    gateway_observer::sinks::request_metrics::render_requests(&tracker, &mut exposition, now);
     let _ = exposition.finish();
 }
 

@@ -82,7 +82,7 @@ impl Collector {
     /// Processes whose read requests stall; `others` are this tick's other findings.
     fn requests_stalled(&self, others: &[crate::alerts::Finding]) -> Vec<crate::alerts::Finding> {
         let config = &self.detectors.stalled;
-        let mut facts = self.requests.stall_facts(monotonic_ns(), config);
+        let mut facts = self.requests.stall_facts(monotonic_ns(), config.age_ns(), config.prompt_ns());
         for facts in &mut facts {
             facts.cpu_cores = self.cpu_cores.get(&facts.pid).copied();
             for waiting in &mut facts.waiting {

@@ -59,8 +59,8 @@ impl Collector {
                 e.histogram(name, &[("process", process.as_str())], &hist);
             }
         }
-        self.requests.render(&mut e, monotonic_ns());
-        self.request_queues.render(&mut e);
+        crate::sinks::request_metrics::render_requests(&self.requests, &mut e, monotonic_ns());
+        crate::sinks::request_metrics::render_request_queues(&self.request_queues, &mut e);
         self.jvm.render(&mut e);
         let name = &families::BPF_EVENTS_LOST;
         e.family(name);

@@ -191,7 +191,7 @@ impl<'a> BlockJudge<'a> {
         config: &'a EventLoopConfig,
         baselines: &'a LoopBaselines,
     ) -> Self {
-        let loops: HashMap<u32, &ThreadInfo> = history.event_loops(now, config).map(|t| (t.tid, t)).collect();
+        let loops: HashMap<u32, &ThreadInfo> = event_loops(history, now, config).map(|t| (t.tid, t)).collect();
         // Pauses matter only in processes with loops to judge: the rest's blocks (thousands a
         // second from a process of napping threads) are not searched.
         let with_loops: HashSet<u32> = loops.values().map(|t| t.tgid).collect();
@@ -317,6 +317,19 @@ impl BlockedLoop {
             self.blocks.longest_ns / 1_000_000
         )
     }
+}
+
+/// The event loops: threads that idled in poll/epoll/select within the config's memory, or
+/// that the config names as loops (and that it does not exclude).
+pub fn event_loops<'a>(
+    history: &'a History,
+    now: std::time::Instant,
+    config: &'a EventLoopConfig,
+) -> impl Iterator<Item = &'a ThreadInfo> {
+    history
+        .threads_polled(now, config.loop_memory)
+        .filter(|(info, polled)| config.is_event_loop(&info.name, *polled))
+        .map(|(info, _)| info)
 }
 
 #[cfg(test)]

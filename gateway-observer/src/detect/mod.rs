@@ -171,9 +171,7 @@ impl Detectors {
 
     /// Every event loop with its utilization over the window.
     pub fn loops(&self, now: Instant) -> Vec<LoopStatus> {
-        let mut loops: Vec<LoopStatus> = self
-            .history
-            .event_loops(now, &self.event_loop)
+        let mut loops: Vec<LoopStatus> = event_loop::event_loops(&self.history, now, &self.event_loop)
             .filter_map(|thread| {
                 let delta = self.history.delta(thread.tid, self.event_loop.window)?;
                 let idle: u64 = IDLE_REASONS.iter().map(|r| delta.ns(*r)).sum();

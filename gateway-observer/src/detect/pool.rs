@@ -236,7 +236,8 @@ pub fn saturated_pools(
     signals: &SleepSignals,
 ) -> Vec<SaturatedPool> {
     let SleepSignals { requests, timed_waits } = signals;
-    let loop_tids: std::collections::HashSet<u32> = history.event_loops(now, loops).map(|t| t.tid).collect();
+    let loop_tids: std::collections::HashSet<u32> =
+        super::event_loop::event_loops(history, now, loops).map(|t| t.tid).collect();
     let mut groups: BTreeMap<(u32, String), GroupTotals> = BTreeMap::new();
     for thread in history.threads() {
         if loop_tids.contains(&thread.tid) {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+pub use crate::state::request_queues::{ListenerFacts, QueueFacts};
 use crate::{
     api::v1,
     detect::finding::{AlertKind, Finding},
@@ -31,63 +32,6 @@ pub struct QueueingConfig {
 impl Default for QueueingConfig {
     fn default() -> Self {
         Self { threshold: Duration::from_millis(200), min_delayed: 3, min_delayed_share: 0.01 }
-    }
-}
-
-/// One listening port of a process, now.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ListenerFacts {
-    pub port: u16,
-    /// Connections handshaken and not yet accepted.
-    pub accept_queue: u32,
-    /// Connections holding bytes unread for at least the threshold.
-    pub waiting: u32,
-    /// The age of the oldest unread bytes among them.
-    pub oldest_unread_ns: u64,
-}
-
-/// A process that listens (the lowest pid of those sharing its listeners), now and over the
-/// window.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct QueueFacts {
-    pub pid: u32,
-    pub comm: String,
-    /// Every process sharing the listeners (nginx's master and workers), `pid` among them.
-    pub sharers: Vec<u32>,
-    pub listeners: Vec<ListenerFacts>,
-    pub window_ns: u64,
-    /// Inbound requests completed in the window, those whose bytes waited past the threshold
-    /// before the gateway read them, and the longest such wait.
-    pub completed: u64,
-    pub delayed: u64,
-    /// Of `delayed`, those completed in the last tick: the queueing is still going on.
-    pub delayed_last_tick: u64,
-    pub max_queue_ns: u64,
-    /// 5xx answers or connections closed unanswered in the window.
-    pub refused: u64,
-    /// Connections the network namespace dropped in the window because an accept queue was full.
-    pub listen_overflows: u64,
-}
-
-impl ListenerFacts {
-    /// As the snapshot shows it, and the alert evidence too.
-    pub fn to_wire(&self) -> v1::Listener {
-        v1::Listener {
-            port: self.port,
-            accept_queue: Some(u64::from(self.accept_queue)),
-            waiting: Some(u64::from(self.waiting)),
-            oldest_unread_seconds: Some(secs(self.oldest_unread_ns)),
-        }
-    }
-}
-
-impl QueueFacts {
-    pub fn waiting(&self) -> u32 {
-        self.listeners.iter().map(|l| l.waiting).sum()
-    }
-
-    pub fn oldest_unread_ns(&self) -> u64 {
-        self.listeners.iter().map(|l| l.oldest_unread_ns).max().unwrap_or(0)
     }
 }
 

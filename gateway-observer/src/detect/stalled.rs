@@ -37,6 +37,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::detect::finding::{AlertKind, Finding};
+pub use crate::state::requests::stalled::{StallFacts, WaitingRequest};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -88,49 +89,6 @@ impl StalledConfig {
 
     pub fn prompt_ns(&self) -> u64 {
         u64::try_from(self.prompt.as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
-/// An inbound request read in full, with no response begun and nothing read on its connection for
-/// at least the age threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WaitingRequest {
-    /// The thread that read it.
-    pub tid: u32,
-    pub age_ns: u64,
-    /// That thread is off the CPU in work now (a sleep, socket or disk wait): the request is being
-    /// worked on, slowly, which the pool and loop detectors judge.
-    pub reader_blocked_in_work: bool,
-}
-
-/// One process's inbound requests now, as this detector judges them.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StallFacts {
-    pub pid: u32,
-    pub comm: String,
-    /// Inbound requests read and not answered in full.
-    pub in_flight: usize,
-    pub waiting: Vec<WaitingRequest>,
-    /// Requests the process sent upstream, unanswered for at least the age threshold.
-    pub upstream_waiting: usize,
-    /// Inbound requests that arrived after the oldest waiting one and were answered, and of them
-    /// those answered within `prompt`.
-    pub answered_since: u64,
-    pub prompt_answers: u64,
-    /// Cores the process used over the last tick; None until measured twice.
-    pub cpu_cores: Option<f64>,
-}
-
-impl StallFacts {
-    /// Waiting requests no thread is blocked in work for: held by the process itself.
-    fn held(&self) -> impl Iterator<Item = &WaitingRequest> {
-        self.waiting.iter().filter(|w| !w.reader_blocked_in_work)
-    }
-
-    /// The start of the oldest waiting request, `now_ns` being now: answers to requests that
-    /// arrived after it tell whether the process still serves.
-    pub fn oldest_waiting_start_ns(&self, now_ns: u64) -> Option<u64> {
-        self.waiting.iter().map(|w| now_ns.saturating_sub(w.age_ns)).min()
     }
 }
 

@@ -75,7 +75,8 @@ pub struct LoopBaselines {
 impl LoopBaselines {
     /// Learns from the last tick of every event loop and from the blocks not seen yet.
     pub fn learn(&mut self, history: &History, blocks: &[Block], now: std::time::Instant, config: &EventLoopConfig) {
-        let loops: HashMap<u32, &ThreadInfo> = history.event_loops(now, config).map(|t| (t.tid, t)).collect();
+        let loops: HashMap<u32, &ThreadInfo> =
+            super::event_loop::event_loops(history, now, config).map(|t| (t.tid, t)).collect();
         for &tid in loops.keys() {
             let Some(last) = history.last_delta(tid) else { continue };
             if last.share(&[reason::POLL]) >= POLL_ONLY_MIN_POLL_SHARE

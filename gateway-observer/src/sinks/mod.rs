@@ -4,3 +4,4 @@
 pub mod families;
 pub mod http;
 pub mod prometheus;
+pub mod request_metrics;

@@ -68,30 +68,7 @@ enum Value {
     },
 }
 
-/// A log2 histogram as the kernel keeps it: `buckets[b]` counts values in [2^(b-1), 2^b) ns.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Log2Histogram {
-    pub buckets: Vec<u64>,
-    pub sum_ns: u64,
-}
-
-impl Log2Histogram {
-    pub fn add(&mut self, bucket: usize, count: u64) {
-        if self.buckets.len() <= bucket {
-            self.buckets.resize(bucket + 1, 0);
-        }
-        self.buckets[bucket] += count;
-    }
-
-    pub fn count(&self) -> u64 {
-        self.buckets.iter().sum()
-    }
-
-    /// Values below 2^bucket ns: every bucket up to and including `bucket`.
-    fn cumulative_below(&self, bucket: usize) -> u64 {
-        self.buckets.iter().take(bucket + 1).sum()
-    }
-}
+pub use crate::state::histogram::Log2Histogram;
 
 /// Upper bounds printed for log2 histograms: 2^10 ns (1 µs) to 2^36 ns (69 s), one every ×4,
 /// so a histogram is 14 buckets plus +Inf, enough for µs lock waits and minute-long stalls.

@@ -188,20 +188,10 @@ impl History {
         Some(difference(newest, oldest, elapsed))
     }
 
-    /// The event loops: threads that idled in poll/epoll/select within the config's memory, or
-    /// that the config names as loops (and that it does not exclude).
-    pub fn event_loops<'a>(
-        &'a self,
-        now: Instant,
-        config: &'a crate::detect::event_loop::EventLoopConfig,
-    ) -> impl Iterator<Item = &'a ThreadInfo> {
-        self.tracks
-            .values()
-            .filter(move |t| {
-                let polled = t.last_polled.is_some_and(|p| now.duration_since(p) <= config.loop_memory);
-                config.is_event_loop(&t.info.name, polled)
-            })
-            .map(|t| &t.info)
+    /// Every followed thread, and whether it idled in poll/epoll/select within `memory`: what
+    /// tells the detectors which threads are event loops.
+    pub fn threads_polled(&self, now: Instant, memory: Duration) -> impl Iterator<Item = (&ThreadInfo, bool)> {
+        self.tracks.values().map(move |t| (&t.info, t.last_polled.is_some_and(|p| now.duration_since(p) <= memory)))
     }
 
     /// A followed thread of process `tgid`.
@@ -270,8 +260,8 @@ mod tests {
         assert_eq!(d.ns(reason::POLL), 2_500_000_000);
         assert_eq!(d.ns(reason::FUTEX_TIMED), 1_600_000_000);
         let now = start + Duration::from_secs(9);
-        let config = crate::detect::event_loop::EventLoopConfig::default();
-        assert_eq!(h.event_loops(now, &config).count(), 1);
+        let polled = |now| h.threads_polled(now, Duration::from_secs(60)).filter(|(_, polled)| *polled).count();
+        assert_eq!(polled(now), 1);
     }
 
     #[test]
@@ -281,8 +271,8 @@ mod tests {
         for second in 0..10u64 {
             h.record(start + Duration::from_secs(second), info(8), totals(0, second));
         }
-        let config = crate::detect::event_loop::EventLoopConfig::default();
-        assert_eq!(h.event_loops(start + Duration::from_secs(9), &config).count(), 0);
+        let polled = h.threads_polled(start + Duration::from_secs(9), Duration::from_secs(60));
+        assert_eq!(polled.filter(|(_, polled)| *polled).count(), 0);
         let d = h.delta(8, Duration::from_secs(60)).expect("delta");
         assert_eq!(d.elapsed, Duration::from_secs(3), "only `keep` of history is kept");
         h.forget(8);

@@ -3,6 +3,7 @@
 //! kernel handle.
 
 pub mod counters;
+pub mod histogram;
 pub mod history;
 pub mod liveness;
 pub mod request_queues;

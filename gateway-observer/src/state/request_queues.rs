@@ -8,10 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use crate::api::v1;
-use crate::detect::queueing::{ListenerFacts, QueueFacts};
 use crate::host::procfs;
 use crate::probes::{ProbeError, Probes};
-use crate::sinks::{families, prometheus::Exposition};
 use crate::state::requests::RequestTracker;
 use crate::state::requests::queueing::ListenerKey;
 
@@ -120,29 +118,6 @@ impl RequestQueues {
             .collect()
     }
 
-    /// Gauges per (process name, port), summed over processes of one name (the same gateway in
-    /// several pods listens on the same port in each: pids are never labels).
-    pub fn render(&self, e: &mut Exposition) {
-        let mut sums: BTreeMap<(&str, u16), (u32, u32)> = BTreeMap::new();
-        for facts in &self.last {
-            for l in &facts.listeners {
-                let sum = sums.entry((facts.comm.as_str(), l.port)).or_default();
-                sum.0 += l.accept_queue;
-                sum.1 += l.waiting;
-            }
-        }
-        let name = &families::ACCEPT_QUEUE_CONNECTIONS;
-        e.family(name);
-        for ((process, port), (accept_queue, _)) in &sums {
-            e.sample(name, &[("process", process), ("port", &port.to_string())], f64::from(*accept_queue));
-        }
-        let name = &families::SOCKET_WAITING_CONNECTIONS;
-        e.family(name);
-        for ((process, port), (_, waiting)) in &sums {
-            e.sample(name, &[("process", process), ("port", &port.to_string())], f64::from(*waiting));
-        }
-    }
-
     /// ListenOverflows of a namespace over the window, read through a process in it (the counter
     /// is namespace-wide: another listener's overflows count too, which the evidence says by its
     /// name).
@@ -180,4 +155,65 @@ fn waiting_connections(
         entry.1 = entry.1.max(age);
     }
     Ok(waiting)
+}
+
+/// One listening port of a process, now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListenerFacts {
+    pub port: u16,
+    /// Connections handshaken and not yet accepted.
+    pub accept_queue: u32,
+    /// Connections holding bytes unread for at least the threshold.
+    pub waiting: u32,
+    /// The age of the oldest unread bytes among them.
+    pub oldest_unread_ns: u64,
+}
+
+/// A process that listens (the lowest pid of those sharing its listeners), now and over the
+/// window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueFacts {
+    pub pid: u32,
+    pub comm: String,
+    /// Every process sharing the listeners (nginx's master and workers), `pid` among them.
+    pub sharers: Vec<u32>,
+    pub listeners: Vec<ListenerFacts>,
+    pub window_ns: u64,
+    /// Inbound requests completed in the window, those whose bytes waited past the threshold
+    /// before the gateway read them, and the longest such wait.
+    pub completed: u64,
+    pub delayed: u64,
+    /// Of `delayed`, those completed in the last tick: the queueing is still going on.
+    pub delayed_last_tick: u64,
+    pub max_queue_ns: u64,
+    /// 5xx answers or connections closed unanswered in the window.
+    pub refused: u64,
+    /// Connections the network namespace dropped in the window because an accept queue was full.
+    pub listen_overflows: u64,
+}
+
+impl ListenerFacts {
+    /// As the snapshot shows it, and the alert evidence too.
+    pub fn to_wire(&self) -> v1::Listener {
+        v1::Listener {
+            port: self.port,
+            accept_queue: Some(u64::from(self.accept_queue)),
+            waiting: Some(u64::from(self.waiting)),
+            oldest_unread_seconds: Some(secs(self.oldest_unread_ns)),
+        }
+    }
+}
+
+impl QueueFacts {
+    pub fn waiting(&self) -> u32 {
+        self.listeners.iter().map(|l| l.waiting).sum()
+    }
+
+    pub fn oldest_unread_ns(&self) -> u64 {
+        self.listeners.iter().map(|l| l.oldest_unread_ns).max().unwrap_or(0)
+    }
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
 }

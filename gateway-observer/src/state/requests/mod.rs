@@ -21,7 +21,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::events::socket::{ConnInfo, DataRecord, FlowRecord, Opened, SocketRecord};
-use crate::sinks::{families, prometheus::Exposition};
 use flows::FlowState;
 use gateway_observer_http::{Connection, Direction, Exchange, Role, Segment};
 use peers::PeerLabels;
@@ -364,7 +363,7 @@ impl RequestTracker {
     }
 
     /// The process's name, read from /proc when its first data record arrived.
-    fn process_name(&self, tgid: u32) -> Arc<str> {
+    pub fn process_name(&self, tgid: u32) -> Arc<str> {
         self.names.get(&tgid).cloned().unwrap_or_else(|| Arc::from(tgid.to_string()))
     }
 
@@ -477,78 +476,25 @@ impl RequestTracker {
         self.slowest.expire(now_ns);
     }
 
-    /// The request metrics.
-    pub fn render(&self, e: &mut Exposition, now_ns: u64) {
-        let name = &families::HTTP_REQUESTS;
-        e.family(name);
-        for ((process, side, method, class), count) in &self.stats.counts {
-            let labels =
-                [("process", &**process), ("direction", side.as_str()), ("method", method), ("status_class", class)];
-            e.sample(name, &labels, *count as f64);
-        }
-        let name = &families::HTTP_REQUEST_DURATION_SECONDS;
-        e.family(name);
-        for ((process, side), hist) in &self.stats.durations {
-            e.histogram(name, &[("process", process), ("direction", side.as_str())], hist);
-        }
-        let name = &families::HTTP_SOCKET_QUEUE_SECONDS;
-        e.family(name);
-        for (process, hist) in &self.stats.socket_queue {
-            e.histogram(name, &[("process", process)], hist);
-        }
-        // Processes of one name (nginx's workers) share their series: sums, and the oldest age.
-        let mut by_name: BTreeMap<(Arc<str>, String), (usize, f64, usize)> = BTreeMap::new();
-        for (tgid, peers) in self.upstreams(now_ns) {
-            for peer in peers {
-                let entry = by_name.entry((self.process_name(tgid), peer.peer)).or_default();
-                entry.0 += peer.outstanding;
-                entry.1 = entry.1.max(peer.oldest_age_seconds);
-                entry.2 += peer.one_way;
-            }
-        }
-        let name = &families::UPSTREAM_OUTSTANDING_REQUESTS;
-        e.family(name);
-        for ((process, peer), (outstanding, _, _)) in &by_name {
-            e.sample(name, &[("process", process), ("peer", peer)], *outstanding as f64);
-        }
-        let name = &families::UPSTREAM_OLDEST_REQUEST_AGE_SECONDS;
-        e.family(name);
-        for ((process, peer), (_, age, _)) in &by_name {
-            e.sample(name, &[("process", process), ("peer", peer)], *age);
-        }
-        let name = &families::TCP_RETRANSMITS;
-        e.family(name);
-        for ((process, peer), count) in &self.retransmits {
-            e.sample(name, &[("process", process), ("peer", peer)], *count as f64);
-        }
-        let name = &families::TCP_ONE_WAY_FLOWS;
-        e.family(name);
-        for ((process, peer), (_, _, one_way)) in &by_name {
-            e.sample(name, &[("process", process), ("peer", peer)], *one_way as f64);
-        }
-        let name = &families::HTTP_NON_HTTP_BYTES;
-        e.family(name);
-        for (process, bytes) in &self.non_http_bytes {
-            e.sample(name, &[("process", process)], *bytes as f64);
-        }
-        let name = &families::TLS_CONNECTIONS_UNPARSED;
-        e.family(name);
-        for (process, connections) in &self.tls_unparsed {
-            e.sample(name, &[("process", process)], *connections as f64);
-        }
-        let name = &families::HTTP_PARSE_RESYNCS;
-        e.family(name);
+    /// Bytes of connections that are not HTTP, per process name.
+    pub fn non_http_bytes(&self) -> &BTreeMap<Arc<str>, u64> {
+        &self.non_http_bytes
+    }
+
+    /// Connections known to be TLS whose plaintext is not seen, per process name.
+    pub fn tls_unparsed(&self) -> &BTreeMap<Arc<str>, u64> {
+        &self.tls_unparsed
+    }
+
+    /// Retransmits per (process name, peer).
+    pub fn retransmits(&self) -> &BTreeMap<(Arc<str>, String), u64> {
+        &self.retransmits
+    }
+
+    /// Times the framing was lost and found again, open and closed connections together.
+    pub fn parse_resyncs(&self) -> u64 {
         let live: u64 = self.conns.values().filter_map(|c| c.http.as_ref()).map(Connection::lost_sync).sum();
-        e.sample(name, &[], (live + self.counts.closed_resyncs) as f64);
-        let name = &families::HTTP_ABANDONED_REQUESTS;
-        e.family(name);
-        e.sample(name, &[], self.counts.abandoned_after_loss as f64);
-        let name = &families::HTTP_CONNECTIONS;
-        e.family(name);
-        e.sample(name, &[], self.conns.len() as f64);
-        let name = &families::HTTP_UNATTRIBUTED_RECORDS;
-        e.family(name);
-        e.sample(name, &[], self.counts.unattributed_records as f64);
+        live + self.counts.closed_resyncs
     }
 }
 
@@ -560,4 +506,4 @@ fn new_connection(side: Side) -> Connection {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use crate::sinks::prometheus::Log2Histogram;
+use crate::state::histogram::Log2Histogram;
 
 /// How far back the snapshot's rates and quantiles look.
 pub const WINDOW_NS: u64 = 10_000_000_000;
