@@ -1,0 +1,106 @@
+//! Ring-buffer records: the thread ring's `Event` and the socket ring's data, connection and
+//! flow records.
+
+use crate::{DATA_HEAD_BYTES, DATA_TAIL_BYTES};
+
+/// One ring-buffer record. A single fixed layout for every `event_kind` keeps decoding simple.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub kind: u32,
+    pub tid: u32,
+    pub tgid: u32,
+    /// BLOCK: `reason::*`; PROCESS_FORK: the child's tgid.
+    pub reason: u32,
+    /// BLOCK: syscall number the thread blocked in, or -1.
+    pub syscall_nr: i32,
+    pub waker_tid: u32,
+    /// BLOCK: off-CPU time before the wakeup.
+    pub wait_ns: u64,
+    /// BLOCK: time between wakeup and running again.
+    pub runqueue_ns: u64,
+    /// BLOCK in futex: the futex word's address.
+    pub futex_uaddr: u64,
+    /// Monotonic (CLOCK_MONOTONIC) time the event was recorded.
+    pub timestamp_ns: u64,
+}
+pub const EVENT_SIZE: usize = 56;
+const _: () = assert!(size_of::<Event>() == EVENT_SIZE);
+
+/// Socket ring-buffer record `SOCKET_DATA`: one read or write on a target's TCP socket. Too big
+/// for the BPF stack, so the kernel fills it field by field in the reserved ring-buffer space.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataEvent {
+    pub kind: u32,
+    pub tid: u32,
+    pub tgid: u32,
+    pub fd: u32,
+    pub sk: u64,
+    /// When the syscall returned (CLOCK_MONOTONIC).
+    pub timestamp_ns: u64,
+    /// Bytes transferred (the syscall's return value).
+    pub len: u64,
+    /// Reads: when the bytes first arrived in the socket, before the process read them; 0 unknown.
+    pub queued_since_ns: u64,
+    /// `data_shape::*` of the syscall.
+    pub shape: u8,
+    pub _pad: u8,
+    /// Valid bytes in `head` (the first ones transferred) and `tail` (the last ones).
+    pub head_len: u16,
+    pub tail_len: u16,
+    /// Low 16 bits of the socket's `SockState::lost` when this record was sent.
+    pub sock_lost: u16,
+    pub head: [u8; DATA_HEAD_BYTES],
+    pub tail: [u8; DATA_TAIL_BYTES],
+}
+pub const DATA_EVENT_SIZE: usize = 584;
+const _: () = assert!(size_of::<DataEvent>() == DATA_EVENT_SIZE);
+
+/// Socket ring-buffer record `SOCKET_OPEN` / `SOCKET_CLOSE`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ConnEvent {
+    pub kind: u32,
+    /// Owner if known (0: learnt from its first data event).
+    pub tgid: u32,
+    pub sk: u64,
+    pub timestamp_ns: u64,
+    /// `conn_role::*`
+    pub role: u32,
+    /// AF_INET (2) or AF_INET6 (10).
+    pub family: u16,
+    /// Host byte order.
+    pub local_port: u16,
+    pub remote_port: u16,
+    pub _pad: [u8; 2],
+    /// The socket's network namespace (its /proc/PID/ns/net inode number).
+    pub netns: u32,
+    /// IPv4 addresses in the first four bytes, network order.
+    pub local_addr: [u8; 16],
+    pub remote_addr: [u8; 16],
+}
+pub const CONN_EVENT_SIZE: usize = 72;
+const _: () = assert!(size_of::<ConnEvent>() == CONN_EVENT_SIZE);
+
+/// Socket ring-buffer record `SOCKET_RETRANSMIT` / `SOCKET_RESET`: what a stalled or broken
+/// flow looks like from the kernel's TCP state.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct FlowEvent {
+    pub kind: u32,
+    pub tgid: u32,
+    pub sk: u64,
+    pub timestamp_ns: u64,
+    /// When data last arrived on the connection (0: never since followed).
+    pub rx_last_ns: u64,
+    /// Bytes sent and not acknowledged (snd_nxt - snd_una).
+    pub unacked_bytes: u32,
+    /// Retransmits of this connection so far.
+    pub retransmits: u32,
+    /// RESET: 1 when the peer reset it, 0 when we sent the reset.
+    pub by_peer: u32,
+    pub _pad: u32,
+}
+pub const FLOW_EVENT_SIZE: usize = 48;
+const _: () = assert!(size_of::<FlowEvent>() == FLOW_EVENT_SIZE);

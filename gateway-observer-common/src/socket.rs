@@ -1,0 +1,49 @@
+//! Per-connection state (`SOCKS`) and the keys of the socket maps.
+
+/// Value of `SOCKS`: a TCP connection a target uses, keyed by its `struct sock` address.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct SockState {
+    /// Owner, or 0 until a target thread first transfers data on it (an accepted connection of a
+    /// pre-fork server belongs to whichever worker accepts it).
+    pub tgid: u32,
+    /// `conn_role::*`
+    pub role: u32,
+    /// When bytes arrived that no read has taken yet; 0 when the socket was drained.
+    pub unread_since_ns: u64,
+    /// When data last arrived (any, read or not).
+    pub rx_last_ns: u64,
+    /// Retransmitted segments so far.
+    pub retransmits: u32,
+    /// Data records of this socket the ring had no room for, so far (it only grows): a record
+    /// carries it, and userspace forgets what it was parsing on this connection alone when it
+    /// moves, instead of every connection's.
+    pub lost: u32,
+    /// 1 once a TLS library call of a target moved bytes on it: its ciphertext is never reported
+    /// (the plaintext is, from the library's hooks).
+    pub tls: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<SockState>() == 40);
+
+/// Key of `LISTEN_PORTS`: a port in one network namespace.
+pub fn listen_key(netns_inum: u32, port: u16) -> u64 {
+    (u64::from(netns_inum) << 16) | u64::from(port)
+}
+
+/// `SSL *` objects whose last socket is remembered (`TLS_SOCKS`), for reads the library answers
+/// from its buffer without a nested transfer.
+pub const MAX_TLS_SESSIONS: u32 = 16384;
+
+/// Key of `TLS_SOCKS`: an `SSL *` in one process (forked workers share addresses).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct TlsKey {
+    pub ssl: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<TlsKey>() == 16);
+
+/// Listening (namespace, port) pairs followed at once.
+pub const MAX_LISTEN_PORTS: u32 = 4096;
