@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "privileges",
             "self_usage",
             "tls_libraries",
+            "uprobe_opener",
             "jvm_attach",
             "stacks",
         ],

@@ -33,7 +33,8 @@ use crate::{
         prometheus::Exposition,
     },
     state::quotas::Quotas,
-    state::targets::TargetSpec,
+    state::targets::{self, PortListeners, TargetSpec},
+    uprobe_opener::{UprobeOpener, UprobePmu, helper::Helper},
 };
 
 /// Why `run` stopped early: usage problems exit 2, everything else 1.
@@ -220,7 +221,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut collector = Collector::new(probes, config.targets.clone(), event_loop);
     collector.set_request_queueing_threshold(config.request_queueing);
     collector.set_requests_stalled(config.requests_stalled.clone());
-    collector.set_tls_plaintext(config.tls_plaintext);
+    if config.tls_plaintext {
+        collector.enable_tls_plaintext(tls_uprobe_opener(&config.targets)?);
+    }
     collector.set_thread_dumps(config.jvm.thread_dumps);
     collector.tick().context("first collection failed")?;
 
@@ -309,4 +312,20 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     drop(collector); // detaches every program
     tracing::info!("detached, exiting");
     Ok(())
+}
+
+/// The uprobe opener of `--tls-plaintext`: a helper forked now, while the daemon has one thread
+/// and CAP_SYS_ADMIN, so targets that start after the capability drop are hooked too
+/// (`uprobe_opener`). It accepts only pids these specs select.
+fn tls_uprobe_opener(specs: &[TargetSpec]) -> anyhow::Result<UprobeOpener> {
+    let pmu = UprobePmu::read().context("--tls-plaintext: no uprobe PMU in /sys/bus/event_source")?;
+    let specs = specs.to_vec();
+    let mut listeners = PortListeners::default();
+    let is_target = move |pid| {
+        listeners.refresh(&specs, std::time::Instant::now());
+        targets::selects(&specs, &listeners, pid)
+    };
+    let helper = Helper::spawn(pmu, is_target).context("--tls-plaintext: cannot start the uprobe helper")?;
+    tracing::info!(pid = helper.pid(), "TLS uprobes opened by a helper that keeps CAP_SYS_ADMIN");
+    Ok(UprobeOpener::Helper(helper))
 }
