@@ -33,6 +33,8 @@ pub struct TlsWatch {
     /// looked at again every few ticks.
     failed: HashSet<(u32, String)>,
     failures: u64,
+    /// Processes hooked since start.
+    hooked: u64,
 }
 
 impl TlsWatch {
@@ -100,6 +102,7 @@ impl TlsWatch {
                     let name = library.path.rsplit('/').next().unwrap_or(&library.path).to_owned();
                     tracing::info!(pid, path = library.path, calls = entries.len(), "TLS library hooked");
                     self.library_of.insert(pid, name);
+                    self.hooked += 1;
                     self.looked_at.remove(&pid);
                     return;
                 }
@@ -127,6 +130,9 @@ impl TlsWatch {
         for (library, processes) in per_library {
             e.sample(name, &[("library", library)], processes as f64);
         }
+        let name = &families::TLS_HOOKS;
+        e.family(name);
+        e.sample(name, &[], self.hooked as f64);
         let name = &families::TLS_HOOK_FAILURES;
         e.family(name);
         e.sample(name, &[], self.failures as f64);
