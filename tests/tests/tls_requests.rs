@@ -228,6 +228,15 @@ fn nginx_started_after_the_daemon_is_hooked_through_reloads() {
         let status = std::fs::read_to_string(format!("/proc/{}/status", observer.pid())).unwrap_or_default();
         status.lines().any(|l| l.starts_with("CapEff:") && !l.ends_with("ffffffffff"))
     });
+    // The helper, the daemon's one child, holds CAP_SYS_ADMIN and the two /proc capabilities
+    // its checks need, nothing else, and can gain none.
+    let helper = children(observer.pid());
+    assert_eq!(helper.len(), 1, "the daemon's children: {helper:?}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", helper[0])).expect("helper status");
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or_default();
+    assert_eq!(field("CapEff:"), format!("{:016x}", 1u64 << 2 | 1 << 19 | 1 << 21), "helper's capabilities");
+    assert_eq!(field("CapPrm:"), field("CapEff:"));
+    assert_eq!(field("NoNewPrivs:"), "1");
     // Settled: the first ticks have opened what the daemon keeps open.
     std::thread::sleep(Duration::from_secs(2));
     let baseline = open_fds(observer.pid());
