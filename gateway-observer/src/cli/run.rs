@@ -319,6 +319,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 /// (`uprobe_opener`). It accepts only pids these specs select.
 fn tls_uprobe_opener(specs: &[TargetSpec]) -> anyhow::Result<UprobeOpener> {
     let pmu = UprobePmu::read().context("--tls-plaintext: no uprobe PMU in /sys/bus/event_source")?;
+    const CAP_SYS_ADMIN: u32 = 21;
+    let effective =
+        std::fs::read_to_string("/proc/self/status").ok().and_then(|s| procfs::parse_effective_capabilities(&s));
+    let admin = effective.is_none_or(|caps| caps & 1 << CAP_SYS_ADMIN != 0);
+    if !admin {
+        tracing::warn!(
+            "degraded: started without CAP_SYS_ADMIN, which the kernel requires to open uprobes: no TLS library will be hooked"
+        );
+    }
     let specs = specs.to_vec();
     let mut listeners = PortListeners::default();
     let is_target = move |pid| {
@@ -326,6 +335,8 @@ fn tls_uprobe_opener(specs: &[TargetSpec]) -> anyhow::Result<UprobeOpener> {
         targets::selects(&specs, &listeners, pid)
     };
     let helper = Helper::spawn(pmu, is_target).context("--tls-plaintext: cannot start the uprobe helper")?;
-    tracing::info!(pid = helper.pid(), "TLS uprobes opened by a helper that keeps CAP_SYS_ADMIN");
+    if admin {
+        tracing::info!(pid = helper.pid(), "TLS uprobes opened by a helper that keeps CAP_SYS_ADMIN");
+    }
     Ok(UprobeOpener::Helper(helper))
 }
