@@ -27,6 +27,7 @@ pub mod symbolize;
 pub mod syscalls;
 pub mod thread_group;
 pub mod top;
+pub mod uprobe_opener;
 
 /// The compiled kernel programs, built by build.rs with aya-build.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gateway-observer"));

@@ -17,7 +17,7 @@ use tests::{
     observer::Observer,
     privileged, temp_dir,
     upstream::{Behavior, Upstream},
-    wait_until,
+    wait_for, wait_until,
     wrk::{UPSTREAM_DELAY, assert_matches_wrk, metric_sum},
 };
 
@@ -34,6 +34,13 @@ fn self_signed(dir: &Path) -> (String, String) {
         .expect("run openssl (Debian's openssl package)");
     assert!(out.status.success(), "openssl req: {}", String::from_utf8_lossy(&out.stderr));
     (cert.display().to_string(), key.display().to_string())
+}
+
+/// A temp dir holding a fresh self-signed certificate and key: (dir, cert, key).
+fn certified_dir(tag: &str) -> (std::path::PathBuf, String, String) {
+    let dir = temp_dir(tag);
+    let (cert, key) = self_signed(&dir);
+    (dir, cert, key)
 }
 
 /// Waits until `processes` targets have their TLS library hooked.
@@ -58,8 +65,7 @@ fn nginx_https_requests_match_wrk() {
         return;
     }
     let upstream = Upstream::start("items", Behavior::Delay(UPSTREAM_DELAY));
-    let dir = temp_dir("nginx-tls");
-    let (cert, key) = self_signed(&dir);
+    let (_dir, cert, key) = certified_dir("nginx-tls");
     let port = free_port();
     let body = format!(
         "  upstream items {{ server {}; keepalive 32; }}\n  server {{\n    listen 127.0.0.1:{port} ssl;\n    \
@@ -129,8 +135,7 @@ fn python_ssl_requests_are_counted() {
     if !privileged(module_path!()) {
         return;
     }
-    let dir = temp_dir("python-tls");
-    let (cert, key) = self_signed(&dir);
+    let (dir, cert, key) = certified_dir("python-tls");
     std::fs::write(dir.join("x"), b"k").expect("write the served file");
     let port = free_port();
     let server = Killed(
@@ -164,4 +169,134 @@ fn python_ssl_requests_are_counted() {
     assert!(requests > 100.0, "too few requests to compare: {text}");
     assert!((inbound - requests).abs() / requests <= 0.001, "observer {inbound} vs wrk {requests}");
     assert_no_ciphertext_parsed(&observer, "python3");
+}
+
+/// What the daemon has open, by target (`/proc/PID/fd/*` links), to show which fds a failure
+/// left behind.
+fn open_fds(pid: u32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+    let mut fds: Vec<String> = dir
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|target| target.display().to_string())
+        .collect();
+    fds.sort();
+    fds
+}
+
+/// `count` HTTPS requests on one keep-alive connection (curl, given the URL `count` times):
+/// how many were answered 200.
+fn curl_requests(url: &str, count: usize) -> usize {
+    let out = Command::new("curl")
+        .args(["-sk", "--max-time", "30", "-o", "/dev/null", "-w", "%{http_code}\n"])
+        .args(std::iter::repeat_n(url, count))
+        .output()
+        .expect("run curl");
+    String::from_utf8_lossy(&out.stdout).lines().filter(|code| *code == "200").count()
+}
+
+/// nginx's children (its workers) now.
+fn children(pid: u32) -> Vec<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
+fn inbound(observer: &Observer) -> f64 {
+    metric_sum(
+        &observer.metrics(),
+        "gateway_observer_http_requests_total",
+        &[("process", "nginx"), ("direction", "inbound")],
+    )
+}
+
+fn hooked(observer: &Observer) -> f64 {
+    metric_sum(&observer.metrics(), "gateway_observer_tls_hooked_processes", &[])
+}
+
+/// The daemon starts first, capabilities dropped, then nginx with TLS: its master and workers
+/// are hooked all the same (uprobes opened by the helper that kept CAP_SYS_ADMIN), requests are
+/// counted exactly, so are those served by the workers of a reload, and once nginx is gone the
+/// hooks and their perf fds are too.
+#[test]
+fn nginx_started_after_the_daemon_is_hooked_through_reloads() {
+    if !privileged(module_path!()) {
+        return;
+    }
+    let port = free_port();
+    let (_dir, cert, key) = certified_dir("nginx-tls-late");
+    let observer = Observer::start_with(&[&format!("port={port}")], &["--tls-plaintext"]);
+    wait_until("the daemon to drop its capabilities", Duration::from_secs(10), || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", observer.pid())).unwrap_or_default();
+        status.lines().any(|l| l.starts_with("CapEff:") && !l.ends_with("ffffffffff"))
+    });
+    // The helper, the daemon's one child, holds CAP_SYS_ADMIN and the two /proc capabilities
+    // its checks need, nothing else, and can gain none.
+    let helper = children(observer.pid());
+    assert_eq!(helper.len(), 1, "the daemon's children: {helper:?}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", helper[0])).expect("helper status");
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or_default();
+    assert_eq!(field("CapEff:"), format!("{:016x}", 1u64 << 2 | 1 << 19 | 1 << 21), "helper's capabilities");
+    assert_eq!(field("CapPrm:"), field("CapEff:"));
+    assert_eq!(field("NoNewPrivs:"), "1");
+    // Settled: the first ticks have opened what the daemon keeps open.
+    std::thread::sleep(Duration::from_secs(2));
+    let baseline = open_fds(observer.pid());
+
+    let body = format!(
+        "  server {{\n    listen 127.0.0.1:{port} ssl;\n    ssl_certificate {cert};\n    ssl_certificate_key {key};\n    \
+         keepalive_requests 10000;\n    location / {{ return 200 \"ok\\n\"; }}\n  }}"
+    );
+    let nginx = Nginx::start(&[], 2, &body, ("127.0.0.1", port));
+    let url = format!("https://127.0.0.1:{port}/late");
+    // Found by its port within 5 s, then hooked at the next tick: master and both workers.
+    wait_until("nginx's 3 processes hooked", Duration::from_secs(20), || hooked(&observer) == 3.0);
+    let failures =
+        |observer: &Observer| metric_sum(&observer.metrics(), "gateway_observer_tls_hook_failures_total", &[]);
+    assert_eq!(failures(&observer), 0.0, "no hook refused after the capability drop");
+    let first = curl_requests(&url, 200);
+    assert_eq!(first, 200, "curl's requests answered");
+    wait_for(Duration::from_secs(5), || (inbound(&observer) >= first as f64).then_some(()));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(inbound(&observer), first as f64, "requests counted before the reload");
+
+    // A reload (SIGHUP, as `nginx -s reload` sends) forks new workers and retires the old ones.
+    let old_workers = children(nginx.pid());
+    assert_eq!(old_workers.len(), 2, "nginx workers: {old_workers:?}");
+    // SAFETY: our child's pid and a valid signal.
+    unsafe { libc::kill(nginx.pid() as i32, libc::SIGHUP) };
+    wait_until("the old workers to be replaced", Duration::from_secs(20), || {
+        let now = children(nginx.pid());
+        now.len() == 2 && now.iter().all(|pid| !old_workers.contains(pid))
+    });
+    // Two more hooked since start (the gauge alone would count the gone workers until the next
+    // tick), and the old ones unhooked.
+    wait_until("the new workers hooked", Duration::from_secs(20), || {
+        metric_sum(&observer.metrics(), "gateway_observer_tls_hooks_total", &[]) == 5.0
+    });
+    wait_until("the old workers unhooked", Duration::from_secs(10), || hooked(&observer) == 3.0);
+    let second = curl_requests(&url, 150);
+    assert_eq!(second, 150, "curl's requests answered after the reload");
+    let total = (first + second) as f64;
+    wait_for(Duration::from_secs(5), || (inbound(&observer) >= total).then_some(()));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(inbound(&observer), total, "requests counted across the reload");
+    assert_eq!(failures(&observer), 0.0, "no hook of a new worker refused");
+    let perf_events = |fds: &[String]| fds.iter().filter(|f| f.as_str() == "anon_inode:[perf_event]").count();
+    // 12 uprobe events (6 calls, entry and return) per hooked process, one fd each.
+    let hooked_fds = open_fds(observer.pid());
+    assert_eq!(perf_events(&hooked_fds), perf_events(&baseline) + 36, "perf fds with 3 processes hooked");
+
+    drop(nginx);
+    wait_until("no process hooked once nginx is gone", Duration::from_secs(10), || hooked(&observer) == 0.0);
+    // Every perf fd closed; what stays are the 6 TLS programs, loaded at the first hook and kept.
+    let mut added = Vec::new();
+    wait_for(Duration::from_secs(10), || {
+        added = open_fds(observer.pid());
+        for fd in &baseline {
+            if let Some(i) = added.iter().position(|a| a == fd) {
+                added.remove(i);
+            }
+        }
+        (added.len() <= 6).then_some(())
+    });
+    assert_eq!(added, vec!["anon_inode:bpf-prog"; 6], "fds the daemon holds beyond its baseline once nginx is gone");
 }

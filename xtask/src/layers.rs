@@ -14,7 +14,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Pure helpers and the wire types every layer may use.
     ("foundation", &["clock", "heap", "printable", "opaque", "reason", "syscalls", "thread_group", "api", "logging"]),
     // The kernel, /proc and the target's files: the only I/O below the tick.
-    ("host", &["probes", "host", "symbolize", "stacks", "jvm_attach"]),
+    ("host", &["probes", "host", "symbolize", "stacks", "jvm_attach", "uprobe_opener"]),
     ("events", &["events"]),
     ("state", &["state"]),
     ("detect", &["detect"]),

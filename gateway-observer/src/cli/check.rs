@@ -160,7 +160,11 @@ fn tls_line(probes: &mut Probes) -> Line {
         Ok(entries) => entries,
         Err(e) => return degraded(format!("{path}: {e}; {covered}")),
     };
-    let mut hooks = crate::probes::tls::TlsHooks::default();
+    let pmu = match crate::uprobe_opener::UprobePmu::read() {
+        Ok(pmu) => pmu,
+        Err(e) => return degraded(format!("no uprobe PMU ({e}); {covered}")),
+    };
+    let mut hooks = crate::probes::tls::TlsHooks::new(crate::uprobe_opener::UprobeOpener::InProcess(pmu));
     match hooks.attach(probes, pid, &library, &entries) {
         Ok(()) => line(REQUIREMENT, true, format!("{path}: {} calls attach; {covered}", entries.len())),
         Err(e) => degraded(format!("{path}: {}; HTTPS requests are not seen; {covered}", error_chain(&e))),

@@ -34,7 +34,8 @@ use crate::{
         http::{self, Published},
         prometheus::Exposition,
     },
-    state::targets::TargetSpec,
+    state::targets::{self, PortListeners, TargetSpec},
+    uprobe_opener::{UprobeOpener, UprobePmu, helper::Helper},
 };
 
 /// Why `run` stopped early: usage problems exit 2, everything else 1.
@@ -221,7 +222,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut collector = Collector::new(probes, config.targets.clone(), event_loop);
     collector.set_request_queueing_threshold(config.request_queueing);
     collector.set_requests_stalled(config.requests_stalled.clone());
-    collector.set_tls_plaintext(config.tls_plaintext);
+    if config.tls_plaintext {
+        collector.enable_tls_plaintext(tls_uprobe_opener(&config.targets)?);
+    }
     collector.set_thread_dumps(config.jvm.thread_dumps);
     collector.tick().context("first collection failed")?;
 
@@ -310,4 +313,31 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     drop(collector); // detaches every program
     tracing::info!("detached, exiting");
     Ok(())
+}
+
+/// The uprobe opener of `--tls-plaintext`: a helper forked now, while the daemon has one thread
+/// and CAP_SYS_ADMIN, so targets that start after the capability drop are hooked too
+/// (`uprobe_opener`). It accepts only pids these specs select.
+fn tls_uprobe_opener(specs: &[TargetSpec]) -> anyhow::Result<UprobeOpener> {
+    let pmu = UprobePmu::read().context("--tls-plaintext: no uprobe PMU in /sys/bus/event_source")?;
+    const CAP_SYS_ADMIN: u32 = 21;
+    let effective =
+        std::fs::read_to_string("/proc/self/status").ok().and_then(|s| procfs::parse_effective_capabilities(&s));
+    let admin = effective.is_none_or(|caps| caps & 1 << CAP_SYS_ADMIN != 0);
+    if !admin {
+        tracing::warn!(
+            "degraded: started without CAP_SYS_ADMIN, which the kernel requires to open uprobes: no TLS library will be hooked"
+        );
+    }
+    let specs = specs.to_vec();
+    let mut listeners = PortListeners::default();
+    let is_target = move |pid| {
+        listeners.refresh(&specs, std::time::Instant::now());
+        targets::selects(&specs, &listeners, pid)
+    };
+    let helper = Helper::spawn(pmu, is_target).context("--tls-plaintext: cannot start the uprobe helper")?;
+    if admin {
+        tracing::info!(pid = helper.pid(), "TLS uprobes opened by a helper that keeps CAP_SYS_ADMIN");
+    }
+    Ok(UprobeOpener::Helper(helper))
 }

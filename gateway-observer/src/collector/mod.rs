@@ -153,9 +153,8 @@ pub struct Collector {
     /// Threads of targets found running when added that their quota left unfollowed.
     quota_refused_threads: u64,
     /// Targets' TLS libraries, hooked per process.
+    /// Targets' TLS libraries, hooked once `tls_plaintext` enabled it.
     tls: tls::TlsWatch,
-    /// Whether targets' TLS libraries are hooked (`tls_plaintext`).
-    tls_plaintext: bool,
 }
 
 impl Collector {
@@ -207,7 +206,6 @@ impl Collector {
             ring_share: None,
             quota_refused_threads: 0,
             tls: tls::TlsWatch::default(),
-            tls_plaintext: false,
         }
     }
 
@@ -320,9 +318,10 @@ impl Collector {
         }
     }
 
-    /// Hooks targets' TLS libraries from the next tick on (off: none is hooked).
-    pub fn set_tls_plaintext(&mut self, on: bool) {
-        self.tls_plaintext = on;
+    /// Hooks targets' TLS libraries from the next tick on, with uprobes from `opener` (never
+    /// called: none is hooked).
+    pub fn enable_tls_plaintext(&mut self, opener: crate::uprobe_opener::UprobeOpener) {
+        self.tls.enable(opener);
     }
 
     pub fn count_decode_error(&mut self) {
@@ -333,9 +332,7 @@ impl Collector {
     pub fn tick(&mut self) -> Result<(), ProbeError> {
         self.names.next_tick();
         let live_targets = self.sync_targets()?;
-        if self.tls_plaintext {
-            self.tls.sync(&mut self.probes, &live_targets, self.collections);
-        }
+        self.tls.sync(&mut self.probes, &live_targets, self.collections);
         self.sync_listen_ports(&live_targets)?;
         let threads = self.drop_orphan_slots(self.probes.threads())?;
         let followed = threads.len();

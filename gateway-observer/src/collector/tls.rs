@@ -13,6 +13,7 @@ use crate::{
     host::tls_libraries::{self, Entries},
     probes::{Probes, tls::TlsHooks},
     sinks::{families, prometheus::Exposition},
+    uprobe_opener::UprobeOpener,
 };
 
 /// An unhooked target is looked at again after this many ticks.
@@ -20,7 +21,8 @@ const RECHECK_TICKS: u64 = 5;
 
 #[derive(Default)]
 pub struct TlsWatch {
-    hooks: TlsHooks,
+    /// None while `tls_plaintext` is off.
+    hooks: Option<TlsHooks>,
     /// A library's calls, or that it has none, by file identity.
     parsed: HashMap<Identity, Option<Entries>>,
     /// Unhooked targets and the tick they were last looked at.
@@ -31,20 +33,28 @@ pub struct TlsWatch {
     /// looked at again every few ticks.
     failed: HashSet<(u32, String)>,
     failures: u64,
+    /// Processes hooked since start.
+    hooked: u64,
 }
 
 impl TlsWatch {
+    /// Hooks targets' TLS libraries from the next sync on, with uprobes from `opener`.
+    pub fn enable(&mut self, opener: UprobeOpener) {
+        self.hooks = Some(TlsHooks::new(opener));
+    }
+
     /// Brings the hooks in line with `live` targets at tick `tick`.
     pub fn sync(&mut self, probes: &mut Probes, live: &HashSet<u32>, tick: u64) {
-        let gone: Vec<u32> = self.hooks.pids().filter(|pid| !live.contains(pid)).collect();
+        let Some(hooks) = &mut self.hooks else { return };
+        let gone: Vec<u32> = hooks.pids().filter(|pid| !live.contains(pid)).collect();
         for pid in gone {
-            self.hooks.detach(pid);
+            hooks.detach(pid);
             self.library_of.remove(&pid);
         }
         self.looked_at.retain(|pid, _| live.contains(pid));
         self.failed.retain(|(pid, _)| live.contains(pid));
         for &pid in live {
-            if self.hooks.is_hooked(pid) {
+            if self.hooks.as_ref().is_some_and(|hooks| hooks.is_hooked(pid)) {
                 continue;
             }
             if self.looked_at.get(&pid).is_some_and(|&at| tick < at + RECHECK_TICKS) {
@@ -86,11 +96,13 @@ impl TlsWatch {
                 self.fail(pid, &library.path, &tls_libraries::LibraryError::NoCalls);
                 continue;
             };
-            match self.hooks.attach(probes, pid, &library, &entries) {
+            let Some(hooks) = &mut self.hooks else { return };
+            match hooks.attach(probes, pid, &library, &entries) {
                 Ok(()) => {
                     let name = library.path.rsplit('/').next().unwrap_or(&library.path).to_owned();
                     tracing::info!(pid, path = library.path, calls = entries.len(), "TLS library hooked");
                     self.library_of.insert(pid, name);
+                    self.hooked += 1;
                     self.looked_at.remove(&pid);
                     return;
                 }
@@ -118,6 +130,9 @@ impl TlsWatch {
         for (library, processes) in per_library {
             e.sample(name, &[("library", library)], processes as f64);
         }
+        let name = &families::TLS_HOOKS;
+        e.family(name);
+        e.sample(name, &[], self.hooked as f64);
         let name = &families::TLS_HOOK_FAILURES;
         e.family(name);
         e.sample(name, &[], self.failures as f64);

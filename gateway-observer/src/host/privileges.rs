@@ -99,12 +99,18 @@ impl fmt::Display for Outcome {
 
 /// Drops every capability but the kept ones the daemon has, and sets no-new-privileges.
 pub fn drop_to_kept() -> Result<Outcome, PrivilegeError> {
+    drop_to(kept_mask())
+}
+
+/// Drops every capability not in `wanted` (a mask by capability number), and sets
+/// no-new-privileges: the daemon's drop, and the uprobe opener's (`uprobe_opener`).
+pub fn drop_to(wanted: u64) -> Result<Outcome, PrivilegeError> {
     let threads = std::fs::read_dir("/proc/self/task").map_err(PrivilegeError::Read)?.count();
     if threads != 1 {
         return Err(PrivilegeError::Threads(threads));
     }
     let before = capget()?;
-    let keep = before.permitted & kept_mask();
+    let keep = before.permitted & wanted;
     let last = last_cap();
     if before.effective & 1 << CAP_SETPCAP != 0 {
         for cap in (0..=last).filter(|cap| keep & 1 << cap == 0) {
@@ -131,7 +137,7 @@ pub fn drop_to_kept() -> Result<Outcome, PrivilegeError> {
         effective: after.effective,
         permitted: after.permitted,
         bounding,
-        missing: kept_mask() & !before.permitted,
+        missing: wanted & !before.permitted,
     })
 }
 

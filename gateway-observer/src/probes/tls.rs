@@ -1,17 +1,21 @@
 //! Uprobes on a target's TLS library (`tls_libraries` finds it and where its calls begin): one
 //! set of links per process, attached for that pid only, so a process that is not a target never
 //! traps; dropping them detaches. Pre-forked workers each get their own: a uprobe opened for one
-//! pid does not follow its forks.
+//! pid does not follow its forks. The events come from `uprobe_opener` (opening one needs
+//! CAP_SYS_ADMIN, which the daemon drops); the programs are set on them here.
 
-use std::{collections::HashMap, num::NonZeroU32, os::fd::AsRawFd as _};
-
-use aya::programs::{
-    UProbe,
-    uprobe::{UProbeLink, UProbeScope},
+use std::{
+    collections::HashMap,
+    os::fd::{AsFd as _, OwnedFd},
 };
 
+use aya::programs::UProbe;
+
 use super::{ProbeError, Probes};
-use crate::host::tls_libraries::{Library, TlsCall};
+use crate::{
+    host::tls_libraries::{Library, TlsCall},
+    uprobe_opener::{self, UprobeOpener, UprobeRequest, helper::OpenError},
+};
 
 /// The uretprobe every hooked call returns through.
 const EXIT_PROGRAM: &str = "tls_exit";
@@ -31,14 +35,35 @@ fn entry_program(call: TlsCall) -> &'static str {
 pub const TLS_PROGRAMS: &[&str] =
     &["tls_read_enter", "tls_write_enter", "tls_read_ex_enter", "tls_write_ex_enter", "tls_other_enter", EXIT_PROGRAM];
 
-/// Links of the processes whose TLS library calls are hooked.
-#[derive(Default)]
+/// Why a TLS call could not be hooked.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsAttachError {
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error("opening the uprobe at {symbol} failed: {source}")]
+    Open { symbol: &'static str, source: OpenError },
+    #[error("setting {program} on the uprobe at {symbol} failed: {source}")]
+    SetProgram { program: &'static str, symbol: &'static str, source: std::io::Error },
+}
+
+/// The uprobe events (one fd each, the program set on it) of the processes whose TLS library
+/// calls are hooked: closing an fd detaches.
 pub struct TlsHooks {
-    links: HashMap<u32, Vec<UProbeLink>>,
+    opener: UprobeOpener,
+    links: HashMap<u32, Vec<OwnedFd>>,
     loaded: bool,
 }
 
 impl TlsHooks {
+    pub fn new(opener: UprobeOpener) -> Self {
+        Self { opener, links: HashMap::new(), loaded: false }
+    }
+
+    /// Uprobe events held, for every hooked process (each closes when its process goes).
+    pub fn events(&self) -> usize {
+        self.links.values().map(Vec::len).sum()
+    }
+
     /// Processes hooked now.
     pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
         self.links.keys().copied()
@@ -56,8 +81,7 @@ impl TlsHooks {
         pid: u32,
         library: &Library,
         entries: &[(&'static str, TlsCall, u64)],
-    ) -> Result<(), ProbeError> {
-        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(ProbeError::MissingProgram("pid 0"))?);
+    ) -> Result<(), TlsAttachError> {
         if !self.loaded {
             for &program in TLS_PROGRAMS {
                 let prog: &mut UProbe = program_of(probes, program)?;
@@ -65,19 +89,25 @@ impl TlsHooks {
             }
             self.loaded = true;
         }
-        // The kernel resolves this path in our context: the descriptor names the very file that
-        // was checked and parsed, in the target's mount namespace.
-        let target = format!("/proc/self/fd/{}", library.file.as_raw_fd());
         // Returns first: an entry seen with its return unhooked would leave the thread inside
         // the library as far as the kernel programs know (until its next poll).
-        let exits = entries.iter().map(|&(symbol, _, offset)| (symbol, EXIT_PROGRAM, offset));
-        let starts = entries.iter().map(|&(symbol, call, offset)| (symbol, entry_program(call), offset));
+        let exits = entries.iter().map(|&(symbol, _, offset)| (symbol, EXIT_PROGRAM, offset, true));
+        let starts = entries.iter().map(|&(symbol, call, offset)| (symbol, entry_program(call), offset, false));
         let mut links = Vec::with_capacity(entries.len() * 2);
-        for (symbol, program, offset) in exits.chain(starts) {
+        for (symbol, program, offset, retprobe) in exits.chain(starts) {
+            let request = UprobeRequest { pid, offset, retprobe };
+            // The file checked and parsed is passed by descriptor: whatever its path names now,
+            // in the target's mount namespace, the event is on that file.
+            let event =
+                self.opener.open(&library.file, request).map_err(|source| TlsAttachError::Open { symbol, source })?;
             let prog: &mut UProbe = program_of(probes, program)?;
-            let attach_err = |source| ProbeError::Attach { program, target: symbol, source };
-            let id = prog.attach(offset, &target, scope).map_err(attach_err)?;
-            links.push(prog.take_link(id).map_err(attach_err)?);
+            let fd = prog.fd().map_err(|source| ProbeError::LoadProgram { program, source })?;
+            uprobe_opener::set_program(&event, fd.as_fd()).map_err(|source| TlsAttachError::SetProgram {
+                program,
+                symbol,
+                source,
+            })?;
+            links.push(event);
         }
         self.links.entry(pid).or_default().extend(links);
         Ok(())

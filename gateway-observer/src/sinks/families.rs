@@ -335,6 +335,13 @@ pub const TLS_HOOKED_PROCESSES: Family = Family {
     labels: &["library"],
 };
 
+pub const TLS_HOOKS: Family = Family {
+    name: "gateway_observer_tls_hooks",
+    kind: Kind::Counter,
+    help: "Processes whose TLS library calls were hooked since the daemon started (a target that starts later, each new worker of a reload): with tls_hooked_processes, shows hooking keeps up with churn.",
+    labels: &[],
+};
+
 pub const TLS_HOOK_FAILURES: Family = Family {
     name: "gateway_observer_tls_hook_failures",
     kind: Kind::Counter,

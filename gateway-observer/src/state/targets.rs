@@ -204,6 +204,36 @@ impl PortListeners {
     }
 }
 
+impl PortListeners {
+    /// The wanted ports `pid` listened on at the last scan.
+    pub fn ports_of(&self, pid: u32) -> BTreeSet<u16> {
+        self.by_pid.get(&pid).cloned().unwrap_or_default()
+    }
+}
+
+/// Longest parent chain walked by [`selects`] (pid namespaces nest a few levels, not 64).
+const MAX_ANCESTORS: usize = 64;
+
+/// Whether the specs select `pid` now, itself or through an ancestor: read from /proc for that
+/// one process and its parents, not the whole host (the uprobe opener asks for each attach).
+pub fn selects(specs: &[TargetSpec], listeners: &PortListeners, pid: u32) -> bool {
+    let want_cgroups = specs.iter().any(|s| matches!(s, TargetSpec::Cgroup(_)));
+    let mut lineage = Vec::new();
+    let mut next = pid;
+    while next != 0 && lineage.len() < MAX_ANCESTORS {
+        let Some((parent, comm)) = procfs::parent_and_comm(next) else { break };
+        lineage.push(ProcessEntry {
+            pid: next,
+            parent,
+            comm,
+            cgroups: if want_cgroups { procfs::cgroups(next) } else { Vec::new() },
+            ports: listeners.ports_of(next),
+        });
+        next = parent;
+    }
+    resolve(specs, &lineage).contains_key(&pid)
+}
+
 /// Specs that select no process now (a gateway not started yet, a typo).
 pub fn waiting_specs(specs: &[TargetSpec], processes: &[ProcessEntry]) -> usize {
     specs.iter().filter(|spec| !processes.iter().any(|p| spec.matches(p))).count()
@@ -235,6 +265,18 @@ pub fn resolve(specs: &[TargetSpec], processes: &[ProcessEntry]) -> BTreeMap<u32
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_is_selected_through_its_parent_and_not_otherwise() {
+        let me = std::process::id();
+        let parent = procfs::parent(me).expect("own parent");
+        let listeners = PortListeners::default();
+        assert!(selects(&[TargetSpec::Pid(parent)], &listeners, me));
+        assert!(selects(&[TargetSpec::Pid(me)], &listeners, me));
+        assert!(!selects(&[TargetSpec::Pid(me)], &listeners, parent), "a parent is not its child's descendant");
+        assert!(!selects(&[TargetSpec::Comm("no-such-comm".into())], &listeners, me));
+        assert!(!selects(&[TargetSpec::Pid(parent)], &listeners, u32::MAX), "a pid that does not exist");
+    }
 
     fn entry(pid: u32, parent: u32, comm: &str) -> ProcessEntry {
         ProcessEntry { pid, parent, comm: comm.into(), ..ProcessEntry::default() }
