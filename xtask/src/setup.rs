@@ -62,7 +62,7 @@ fn nightly() -> anyhow::Result<()> {
         return Ok(());
     }
     eprintln!("setup: installing the nightly toolchain (kernel programs need -Z build-std)");
-    util::run("rustup", &["toolchain", "install", "nightly", "--profile", "minimal"])
+    util::run_retried("rustup", &["toolchain", "install", "nightly", "--profile", "minimal"])
         .context("the nightly toolchain is missing; install it by hand: rustup toolchain install nightly")
 }
 
@@ -77,7 +77,7 @@ fn lint_components() -> anyhow::Result<()> {
             continue;
         }
         eprintln!("setup: adding {component} to {toolchain}");
-        util::run("rustup", &["component", "add", component, "--toolchain", toolchain]).with_context(|| {
+        util::run_retried("rustup", &["component", "add", component, "--toolchain", toolchain]).with_context(|| {
             format!(
                 "{component} is missing; install it by hand: rustup component add {component} --toolchain {toolchain}"
             )
@@ -96,7 +96,7 @@ fn rust_src() -> anyhow::Result<()> {
         return Ok(());
     }
     eprintln!("setup: adding rust-src to nightly");
-    util::run("rustup", &["component", "add", "rust-src", "--toolchain", "nightly"])
+    util::run_retried("rustup", &["component", "add", "rust-src", "--toolchain", "nightly"])
         .context("rust-src is missing; install it by hand: rustup component add rust-src --toolchain nightly")
 }
 
@@ -181,8 +181,8 @@ fn debian_packages() -> anyhow::Result<()> {
     }
     eprintln!("setup: installing Debian packages: {}", missing.join(" "));
     let hint = format!("install them by hand: apt-get update && apt-get install -y {}", missing.join(" "));
-    util::run("apt-get", &["update", "-q"]).with_context(|| format!("apt-get update failed; {hint}"))?;
+    util::run_retried("apt-get", &["update", "-q"]).with_context(|| format!("apt-get update failed; {hint}"))?;
     let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
     args.extend(&missing);
-    util::run("apt-get", &args).with_context(|| format!("apt-get install failed; {hint}"))
+    util::run_retried("apt-get", &args).with_context(|| format!("apt-get install failed; {hint}"))
 }

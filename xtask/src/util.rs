@@ -42,6 +42,23 @@ pub fn run(program: &str, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs a download-and-install command up to three times, 10 s apart: a fresh CI machine's first
+/// rustup download sometimes fails ("component download failed") and succeeds when asked again.
+pub fn run_retried(program: &str, args: &[&str]) -> anyhow::Result<()> {
+    let mut attempt = 1;
+    loop {
+        match run(program, args) {
+            Ok(()) => return Ok(()),
+            Err(error) if attempt < 3 => {
+                eprintln!("{error:#}; trying again in 10 s (attempt {} of 3)", attempt + 1);
+                std::thread::sleep(std::time::Duration::from_secs(10));
+                attempt += 1;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 /// A command's stdout, or None when it cannot run or fails.
 pub fn output(program: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(program).args(args).stderr(Stdio::null()).output().ok()?;
