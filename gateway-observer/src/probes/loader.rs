@@ -417,6 +417,7 @@ impl Probes {
     /// Every occupied slot: (slot, a copy of its state).
     pub fn threads(&self) -> Vec<(u32, ThreadState)> {
         (0..self.slots.slots())
+            .filter(|&slot| self.slots.tid(slot).is_some_and(|tid| tid != 0))
             .filter_map(|slot| self.slots.read(slot).map(|state| (slot, state)))
             .filter(|(_, state)| state.tid != 0)
             .collect()
