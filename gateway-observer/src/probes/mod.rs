@@ -1,10 +1,12 @@
 //! Everything that touches aya: loading the kernel programs, attaching them, and reading and
 //! writing their maps. Nothing outside this module holds a kernel handle.
 
+mod followed;
 pub mod hooks;
 pub mod kernel_offsets;
 mod loader;
 pub mod quotas;
+mod readings;
 mod thread_slots;
 pub mod tls;
 
