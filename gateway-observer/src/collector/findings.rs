@@ -1,9 +1,7 @@
-//! What holds now, for the alert book: every detector's findings with the evidence only the
+//! What holds at the last tick, for the alert book: every detector's findings with the evidence only the
 //! collector has (stacks, the requests clients saw meanwhile).
 
-use std::time::Instant;
-
-use super::{Collector, LIVE_STACK_FRAMES, STACK_FRAMES, monotonic_ns};
+use super::{Collector, LIVE_STACK_FRAMES, STACK_FRAMES};
 
 impl Collector {
     /// What holds now, for the alert book. Blocked loops carry the stack of the blocked thread:
@@ -13,7 +11,7 @@ impl Collector {
     /// Stacks are asked for here and come from the stack worker by the next tick.
     pub fn findings(&mut self) -> Vec<crate::alerts::Finding> {
         self.java_stacks.collect();
-        let now = Instant::now();
+        let now = self.tick.at;
         self.live_stacks.collect(now);
         let config = &self.detectors.event_loop;
         let mut blocked: Vec<crate::alerts::Finding> = Vec::new();
@@ -67,7 +65,7 @@ impl Collector {
         let paused = self.paused_jvms.iter().map(|found| crate::detect::findings::jvm_pause(found, jvm));
         let mut findings: Vec<crate::alerts::Finding> = loops.chain(busy).chain(pools).chain(paused).collect();
         self.add_client_impact(&mut findings);
-        let peers = self.requests.peer_facts(monotonic_ns());
+        let peers = self.requests.peer_facts(self.tick.mono_ns);
         let upstream = &self.detectors.upstream;
         findings.extend(crate::detect::upstream::upstream_no_response(&peers, upstream));
         findings.extend(crate::detect::upstream::one_way_stall(&peers, upstream));
@@ -82,7 +80,7 @@ impl Collector {
     /// Processes whose read requests stall; `others` are this tick's other findings.
     fn requests_stalled(&self, others: &[crate::alerts::Finding]) -> Vec<crate::alerts::Finding> {
         let config = &self.detectors.stalled;
-        let mut facts = self.requests.stall_facts(monotonic_ns(), config.age_ns(), config.prompt_ns());
+        let mut facts = self.requests.stall_facts(self.tick.mono_ns, config.age_ns(), config.prompt_ns());
         for facts in &mut facts {
             facts.cpu_cores = self.cpu_cores.get(&facts.pid).copied();
             for waiting in &mut facts.waiting {
@@ -95,7 +93,7 @@ impl Collector {
     /// What the process's clients went through during a finding's window: requests delayed in
     /// the socket (they waited while the loop was blocked) and refusals.
     fn add_client_impact(&self, findings: &mut [crate::alerts::Finding]) {
-        let now = monotonic_ns();
+        let now = self.tick.mono_ns;
         let window = u64::try_from(self.detectors.event_loop.window.as_nanos()).unwrap_or(u64::MAX);
         let since = now.saturating_sub(window);
         for finding in findings {

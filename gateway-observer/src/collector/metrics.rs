@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use gateway_observer_common::drop_index;
 
-use super::{Collector, HistKind, monotonic_ns};
+use super::{Collector, HistKind};
 use crate::reason::reason_label;
 use crate::sinks::{
     families,
@@ -59,7 +59,7 @@ impl Collector {
                 e.histogram(name, &[("process", process.as_str())], &hist);
             }
         }
-        crate::sinks::request_metrics::render_requests(&self.requests, &mut e, monotonic_ns());
+        crate::sinks::request_metrics::render_requests(&self.requests, &mut e, self.tick.mono_ns);
         crate::sinks::request_metrics::render_request_queues(&self.request_queues, &mut e);
         self.jvm.render(&mut e);
         let name = &families::BPF_EVENTS_LOST;

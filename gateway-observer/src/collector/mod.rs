@@ -14,7 +14,7 @@ mod snapshot;
 mod threads;
 mod tls;
 
-pub use crate::clock::monotonic_ns;
+use crate::clock::Tick;
 use slots::{BLOCKED, exit_name, thread_state_label, with_open_span};
 
 use std::{
@@ -112,6 +112,8 @@ pub struct Collector {
     map_entries: BTreeMap<&'static str, usize>,
     specs_waiting: usize,
     collections: u64,
+    /// The time of the last tick (see [`Tick`]).
+    tick: Tick,
     detectors: Detectors,
     /// Event loops and their utilization, as of the last tick.
     loops: Vec<LoopStatus>,
@@ -182,6 +184,7 @@ impl Collector {
             map_entries: BTreeMap::new(),
             specs_waiting: 0,
             collections: 0,
+            tick: Tick::now(),
             detectors: Detectors::new(event_loop),
             loops: Vec::new(),
             blocked_loops: Vec::new(),
@@ -338,8 +341,8 @@ impl Collector {
         let followed = threads.len();
         let threads_held =
             crate::probes::quotas::held_per_process(threads.iter().filter(|(_, s)| s.exited == 0).map(|(_, s)| s.tgid));
-        let now = Instant::now();
-        let now_mono = monotonic_ns();
+        self.tick = Tick::now();
+        let Tick { at: now, mono_ns: now_mono } = self.tick;
         let mut owners = live_targets.clone();
         let mut latest = HashMap::new();
         self.thread_states.clear();
@@ -467,7 +470,7 @@ impl Collector {
         // Borrowed in place rather than copied (16k blocks a tick when many threads nap).
         let mut blocks = std::mem::take(&mut self.recent_blocks);
         let recent: &[Block] = blocks.make_contiguous();
-        let now_mono = monotonic_ns();
+        let now_mono = self.tick.mono_ns;
         self.blocked_loops = self.detectors.blocked_loops(recent, now, now_mono);
         self.count_untimed_loop_blocks(recent, now);
         let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Collector, monotonic_ns};
+use super::Collector;
 use crate::{
     api::v1,
     host::procfs,
@@ -25,7 +25,7 @@ impl Collector {
                 utilization: Some(l.utilization),
             })
             .collect();
-        let now = monotonic_ns();
+        let now = self.tick.mono_ns;
         // Every target, with or without HTTP traffic.
         let mut per_process = self.requests.per_process(now);
         for pid in self.cpu_seen.keys() {
