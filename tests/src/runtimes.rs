@@ -52,9 +52,14 @@ pub struct RuntimeGateway {
 impl RuntimeGateway {
     /// `node tests/fixtures/node/SCRIPT PORT`.
     pub fn node(script: &str) -> RuntimeGateway {
+        Self::node_with(&[], script)
+    }
+
+    /// `node FLAGS tests/fixtures/node/SCRIPT PORT`.
+    pub fn node_with(flags: &[&str], script: &str) -> RuntimeGateway {
         let port = free_port();
         let mut command = Command::new("node");
-        command.arg(fixture_dir().join("node").join(script)).arg(port.to_string());
+        command.args(flags).arg(fixture_dir().join("node").join(script)).arg(port.to_string());
         Self::spawn(command, port, &format!("node {script}"), "node")
     }
 

@@ -3,13 +3,14 @@
 //! stack stops at glibc's `clock_nanosleep`; the live unwind goes through it into the
 //! interpreter, down to `time_sleep` (the `time` module's C function, in the symbol table of the
 //! pyenv build of libpython3.11 the tests run; Debian's /usr/bin/python3.11 is stripped and
-//! exports no such symbol, so there the frame shows as `python3.11+0xOFFSET`).
+//! exports no such symbol, so there the frame shows as `python3.11+0xOFFSET`). Node.js started
+//! with `--perf-basic-prof`: V8's code is named from the perf map it writes.
 
 use std::time::Duration;
 
 use tests::{
     alerts::{frames_in_order, live_stack, wait_for_evidence},
-    runtimes::{PYTHON_LOOP_THREAD, RuntimeGateway, Scenario},
+    runtimes::{NODE_LOOP_THREAD, PYTHON_LOOP_THREAD, RuntimeGateway, Scenario},
 };
 
 #[test]
@@ -19,20 +20,11 @@ fn python_time_sleep_is_named_below_clock_nanosleep() {
     }
     let _serial = tests::serial();
     let gateway = RuntimeGateway::python("gateway.py");
-    let mut scenario = Scenario::healthy(gateway, 4, Duration::from_millis(5), Duration::from_secs(4));
-    let latency = scenario.fault("sleep");
-    assert!(latency >= Duration::from_millis(100), "the fault is not in effect: a request took {latency:?}");
-    let (alert, _) = scenario.detected("EventLoopBlocked", Duration::from_secs(15));
-    assert_eq!(alert["subject"], PYTHON_LOOP_THREAD, "{alert:#}");
-    let (stack, after) = wait_for_evidence(&scenario.observer, "EventLoopBlocked", Duration::from_secs(10), |e| {
-        live_stack(e).filter(|s| frames_in_order(s, "clock_nanosleep", "time_sleep").is_some())
-    });
-    eprintln!("LIVE_STACK {} frames, {:.1}s after firing: {stack:#?}", stack.len(), after.as_secs_f64());
-    let (sleep, time_sleep) = frames_in_order(&stack, "clock_nanosleep", "time_sleep").expect("both");
+    let blocked = Blocked { fault: "sleep", slow: Duration::from_millis(100), loop_thread: PYTHON_LOOP_THREAD };
+    let (mut scenario, stack, (sleep, time_sleep)) = blocked.stack(gateway, "clock_nanosleep", "time_sleep");
     assert!(stack[sleep].contains("libc.so.6"), "{stack:#?}");
     assert!(stack[time_sleep].contains("libpython3.11"), "{stack:#?}");
     assert!(stack.iter().any(|f| f.contains("_PyEval_EvalFrameDefault")), "into the eval loop: {stack:#?}");
-    assert!(stack.iter().all(|f| !f.starts_with("0x") && !f.contains("(0x")), "a raw address: {stack:#?}");
     let metrics = scenario.observer.metrics();
     let unwound = tests::metrics::sum(
         &tests::metrics::parse(&metrics),
@@ -42,4 +34,72 @@ fn python_time_sleep_is_named_below_clock_nanosleep() {
     assert!(unwound >= 1.0, "the daemon counts its unwinds: {unwound}");
     scenario.healed("EventLoopBlocked", Duration::from_secs(20));
     assert!(scenario.finish() > 50, "the load barely ran");
+}
+
+/// A fault that blocks a single-loop gateway's loop thread.
+struct Blocked {
+    fault: &'static str,
+    /// A request at least this slow proves the fault is in effect.
+    slow: Duration,
+    loop_thread: &'static str,
+}
+
+impl Blocked {
+    /// `gateway` healthy under load, then broken: EventLoopBlocked must name the loop thread and
+    /// its evidence carry a live stack with a frame holding `inner` above one holding `outer`,
+    /// none of them a raw address. The scenario (still broken), that stack and the two frames'
+    /// places in it.
+    fn stack(&self, gateway: RuntimeGateway, inner: &str, outer: &str) -> (Scenario, Vec<String>, (usize, usize)) {
+        let mut scenario = Scenario::healthy(gateway, 4, Duration::from_millis(5), Duration::from_secs(4));
+        let latency = scenario.fault(self.fault);
+        assert!(latency >= self.slow, "the fault is not in effect: a request took {latency:?}");
+        let (alert, _) = scenario.detected("EventLoopBlocked", Duration::from_secs(15));
+        assert_eq!(alert["subject"], self.loop_thread, "{alert:#}");
+        let ((stack, places), after) =
+            wait_for_evidence(&scenario.observer, "EventLoopBlocked", Duration::from_secs(10), |e| {
+                live_stack(e).and_then(|s| frames_in_order(&s, inner, outer).map(|places| (s, places)))
+            });
+        eprintln!("LIVE_STACK {} frames, {:.1}s after firing: {stack:#?}", stack.len(), after.as_secs_f64());
+        assert!(stack.iter().all(|f| !f.starts_with("0x") && !f.contains("(0x")), "a raw address: {stack:#?}");
+        (scenario, stack, places)
+    }
+}
+
+/// Node's loop blocked in `Atomics.wait` (a timed futex wait, as `runtime_node`'s fault), with
+/// `--perf-basic-prof`: the unwind goes from glibc through V8's C++ (`Builtin_AtomicsWait`, in
+/// the node binary's symbol table) into V8's builtins, named from `/tmp/perf-PID.map`
+/// (`Builtin:CEntry_…+0x36 [jit]`; the map is looked up first, and without it they are the
+/// binary's `Builtins_CEntry_…`, so the test fails without the flag).
+/// The JavaScript functions' frames (`JS:^block`, in the map too) are not in the stack yet: their
+/// code is in memory no file backs, so the unwind does not step into it and resumes at the next
+/// frame record that returns into a file's code (`Builtin:JSEntryTrampoline`).
+#[test]
+fn node_builtins_are_named_from_its_perf_map() {
+    if !tests::privileged(module_path!()) {
+        return;
+    }
+    let _serial = tests::serial();
+    // V8 writes a log of its own beside the map: into the test's directory, not the working one.
+    let log = tests::temp_dir("node-perf-map").join("v8.log");
+    let gateway =
+        RuntimeGateway::node_with(&["--perf-basic-prof", &format!("--logfile={}", log.display())], "gateway.js");
+    // V8 leaves its map behind when the process ends.
+    let _perf_map = RemovedOnDrop(format!("/tmp/perf-{}.map", gateway.pid()));
+    let blocked = Blocked { fault: "atomics-timed", slow: Duration::from_millis(150), loop_thread: NODE_LOOP_THREAD };
+    let (mut scenario, stack, (wait, jit)) = blocked.stack(gateway, "Builtin_AtomicsWait", " [jit]");
+    assert!(stack[wait].ends_with("(node)"), "V8's C++ is named from the binary: {stack:#?}");
+    assert!(stack[jit].starts_with("Builtin:CEntry"), "the builtin that called it, from the perf map: {stack:#?}");
+    assert!(stack.iter().any(|f| f.starts_with("Builtin:JSEntry")), "into V8's entry from C++: {stack:#?}");
+    assert!(stack.iter().any(|f| f.starts_with("uv_run")), "down to libuv's loop: {stack:#?}");
+    scenario.healed("EventLoopBlocked", Duration::from_secs(20));
+    assert!(scenario.finish() > 50, "the load barely ran");
+}
+
+/// A file the test made a process write, removed when the test ends, also when it fails.
+struct RemovedOnDrop(String);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

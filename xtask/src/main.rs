@@ -1,5 +1,5 @@
 //! `cargo xtask setup | build | lint | test | test-kernels | package | fuzz | bench
-//! probes|gateway|overhead|parser|records|detect|churn | demo`: the project's own commands. Each installs what it needs first, so a fresh machine goes from
+//! probes|gateway|overhead|parser|records|detect|churn|jvm-dump | demo`: the project's own commands. Each installs what it needs first, so a fresh machine goes from
 //! clone to green with `cargo xtask test`. The arguments are parsed by clap: `Cli` here, each
 //! command's options next to the code that uses them.
 
@@ -7,6 +7,7 @@ mod args;
 mod bench_churn;
 mod bench_detect;
 mod bench_gateway;
+mod bench_jvm_dump;
 mod bench_overhead;
 mod bench_parser;
 mod bench_probes;
@@ -79,6 +80,7 @@ enum Bench {
     Records,
     Detect(bench_detect::Options),
     Churn(bench_churn::Options),
+    JvmDump(bench_jvm_dump::Options),
 }
 
 /// Every test, as CI runs them (as root)
@@ -154,6 +156,7 @@ fn main() -> anyhow::Result<()> {
                 Bench::Records => bench_parser::records(),
                 Bench::Detect(options) => bench_detect::run(&options),
                 Bench::Churn(options) => bench_churn::run(&options),
+                Bench::JvmDump(options) => bench_jvm_dump::run(&options),
             }
         }
     }
@@ -255,6 +258,8 @@ mod tests {
             "bench detect --rounds 3 --filter runtime_jvm:: --timeout 300",
             "bench churn",
             "bench churn --restarts 100 --threads 2000 --connections 10000 --burst-seconds 5 --settle 75",
+            "bench jvm-dump",
+            "bench jvm-dump --threads 200,1024 --repeats 9 --depth 40",
         ] {
             parse(&words(form));
         }
@@ -317,6 +322,8 @@ mod tests {
             "bench churn --threads 10001",
             "bench churn --connections 30001",
             "bench churn --nope",
+            "bench jvm-dump --threads 0",
+            "bench jvm-dump --repeats 0",
         ] {
             assert!(try_parse(&words(form)).is_err(), "cargo xtask {form} parsed");
         }

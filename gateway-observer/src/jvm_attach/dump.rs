@@ -2,7 +2,8 @@
 //! native TID and Java frames. Pure: the text comes from the target, so it is treated as hostile
 //! (bounded input, bounded threads and frames, no panics); nothing here touches a process.
 
-/// Bytes of a dump parsed; the rest is ignored (a 1,024-thread dump is about 1 MiB).
+/// Bytes of a dump parsed; the rest is ignored (`cargo xtask bench jvm-dump`: 1,024 threads 40
+/// frames deep make 2.5 MiB).
 pub const MAX_DUMP_BYTES: usize = 8 << 20;
 /// Threads kept from one dump.
 pub const MAX_THREADS: usize = 8192;
