@@ -13,15 +13,7 @@ impl Parser {
             State::Body(remaining) | State::ChunkData(remaining) => {
                 let take = remaining.min(cur.gap);
                 cur.gap -= take;
-                self.count(take, cur);
-                let left = remaining - take;
-                self.state = match (self.state, left) {
-                    (State::Body(_), 0) => return Some(self.end(cur.ts_ns, After::Idle)),
-                    (State::Body(_), n) => State::Body(n),
-                    (_, 0) => State::ChunkDataEnd { cr: false },
-                    (_, n) => State::ChunkData(n),
-                };
-                None
+                self.body_bytes(remaining, take, cur)
             }
             State::UntilClose | State::Unknown => {
                 self.count(std::mem::take(&mut cur.gap), cur);
@@ -64,14 +56,9 @@ impl Parser {
                 State::Body(remaining) | State::ChunkData(remaining) => {
                     let take = remaining.min(cur.vis.len() as u64);
                     cur.vis = cur.vis.get(usize::try_from(take).unwrap_or(usize::MAX)..).unwrap_or_default();
-                    self.count(take, cur);
-                    let left = remaining - take;
-                    self.state = match (self.state, left) {
-                        (State::Body(_), 0) => return Some(self.end(cur.ts_ns, After::Idle)),
-                        (State::Body(_), n) => State::Body(n),
-                        (_, 0) => State::ChunkDataEnd { cr: false },
-                        (_, n) => State::ChunkData(n),
-                    };
+                    if let Some(end) = self.body_bytes(remaining, take, cur) {
+                        return Some(end);
+                    }
                 }
                 State::UntilClose | State::Unknown => {
                     self.count(cur.vis.len() as u64, cur);
@@ -321,5 +308,18 @@ impl Parser {
     fn lose_sync(&mut self) {
         self.lost_sync = self.lost_sync.saturating_add(1);
         self.state = State::Unknown;
+    }
+
+    /// `take` of the `remaining` bytes of a body or chunk went by (seen or not): the message ends
+    /// with the last byte of a length-framed body; a chunk goes on to its CRLF.
+    fn body_bytes(&mut self, remaining: u64, take: u64, cur: &Cursor) -> Option<Event> {
+        self.count(take, cur);
+        self.state = match (self.state, remaining - take) {
+            (State::Body(_), 0) => return Some(self.end(cur.ts_ns, After::Idle)),
+            (State::Body(_), n) => State::Body(n),
+            (_, 0) => State::ChunkDataEnd { cr: false },
+            (_, n) => State::ChunkData(n),
+        };
+        None
     }
 }
