@@ -123,6 +123,8 @@ pub struct Exchange {
     pub path: String,
     /// The final status; None when no final response was seen.
     pub status: Option<u16>,
+    /// gRPC's status (HTTP/2 `grpc-status`, from the trailers or a trailers-only response).
+    pub grpc_status: Option<u16>,
     /// The thread that read (Server) or wrote (Client) the request's first bytes.
     pub tid: u32,
     pub request_start_ns: u64,
@@ -165,6 +167,7 @@ pub(crate) struct Pending {
     /// The request's last byte so far.
     pub(crate) request_end_ns: u64,
     pub(crate) status: Option<u16>,
+    pub(crate) grpc_status: Option<u16>,
     pub(crate) response_start_ns: Option<u64>,
     pub(crate) response_bytes: u64,
 }
@@ -432,6 +435,7 @@ impl Connection {
             },
             request_end_ns: start.ts_ns.max(self.request.last_ts_ns()),
             status: None,
+            grpc_status: None,
             response_start_ns: None,
             response_bytes: 0,
         });
@@ -512,6 +516,7 @@ pub(crate) fn finish(
         method: p.info.method,
         path: p.info.path,
         status: p.status,
+        grpc_status: p.grpc_status,
         tid: p.info.tid,
         request_start_ns: p.info.request_start_ns,
         queued_since_ns: p.info.queued_since_ns,

@@ -12,3 +12,6 @@ mod huffman_table;
 pub mod session;
 
 pub use session::{PREFACE, Session, Signals};
+
+#[cfg(test)]
+mod fixtures;

@@ -109,6 +109,7 @@ fn exchange(method: Method, path: &str, status: u16, times: [u64; 4], bytes: [us
         method,
         path: path.into(),
         status: Some(status),
+        grpc_status: None,
         tid: 1,
         request_start_ns: times[0],
         queued_since_ns: None,

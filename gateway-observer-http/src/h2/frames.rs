@@ -194,7 +194,10 @@ impl Walker {
             if !plausible_start(head, len) {
                 return true;
             }
-            self.resyncs = self.resyncs.saturating_add(1);
+            // A connection first seen mid-way syncs once without having lost anything.
+            if self.lost_sync > 0 {
+                self.resyncs = self.resyncs.saturating_add(1);
+            }
             self.state = State::Header;
             self.have = 0;
         }

@@ -54,6 +54,8 @@ pub struct Signals {
     /// Streams reset with another error.
     pub reset_streams: u64,
     pub goaways: u64,
+    /// Times a direction's frame walk resumed after losing sync.
+    pub resyncs: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -94,7 +96,10 @@ impl Session {
     }
 
     pub fn signals(&self) -> Signals {
-        self.signals
+        Signals {
+            resyncs: self.requests.walker.resyncs().saturating_add(self.responses.walker.resyncs()),
+            ..self.signals
+        }
     }
 
     pub fn lost_sync(&self) -> u64 {
@@ -250,6 +255,8 @@ impl Session {
             p.response_start_ns = Some(start.ts_ns);
             p.status = fields.status;
         }
+        // In the trailers, or in the only block of a trailers-only response.
+        p.grpc_status = fields.grpc_status.or(p.grpc_status);
         if block.end_stream {
             self.end(block.stream, end_ns, out);
         }
@@ -283,6 +290,7 @@ impl Session {
             },
             request_end_ns: end_ns,
             status: None,
+            grpc_status: None,
             response_start_ns: None,
             response_bytes: 0,
         });

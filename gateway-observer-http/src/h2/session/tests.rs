@@ -218,6 +218,7 @@ fn lost_sync_resynchronises() {
     c.read(30, &get(5, b"/"));
     c.write(40, &ok(5, 1));
     assert_eq!(c.statuses(), vec![Some(200), None, Some(200)]);
+    assert_eq!(c.conn.h2_signals().resyncs, 1);
     assert_eq!(c.out[2].response_end_ns, 40);
 }
 
