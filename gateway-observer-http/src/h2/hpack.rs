@@ -2,10 +2,10 @@
 //!
 //! The dynamic table is tracked with its real sizes (so eviction matches the peer's) but keeps no
 //! header value except the few pseudo-header values this crate reports (method, status, a path
-//! cut to [`MAX_PATH`]); every other entry is a name class and a size. Entries whose content is not
-//! known (a connection first seen mid-way, a block partly unseen) are simply missing: a reference
-//! to one yields nothing, and entries added after are indexed correctly since new entries take
-//! the lowest dynamic indexes. The table is capped at [`MAX_TABLE_SIZE`] whatever the peer allows.
+//! redacted and cut to [`MAX_PATH`] as HTTP/1.x paths are); every other entry is a name class and
+//! a size. Entries whose content is not known (a connection first seen mid-way, a block partly
+//! unseen) are simply missing: a reference to one yields nothing, and entries added after are
+//! indexed correctly since new entries take the lowest dynamic indexes. The table is capped at [`MAX_TABLE_SIZE`] whatever the peer allows.
 
 use std::collections::VecDeque;
 
@@ -271,9 +271,10 @@ fn parse_value(name: Name, v: &[u8]) -> Value {
     match name {
         Name::Method => Value::Method(Method::from_token(v)),
         Name::Path => {
-            let end = v.iter().position(|&c| c == b'?' || c == b'#').unwrap_or(v.len()).min(MAX_PATH);
-            let path = v.get(..end).unwrap_or_default();
-            Value::Path(String::from_utf8_lossy(path).into_owned())
+            // As HTTP/1.x paths are kept: no query or fragment, identifiers redacted, bounded.
+            let end = v.iter().position(|&c| c == b'?' || c == b'#').unwrap_or(v.len());
+            let path = String::from_utf8_lossy(v.get(..end).unwrap_or_default());
+            Value::Path(crate::redact::redact_path(&path, MAX_PATH))
         }
         Name::Status | Name::GrpcStatus => {
             std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()).map_or(Value::Unkept, Value::Code)
