@@ -116,7 +116,8 @@ fn seconds(ns: u64) -> f64 {
 fn side_from_bytes(read: bool, head: &[u8]) -> Option<Side> {
     const METHODS: [&[u8]; 9] =
         [b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"PATCH ", b"OPTIONS ", b"CONNECT ", b"TRACE "];
-    let request = METHODS.iter().any(|m| head.starts_with(m));
+    // HTTP/2's client preface (h2c) opens a connection as a request line does.
+    let request = METHODS.iter().any(|m| head.starts_with(m)) || head.starts_with(b"PRI * HTTP/2.0");
     match (read, request, head.starts_with(b"HTTP/1.")) {
         (true, true, _) => Some(Side::Inbound),
         (false, true, _) | (true, false, true) => Some(Side::Outbound),
