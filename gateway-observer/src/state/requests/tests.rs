@@ -115,6 +115,15 @@ fn http2_streams_are_requests() {
     assert_eq!(tracker.stats.counts[&(process, Side::Inbound, "GET", "2xx")], 2);
     let summary = &tracker.per_process(40 * MS)[&GW];
     assert_eq!(summary.inbound.requests, 2);
+    // Stream 5 refused, then GOAWAY; counted per process once the connection closes.
+    tracker.handle(data(1, true, &get(5), 31 * MS, None));
+    let mut refuse = vec![0, 0, 4, 3, 0, 0, 0, 0, 5, 0, 0, 0, 7];
+    refuse.extend([0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0]);
+    tracker.handle(data(1, false, &refuse, 32 * MS, None));
+    assert!(tracker.h2_signals().is_empty());
+    tracker.handle(close(1, 33 * MS));
+    let s = tracker.h2_signals()[&std::sync::Arc::from(GW.to_string())];
+    assert_eq!((s.refused_streams, s.reset_streams, s.goaways), (1, 0, 1));
 }
 
 #[test]
