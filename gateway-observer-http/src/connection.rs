@@ -11,6 +11,7 @@
 
 use std::collections::VecDeque;
 
+use super::h2::{self, Session, Signals};
 use super::parser::{self, Cursor, Event, Framing, Kind, Parser, StartLine};
 
 /// Requests kept waiting for their responses; beyond, the oldest is dropped.
@@ -122,6 +123,8 @@ pub struct Exchange {
     pub path: String,
     /// The final status; None when no final response was seen.
     pub status: Option<u16>,
+    /// gRPC's status (HTTP/2 `grpc-status`, from the trailers or a trailers-only response).
+    pub grpc_status: Option<u16>,
     /// The thread that read (Server) or wrote (Client) the request's first bytes.
     pub tid: u32,
     pub request_start_ns: u64,
@@ -156,22 +159,33 @@ pub struct InFlight {
     pub request_complete: bool,
 }
 
+/// A request waiting for its response (an HTTP/2 stream: `seq` is its id).
 #[derive(Clone, Debug)]
-struct Pending {
-    seq: u64,
-    info: InFlight,
+pub(crate) struct Pending {
+    pub(crate) seq: u64,
+    pub(crate) info: InFlight,
     /// The request's last byte so far.
-    request_end_ns: u64,
-    status: Option<u16>,
-    response_start_ns: Option<u64>,
-    response_bytes: u64,
+    pub(crate) request_end_ns: u64,
+    pub(crate) status: Option<u16>,
+    pub(crate) grpc_status: Option<u16>,
+    pub(crate) response_start_ns: Option<u64>,
+    pub(crate) response_bytes: u64,
 }
+
+/// Segments of a connection first seen mid-way that may be looked at for HTTP/2 frames before
+/// it is judged neither HTTP/1.x nor HTTP/2.
+const H2_PROBES: u8 = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     Http,
     NotHttp,
     Upgraded,
+    /// HTTP/2: the session does the work.
+    H2,
+    /// Not HTTP/1.x from the first bytes seen, which were not at an HTTP/2 frame boundary either:
+    /// the next few segments are probed for frames (a connection first seen mid-way).
+    MaybeH2(u8),
 }
 
 /// Pairs the requests and responses of one connection.
@@ -192,6 +206,9 @@ pub struct Connection {
     closed: bool,
     non_http_bytes: u64,
     dropped_in_flight: u64,
+    /// No byte seen yet: the first one tells HTTP/2 from HTTP/1.x.
+    fresh: bool,
+    h2: Option<Box<Session>>,
 }
 
 impl Connection {
@@ -209,6 +226,8 @@ impl Connection {
             closed: false,
             non_http_bytes: 0,
             dropped_in_flight: 0,
+            fresh: true,
+            h2: None,
         }
     }
 
@@ -218,16 +237,33 @@ impl Connection {
 
     /// Feeds one segment; finished exchanges are pushed to `out`.
     pub fn on_segment(&mut self, dir: Direction, seg: &Segment, out: &mut Vec<Exchange>) {
+        let is_request = matches!((self.role, dir), (Role::Server, Direction::Read) | (Role::Client, Direction::Write));
+        if std::mem::replace(&mut self.fresh, false) && !self.closed {
+            self.detect_h2(is_request, seg);
+        }
         match self.mode {
             _ if self.closed => return,
             Mode::Http => {}
+            Mode::MaybeH2(left) => {
+                if h2::frames::plausible_start(seg.head, seg.len) {
+                    self.start_h2(Session::midway(self.role));
+                } else {
+                    self.mode = if left > 1 { Mode::MaybeH2(left - 1) } else { Mode::NotHttp };
+                    self.non_http_bytes = self.non_http_bytes.saturating_add(seg.len);
+                    return;
+                }
+            }
             Mode::NotHttp => {
                 self.non_http_bytes = self.non_http_bytes.saturating_add(seg.len);
                 return;
             }
             Mode::Upgraded => return,
+            Mode::H2 => {}
         }
-        let is_request = matches!((self.role, dir), (Role::Server, Direction::Read) | (Role::Client, Direction::Write));
+        if let Some(session) = self.h2.as_mut() {
+            session.on_segment(dir, seg, out);
+            return;
+        }
         let mut cur = Cursor::new(seg);
         if is_request {
             while let Some(event) = self.request.step(&mut cur) {
@@ -251,6 +287,10 @@ impl Connection {
         if std::mem::replace(&mut self.closed, true) {
             return;
         }
+        if let Some(session) = self.h2.as_mut() {
+            session.on_close(ts_ns, out);
+            return;
+        }
         if self.mode == Mode::Http
             && let Some(event) = self.response.close(ts_ns)
         {
@@ -268,18 +308,28 @@ impl Connection {
 
     /// Requests whose response is not complete, oldest first.
     pub fn in_flight(&self) -> impl Iterator<Item = &InFlight> {
-        self.pending.iter().map(|p| &p.info)
+        self.pending.iter().map(|p| &p.info).chain(self.h2.iter().flat_map(|s| s.in_flight()))
     }
 
-    /// Still an exchange of HTTP/1.x requests: not judged another protocol (TLS, HTTP/2) and not
-    /// upgraded (a websocket or tunnel, whose reader may legitimately pause).
+    /// Still an exchange of requests (HTTP/1.x or HTTP/2): not judged another protocol (TLS) and
+    /// not upgraded (a websocket or tunnel, whose reader may legitimately pause).
     pub fn exchanges_requests(&self) -> bool {
-        self.mode == Mode::Http
+        matches!(self.mode, Mode::Http | Mode::H2)
     }
 
-    /// False once the traffic was judged not HTTP/1.x.
+    /// False once the traffic was judged neither HTTP/1.x nor HTTP/2 (or while it is probed).
     pub fn is_http(&self) -> bool {
-        self.mode != Mode::NotHttp
+        !matches!(self.mode, Mode::NotHttp | Mode::MaybeH2(_))
+    }
+
+    /// The connection speaks HTTP/2.
+    pub fn is_h2(&self) -> bool {
+        self.mode == Mode::H2
+    }
+
+    /// HTTP/2 signals (refused and reset streams, GOAWAY); zero for HTTP/1.x.
+    pub fn h2_signals(&self) -> Signals {
+        self.h2.as_ref().map(|s| s.signals()).unwrap_or_default()
     }
 
     /// Bytes ignored because they were not HTTP.
@@ -289,19 +339,47 @@ impl Connection {
 
     /// Times a message's framing was lost and its end found by a fallback.
     pub fn lost_sync(&self) -> u64 {
-        self.request.lost_sync().saturating_add(self.response.lost_sync())
+        let h2 = self.h2.as_ref().map_or(0, |s| s.lost_sync());
+        self.request.lost_sync().saturating_add(self.response.lost_sync()).saturating_add(h2)
     }
 
     /// Requests dropped unanswered because more than [`MAX_IN_FLIGHT`] were waiting.
     pub fn dropped_in_flight(&self) -> u64 {
-        self.dropped_in_flight
+        self.dropped_in_flight.saturating_add(self.h2.as_ref().map_or(0, |s| s.dropped_in_flight()))
     }
 
     fn find(&mut self, seq: u64) -> Option<&mut Pending> {
         self.pending.iter_mut().find(|p| p.seq == seq)
     }
 
+    /// The first bytes of the connection: the client preface, or (first seen mid-way) frames.
+    fn detect_h2(&mut self, is_request: bool, seg: &Segment) {
+        // At least "PRI " (no HTTP/1.x method), so a preface cut over syscalls is still known.
+        let preface = h2::PREFACE.as_slice();
+        let head = seg.head.get(..preface.len().min(seg.head.len())).unwrap_or_default();
+        if is_request && head.len() >= 4 && preface.starts_with(head) {
+            self.start_h2(Session::new(self.role, true));
+        } else if h2::frames::plausible_start(seg.head, seg.len) {
+            self.start_h2(Session::midway(self.role));
+        }
+    }
+
+    fn start_h2(&mut self, session: Session) {
+        self.mode = Mode::H2;
+        self.h2 = Some(Box::new(session));
+        self.request.stop();
+        self.response.stop();
+    }
+
     fn not_http(&mut self, bytes: u64) {
+        // Seen from its start it would have been recognised; mid-way, frames may still show.
+        if self.next_seq == 0 && self.mode == Mode::Http {
+            self.mode = Mode::MaybeH2(H2_PROBES);
+            self.non_http_bytes = self.non_http_bytes.saturating_add(bytes);
+            self.request.stop();
+            self.response.stop();
+            return;
+        }
         self.mode = Mode::NotHttp;
         self.non_http_bytes = self.non_http_bytes.saturating_add(bytes);
         self.request.stop();
@@ -357,6 +435,7 @@ impl Connection {
             },
             request_end_ns: start.ts_ns.max(self.request.last_ts_ns()),
             status: None,
+            grpc_status: None,
             response_start_ns: None,
             response_bytes: 0,
         });
@@ -427,11 +506,17 @@ impl Connection {
     }
 }
 
-fn finish(p: Pending, response_end_ns: u64, extra_response_bytes: u64, outcome: ExchangeOutcome) -> Exchange {
+pub(crate) fn finish(
+    p: Pending,
+    response_end_ns: u64,
+    extra_response_bytes: u64,
+    outcome: ExchangeOutcome,
+) -> Exchange {
     Exchange {
         method: p.info.method,
         path: p.info.path,
         status: p.status,
+        grpc_status: p.grpc_status,
         tid: p.info.tid,
         request_start_ns: p.info.request_start_ns,
         queued_since_ns: p.info.queued_since_ns,

@@ -151,4 +151,4 @@ impl Writer {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

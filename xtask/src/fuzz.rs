@@ -1,6 +1,7 @@
 //! `cargo xtask fuzz [TARGET] [--seconds N]`: runs the cargo-fuzz targets (nightly toolchain) for a
 //! bounded time each, starting from their committed seed corpora. Two projects: the HTTP parser's
-//! (`gateway-observer-http/fuzz`: `http_connection`, seeds written by the http::replay tests) and
+//! (`gateway-observer-http/fuzz`: `http_connection`, `h2_session`, `hpack_decoder`, seeds written
+//! by the http::replay, http::h2::fixtures and http::h2::hpack tests) and
 //! the daemon's (`gateway-observer/fuzz`: the socket records fed to the request tracker, /proc
 //! text, perf maps and /proc/PID/maps, ELF files, hsperfdata files, the config, the daemon's
 //! answers as `top` reads them). What the fuzzer finds — new corpus entries, crash artifacts, the
@@ -22,8 +23,8 @@ use crate::{util, without_bpf_linker};
 /// The cargo-fuzz projects, by directory under the workspace root; their targets are what
 /// `cargo fuzz list` says.
 const PROJECTS: &[&str] = &["gateway-observer-http/fuzz", "gateway-observer/fuzz"];
-/// `cargo xtask test` fuzzes each target this long unless `FUZZ_SECONDS` says otherwise: eight
-/// targets, about 80 s in all, plus the build.
+/// `cargo xtask test` fuzzes each target this long unless `FUZZ_SECONDS` says otherwise: ten
+/// targets, about 100 s in all, plus the build.
 const DEFAULT_SECONDS: u64 = 10;
 
 /// Every fuzz target (or one) for a bounded time each

@@ -13,7 +13,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// bpf-linker's rpath points here, so it must outlive the build: not a temp dir.
 const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
-/// Debian packages the tests and benchmarks run: real Redis, nginx, wrk load, runqlat
+/// Debian packages the tests and benchmarks run: real Redis, nginx, wrk load, h2load (HTTP/2
+/// load, in nghttp2-client), runqlat
 /// (libbpf-tools: `bench overhead` compares our scheduler hooks with it), bpftool (`bench churn`
 /// counts the daemon's map entries with it), nftables and
 /// iproute2 for network faults in namespaces, tmux for the terminal view, Alertmanager for the
@@ -27,6 +28,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "redis-server",
     "nginx",
     "wrk",
+    "nghttp2-client",
     "libbpf-tools",
     "bpftool",
     "nftables",

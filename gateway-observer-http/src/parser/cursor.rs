@@ -63,6 +63,11 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The segment as the kernel showed it: visible head, unseen bytes, visible tail.
+    pub(crate) fn parts(&self) -> (&'a [u8], u64, &'a [u8]) {
+        (self.vis, self.gap, self.rest)
+    }
+
     pub(super) fn remaining(&self) -> u64 {
         (self.vis.len() as u64).saturating_add(self.gap).saturating_add(self.rest.len() as u64)
     }

@@ -302,20 +302,27 @@ fn decoding_round_trips_the_writer() {
 
 #[test]
 fn committed_seed_corpus_matches_the_seeds() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/http_connection");
+    let seeds: Vec<_> = seeds().into_iter().map(|(name, input, _)| (name, input)).collect();
+    check_corpus("http_connection", &seeds);
+}
+
+/// Compares a fuzz target's committed seed corpus with `seeds` (name, input); with
+/// UPDATE_FUZZ_CORPUS set, rewrites it instead.
+pub(crate) fn check_corpus(target: &str, seeds: &[(&str, Vec<u8>)]) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
     let update = std::env::var_os("UPDATE_FUZZ_CORPUS").is_some();
     if update {
         std::fs::create_dir_all(&dir).expect("create the corpus directory");
     }
-    for (name, input, _) in seeds() {
+    for (name, input) in seeds {
         let path = dir.join(name);
         if update {
-            std::fs::write(&path, &input).expect("write a seed");
+            std::fs::write(&path, input).expect("write a seed");
         } else {
             let committed = std::fs::read(&path).unwrap_or_default();
             assert!(
-                committed == input,
-                "{} differs from its seed; run UPDATE_FUZZ_CORPUS=1 cargo test -p gateway-observer-http --lib replay",
+                committed == *input,
+                "{} differs from its seed; run UPDATE_FUZZ_CORPUS=1 cargo test -p gateway-observer-http --lib",
                 path.display()
             );
         }

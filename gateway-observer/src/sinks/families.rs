@@ -356,6 +356,20 @@ pub const TLS_UNATTRIBUTED_RECORDS: Family = Family {
     labels: &[],
 };
 
+pub const HTTP2_STREAM_RESETS: Family = Family {
+    name: "gateway_observer_http2_stream_resets",
+    kind: Kind::Counter,
+    help: "HTTP/2 streams reset (RST_STREAM) on targets' closed connections; reason=\"refused\" is REFUSED_STREAM (the server would not take the stream).",
+    labels: &["process", "reason"],
+};
+
+pub const HTTP2_GOAWAYS: Family = Family {
+    name: "gateway_observer_http2_goaways",
+    kind: Kind::Counter,
+    help: "HTTP/2 GOAWAY frames on targets' closed connections (a peer shutting the connection down).",
+    labels: &["process"],
+};
+
 pub const TLS_CONNECTIONS_UNPARSED: Family = Family {
     name: "gateway_observer_tls_connections_unparsed",
     kind: Kind::Counter,

@@ -65,6 +65,17 @@ pub fn render_requests(tracker: &RequestTracker, e: &mut Exposition, now_ns: u64
     for (process, connections) in tracker.tls_unparsed() {
         e.sample(name, &[("process", process)], *connections as f64);
     }
+    let name = &families::HTTP2_STREAM_RESETS;
+    e.family(name);
+    for (process, s) in tracker.h2_signals() {
+        e.sample(name, &[("process", process), ("reason", "refused")], s.refused_streams as f64);
+        e.sample(name, &[("process", process), ("reason", "other")], s.reset_streams as f64);
+    }
+    let name = &families::HTTP2_GOAWAYS;
+    e.family(name);
+    for (process, s) in tracker.h2_signals() {
+        e.sample(name, &[("process", process)], s.goaways as f64);
+    }
     let name = &families::HTTP_PARSE_RESYNCS;
     e.family(name);
     e.sample(name, &[], tracker.parse_resyncs() as f64);

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use crate::events::socket::{ConnInfo, DataRecord, FlowRecord, Opened, SocketRecord};
 use flows::FlowState;
-use gateway_observer_http::{Connection, Direction, Exchange, Role, Segment};
+use gateway_observer_http::{Connection, Direction, Exchange, Role, Segment, h2::Signals as H2Signals};
 use peers::PeerLabels;
 use slowest::{Finished, Slowest, UpstreamCall};
 use stats::{RequestStats, Side};
@@ -93,6 +93,8 @@ pub struct RequestTracker {
     non_http_bytes: BTreeMap<Arc<str>, u64>,
     /// Connections that spoke TLS we could not read (closed ones), by process.
     tls_unparsed: BTreeMap<Arc<str>, u64>,
+    /// HTTP/2 refused and reset streams and GOAWAYs of closed connections, by process.
+    h2_signals: BTreeMap<Arc<str>, H2Signals>,
     /// Retransmitted segments by (process, peer label; `clients` for inbound connections).
     retransmits: BTreeMap<(Arc<str>, String), u64>,
     scratch: Vec<Exchange>,
@@ -116,7 +118,8 @@ fn seconds(ns: u64) -> f64 {
 fn side_from_bytes(read: bool, head: &[u8]) -> Option<Side> {
     const METHODS: [&[u8]; 9] =
         [b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"PATCH ", b"OPTIONS ", b"CONNECT ", b"TRACE "];
-    let request = METHODS.iter().any(|m| head.starts_with(m));
+    // HTTP/2's client preface (h2c) opens a connection as a request line does.
+    let request = METHODS.iter().any(|m| head.starts_with(m)) || head.starts_with(b"PRI * HTTP/2.0");
     match (read, request, head.starts_with(b"HTTP/1.")) {
         (true, true, _) => Some(Side::Inbound),
         (false, true, _) | (true, false, true) => Some(Side::Outbound),
@@ -180,6 +183,7 @@ impl RequestTracker {
         self.stats.socket_queue.retain(|process, _| process_live(process));
         self.non_http_bytes.retain(|process, _| process_live(process));
         self.tls_unparsed.retain(|process, _| process_live(process));
+        self.h2_signals.retain(|process, _| process_live(process));
         self.retransmits.retain(|(process, peer), _| peer_live(process, peer));
     }
 
@@ -351,6 +355,13 @@ impl RequestTracker {
         }
         self.scratch = done;
         self.counts.closed_resyncs += http.lost_sync();
+        if http.is_h2() {
+            let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
+            let (s, total) = (http.h2_signals(), self.h2_signals.entry(process).or_default());
+            total.refused_streams = total.refused_streams.saturating_add(s.refused_streams);
+            total.reset_streams = total.reset_streams.saturating_add(s.reset_streams);
+            total.goaways = total.goaways.saturating_add(s.goaways);
+        }
         if !http.is_http() {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
             if conn.tls {
@@ -479,6 +490,11 @@ impl RequestTracker {
     /// Bytes of connections that are not HTTP, per process name.
     pub fn non_http_bytes(&self) -> &BTreeMap<Arc<str>, u64> {
         &self.non_http_bytes
+    }
+
+    /// HTTP/2 signals of closed connections (refused and reset streams, GOAWAYs), per process.
+    pub fn h2_signals(&self) -> &BTreeMap<Arc<str>, H2Signals> {
+        &self.h2_signals
     }
 
     /// Connections known to be TLS whose plaintext is not seen, per process name.

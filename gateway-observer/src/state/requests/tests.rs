@@ -92,6 +92,40 @@ pub(crate) fn proxied_request(tracker: &mut RequestTracker) {
     tracker.handle(data(1, false, RESPONSE, 122 * MS, None));
 }
 
+/// h2c: two streams on one connection, answered out of order, are two requests with their own
+/// latencies; while one is open it is in flight.
+#[test]
+fn http2_streams_are_requests() {
+    // Frames: HEADERS (END_STREAM | END_HEADERS) of GET / (static :method, :scheme, :path), and
+    // a response HEADERS of :status 200 (static 8) with END_STREAM.
+    let get = |stream: u8| [0, 0, 3, 1, 5, 0, 0, 0, stream, 0x82, 0x86, 0x84];
+    let ok = |stream: u8| [0, 0, 1, 1, 5, 0, 0, 0, stream, 0x88];
+    let mut first = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    first.extend([0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    first.extend(get(1));
+    let mut tracker = RequestTracker::default();
+    tracker.handle(open(1, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50000", 0));
+    tracker.handle(data(1, true, &first, 10 * MS, None));
+    tracker.handle(data(1, true, &get(3), 11 * MS, None));
+    tracker.handle(data(1, false, &ok(3), 14 * MS, None));
+    assert_eq!(in_flight(&tracker, 1), 1);
+    tracker.handle(data(1, false, &ok(1), 30 * MS, None));
+    assert_eq!(in_flight(&tracker, 1), 0);
+    let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
+    assert_eq!(tracker.stats.counts[&(process, Side::Inbound, "GET", "2xx")], 2);
+    let summary = &tracker.per_process(40 * MS)[&GW];
+    assert_eq!(summary.inbound.requests, 2);
+    // Stream 5 refused, then GOAWAY; counted per process once the connection closes.
+    tracker.handle(data(1, true, &get(5), 31 * MS, None));
+    let mut refuse = vec![0, 0, 4, 3, 0, 0, 0, 0, 5, 0, 0, 0, 7];
+    refuse.extend([0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0]);
+    tracker.handle(data(1, false, &refuse, 32 * MS, None));
+    assert!(tracker.h2_signals().is_empty());
+    tracker.handle(close(1, 33 * MS));
+    let s = tracker.h2_signals()[&std::sync::Arc::from(GW.to_string())];
+    assert_eq!((s.refused_streams, s.reset_streams, s.goaways), (1, 0, 1));
+}
+
 #[test]
 fn a_proxied_request_is_counted_timed_and_explained() {
     let mut tracker = RequestTracker::default();
@@ -202,6 +236,8 @@ fn side_from_first_bytes() {
     assert_eq!(side_from_bytes(true, b"HTTP/1.1 200 OK"), Some(Side::Outbound));
     assert_eq!(side_from_bytes(false, b"HTTP/1.1 200 OK"), None);
     assert_eq!(side_from_bytes(true, b"*1\r\n$4\r\nPING"), None);
+    assert_eq!(side_from_bytes(true, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), Some(Side::Inbound));
+    assert_eq!(side_from_bytes(false, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), Some(Side::Outbound));
 }
 
 #[test]
