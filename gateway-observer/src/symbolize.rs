@@ -93,6 +93,30 @@ pub struct Image {
     perf_map: Arc<Vec<PerfEntry>>,
 }
 
+impl Image {
+    /// The code the process's perf map names (a JIT's: V8's, a JVM's), as sorted disjoint
+    /// ranges. The map is the target's text: a range says only where an unwind may go on by
+    /// frame pointer, never what memory is read.
+    pub fn jit_code(&self) -> Vec<std::ops::Range<u64>> {
+        let mut ranges: Vec<std::ops::Range<u64>> = self
+            .perf_map
+            .iter()
+            .filter(|(_, size, _)| *size > 0)
+            .map(|(start, size, _)| *start..start.saturating_add(*size))
+            .collect();
+        ranges.sort_by_key(|r| r.start);
+        // A JIT reuses freed code space: the map keeps the old entry beside the new one.
+        let mut merged: Vec<std::ops::Range<u64>> = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            match merged.last_mut() {
+                Some(last) if range.start <= last.end => last.end = last.end.max(range.end),
+                _ => merged.push(range),
+            }
+        }
+        merged
+    }
+}
+
 impl ElfSymbols {
     /// The address the file gives the first byte of a mapping at `file_offset`. The kernel maps a
     /// segment from its offset rounded down to a page, so that page's first bytes may belong to
@@ -504,6 +528,24 @@ mod tests {
         assert_eq!(maps[0].file_offset, 0x2000);
         let perf = parse_perf_map("7f1234 40 Lio/netty/Foo;::bar\nnot a line\n");
         assert_eq!(perf, vec![(0x7f1234, 0x40, "Lio/netty/Foo;::bar".to_owned())]);
+    }
+
+    #[test]
+    fn jit_code_is_the_perf_maps_ranges_sorted_and_merged() {
+        // V8's lines (node 20): a reused range listed twice, an overlap, an empty entry, one at the top.
+        let perf_map = Arc::new(parse_perf_map(
+            "7f585c005e00 160 JS:*block [eval]:1:15\n\
+             7f585c005900 104 JS:^block [eval]:1:15\n\
+             7f585c005900 104 JS:^other [eval]:2:1\n\
+             7f585c005980 100 JS:~x [eval]:3:1\n\
+             19aca00 0 Builtin:Empty\n\
+             ffffffffffffff00 1000 Ltop;\n",
+        ));
+        let image = Image { perf_map, ..Image::default() };
+        assert_eq!(
+            image.jit_code(),
+            [0x7f58_5c00_5900..0x7f58_5c00_5a80, 0x7f58_5c00_5e00..0x7f58_5c00_5f60, 0xffff_ffff_ffff_ff00..u64::MAX]
+        );
     }
 
     /// Found by fuzzing (symbols, elf_symbols): ranges that reach the top of the address space

@@ -70,9 +70,10 @@ impl Blocked {
 /// the node binary's symbol table) into V8's builtins, named from `/tmp/perf-PID.map`
 /// (`Builtin:CEntry_…+0x36 [jit]`; the map is looked up first, and without it they are the
 /// binary's `Builtins_CEntry_…`, so the test fails without the flag).
-/// The JavaScript functions' frames (`JS:^block`, in the map too) are not in the stack yet: their
-/// code is in memory no file backs, so the unwind does not step into it and resumes at the next
-/// frame record that returns into a file's code (`Builtin:JSEntryTrampoline`).
+/// The JavaScript functions' code is in memory no file backs, with no unwind tables but with frame
+/// pointers: the unwind goes through it by frame pointer, so the fixture's blocking function
+/// (`JS:^block …`, its tier `~` interpreted, `^` baseline, `*` optimized) is named between the
+/// builtin it called and V8's entry from C++.
 #[test]
 fn node_builtins_are_named_from_its_perf_map() {
     if !tests::privileged(module_path!()) {
@@ -89,10 +90,19 @@ fn node_builtins_are_named_from_its_perf_map() {
     let (mut scenario, stack, (wait, jit)) = blocked.stack(gateway, "Builtin_AtomicsWait", " [jit]");
     assert!(stack[wait].ends_with("(node)"), "V8's C++ is named from the binary: {stack:#?}");
     assert!(stack[jit].starts_with("Builtin:CEntry"), "the builtin that called it, from the perf map: {stack:#?}");
-    assert!(stack.iter().any(|f| f.starts_with("Builtin:JSEntry")), "into V8's entry from C++: {stack:#?}");
+    let entry = stack.iter().position(|f| f.starts_with("Builtin:JSEntry"));
+    assert!(entry.is_some(), "into V8's entry from C++: {stack:#?}");
+    let block = stack.iter().position(|f| js_function(f) == Some("block"));
+    assert!(block.is_some_and(|at| at > jit && Some(at) < entry), "the JavaScript function that blocked: {stack:#?}");
     assert!(stack.iter().any(|f| f.starts_with("uv_run")), "down to libuv's loop: {stack:#?}");
     scenario.healed("EventLoopBlocked", Duration::from_secs(20));
     assert!(scenario.finish() > 50, "the load barely ran");
+}
+
+/// The function a V8 perf-map frame names: `JS:^block /path/gateway.js:43:16+0x2c [jit]` → `block`.
+fn js_function(frame: &str) -> Option<&str> {
+    let name = frame.strip_prefix("JS:")?.trim_start_matches(['~', '^', '+', '*']);
+    name.split([' ', '+']).next()
 }
 
 /// A file the test made a process write, removed when the test ends, also when it fails.

@@ -1,7 +1,10 @@
 //! Java frames in the evidence of alerts on HotSpot JVMs: an EventLoopBlocked or PoolSaturated
-//! finding asks for a thread dump (at most one per alert per minute, on the dump worker), and its
-//! findings carry the dump once it is back (`java_stack`, `waiting_at`), from the next tick on.
-//! The tick never waits on a JVM.
+//! finding asks for a thread dump (on the dump worker), and its findings carry the dump once it is
+//! back (`java_stack`, `waiting_at`), from the next tick on. The tick never waits on a JVM.
+//!
+//! A dump is one sample: a loop that blocks part of the time may be caught idle in its selector,
+//! between two waits. That stack is no evidence: the alert takes another dump a second later, up
+//! to [`DUMPS_PER_WINDOW`] a minute, and keeps the first that caught the loop elsewhere.
 
 use std::{
     collections::HashMap,
@@ -10,14 +13,28 @@ use std::{
 
 use crate::{
     alerts::Finding,
-    jvm_attach::{dump::JavaThread, summary, worker::DumpWorker},
+    jvm_attach::{dump::JavaThread, idle, summary, worker::DumpWorker},
 };
 
-/// An alert takes at most one dump this often.
+/// An alert's dumps are counted over this window; it takes a first one at most this often.
 const DUMP_EVERY: Duration = Duration::from_secs(60);
+/// Dumps an alert takes in one window at most: the first, and more while they catch its loop idle.
+const DUMPS_PER_WINDOW: usize = 3;
+/// A dump that caught the loop idle is followed by another no sooner than this after it was asked.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// A dump and when it came back.
 type Dump = (Result<Vec<JavaThread>, String>, Instant);
+
+/// One alert's dumps.
+#[derive(Debug, Default)]
+struct AlertDumps {
+    /// When it asked, within the last [`DUMP_EVERY`], oldest first.
+    asked: Vec<Instant>,
+    /// The blocked loop's Java stack from the first dump that caught it outside its selector, and
+    /// when that dump was asked for.
+    kept: Option<(Vec<String>, Instant)>,
+}
 
 #[derive(Debug, Default)]
 pub struct JavaStacks {
@@ -26,8 +43,8 @@ pub struct JavaStacks {
     /// Started at the first dump asked for: the daemon drops its capabilities after startup,
     /// which it can do only while it runs one thread. None: not yet, or it could not start.
     worker: Option<DumpWorker>,
-    /// (pid, alert kind, subject) → when its dump was asked for.
-    asked: HashMap<(u32, String, String), Instant>,
+    /// (pid, alert kind, subject) → its dumps.
+    alerts: HashMap<(u32, String, String), AlertDumps>,
     /// pid → its last dump.
     dumps: HashMap<u32, Dump>,
 }
@@ -40,19 +57,7 @@ impl JavaStacks {
         }
     }
 
-    /// The worker, started now if dumps are on and it is not running yet.
-    fn worker(&mut self) -> Option<&DumpWorker> {
-        if self.enabled && self.worker.is_none() {
-            self.worker = DumpWorker::start();
-            if self.worker.is_none() {
-                tracing::warn!("cannot start the thread-dump worker: no Java frames in evidence");
-                self.enabled = false;
-            }
-        }
-        self.worker.as_ref()
-    }
-
-    /// Takes the dumps finished since the last tick and forgets what is over a minute old.
+    /// Takes the dumps finished since the last tick and forgets what is over two minutes old.
     pub fn collect(&mut self) {
         let Some(worker) = &self.worker else { return };
         let now = Instant::now();
@@ -66,8 +71,25 @@ impl JavaStacks {
             }
             self.dumps.insert(done.pid, (threads, now));
         }
-        self.asked.retain(|_, at| now.duration_since(*at) < DUMP_EVERY * 2);
-        self.dumps.retain(|_, (_, at)| now.duration_since(*at) < DUMP_EVERY * 2);
+        let recent = |at: &Instant| now.duration_since(*at) < DUMP_EVERY * 2;
+        self.alerts.retain(|_, alert| alert.asked.last().is_some_and(recent));
+        self.dumps.retain(|_, (_, at)| recent(at));
+    }
+
+    /// Queues a dump of `pid` for `alert`; false if none could be queued.
+    fn ask(&mut self, pid: u32, alert: &mut AlertDumps, now: Instant) -> bool {
+        if self.enabled && self.worker.is_none() {
+            self.worker = DumpWorker::start();
+            if self.worker.is_none() {
+                tracing::warn!("cannot start the thread-dump worker: no Java frames in evidence");
+                self.enabled = false;
+            }
+        }
+        let asked = self.worker.as_ref().is_some_and(|worker| worker.request(pid));
+        if asked {
+            alert.asked.push(now);
+        }
+        asked
     }
 
     /// Adds Java frames to `finding` (about JVM `pid`) from a dump taken since its alert asked,
@@ -80,17 +102,33 @@ impl JavaStacks {
         let pid = finding.pid;
         let key = (pid, finding.kind.to_string(), finding.subject.clone());
         let now = Instant::now();
-        let asked = match self.asked.get(&key) {
-            Some(at) if now.duration_since(*at) < DUMP_EVERY => *at,
-            _ if finding.active => {
-                if !self.worker().is_some_and(|worker| worker.request(pid)) {
-                    return;
-                }
-                self.asked.insert(key, now);
-                return;
+        let mut alert = self.alerts.remove(&key).unwrap_or_default();
+        alert.asked.retain(|at| now.duration_since(*at) < DUMP_EVERY);
+        match alert.asked.last().copied() {
+            None if finding.active => {
+                self.ask(pid, &mut alert, now);
             }
-            _ => return,
-        };
+            None => {}
+            Some(asked) => self.add_dump(finding, &mut alert, asked, tid, pool, now),
+        }
+        if let Some((frames, _)) = &alert.kept {
+            finding.evidence["java_stack"] = serde_json::json!(frames);
+        }
+        self.alerts.insert(key, alert);
+    }
+
+    /// Adds what the dump of `finding`'s JVM taken since `asked` says, if it is back; asks for
+    /// another if it caught the blocked loop idle.
+    fn add_dump(
+        &mut self,
+        finding: &mut Finding,
+        alert: &mut AlertDumps,
+        asked: Instant,
+        tid: Option<u32>,
+        pool: Option<&str>,
+        now: Instant,
+    ) {
+        let pid = finding.pid;
         let Some((dump, _)) = self.dumps.get(&pid).filter(|(_, at)| *at >= asked) else { return };
         let threads = match dump {
             Ok(threads) => threads,
@@ -99,15 +137,118 @@ impl JavaStacks {
                 return;
             }
         };
-        if let Some(tid) = tid {
-            let nid = crate::host::procfs::namespace_pid(tid).unwrap_or(tid);
-            if let Some(frames) = summary::java_stack(threads, nid) {
-                finding.evidence["java_stack"] = serde_json::json!(frames);
-            }
-        }
         if let Some(pool) = pool {
             let member = |t: &JavaThread| crate::thread_group::thread_group(summary::kernel_name(&t.name)) == pool;
             finding.evidence["waiting_at"] = summary::waiting_at(threads, member);
         }
+        let Some(tid) = tid else { return };
+        let nid = crate::host::procfs::namespace_pid(tid).unwrap_or(tid);
+        if !threads.iter().any(|t| t.nid == nid && idle::in_selector(t)) {
+            // The first dump of this window to catch the loop elsewhere is kept.
+            let kept_earlier = alert.kept.as_ref().is_none_or(|(_, kept_asked)| *kept_asked < alert.asked[0]);
+            if let Some(frames) = summary::java_stack(threads, nid).filter(|_| kept_earlier) {
+                alert.kept = Some((frames, asked));
+            }
+            return;
+        }
+        let kept_now = alert.kept.as_ref().is_some_and(|(_, kept_asked)| *kept_asked >= alert.asked[0]);
+        if kept_now {
+            return;
+        }
+        if alert.asked.len() < DUMPS_PER_WINDOW {
+            if finding.active && now.duration_since(asked) >= RETRY_AFTER {
+                self.ask(pid, alert, now);
+            }
+        } else if alert.kept.is_none() {
+            finding.evidence["java_stack_unavailable"] = serde_json::json!(format!(
+                "{DUMPS_PER_WINDOW} thread dumps caught the loop idle in its selector, between two waits"
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{alerts::AlertKind, jvm_attach::dump::parse};
+
+    /// Real `jstack` dumps of one Netty JVM (see `testdata/jvm/README.md`): idle, then with loops
+    /// 1 (nid 0x7891) and 4 blocked on a monitor while 2 and 3 are between two waits.
+    const IDLE: &str = include_str!("../../testdata/jvm/netty-loops-idle.txt");
+    const CONTENDED: &str = include_str!("../../testdata/jvm/netty-loops-contended-monitor.txt");
+    /// No such process: the dumps the worker takes of it fail, and the tests hand theirs in.
+    const PID: u32 = 4_000_000;
+
+    fn blocked_loop() -> Finding {
+        Finding {
+            kind: AlertKind::EventLoopBlocked,
+            pid: PID,
+            comm: "java".into(),
+            subject: "reactor-http-ni".into(),
+            summary: String::new(),
+            evidence: serde_json::json!({}),
+            active: true,
+            held_for: Duration::ZERO,
+        }
+    }
+
+    /// The alert's dump of `text` comes back, its asks having been made `RETRY_AFTER` ago, and
+    /// the tick annotates its finding.
+    fn dump_back(stacks: &mut JavaStacks, text: &str, tid: u32) -> Finding {
+        for alert in stacks.alerts.values_mut() {
+            for at in &mut alert.asked {
+                *at = at.checked_sub(RETRY_AFTER).expect("the clock is past a second");
+            }
+        }
+        stacks.dumps.insert(PID, (Ok(parse(text)), Instant::now()));
+        let mut finding = blocked_loop();
+        stacks.annotate(&mut finding, Some(tid), None);
+        finding
+    }
+
+    fn asked(stacks: &JavaStacks) -> usize {
+        stacks.alerts.values().map(|alert| alert.asked.len()).sum()
+    }
+
+    fn started() -> JavaStacks {
+        let mut stacks = JavaStacks::default();
+        stacks.set_enabled(true);
+        let mut finding = blocked_loop();
+        stacks.annotate(&mut finding, Some(0x7891), None);
+        assert_eq!(asked(&stacks), 1, "a pending alert asks for a dump");
+        assert!(finding.evidence.get("java_stack").is_none());
+        stacks
+    }
+
+    #[test]
+    fn a_loop_caught_idle_is_dumped_again_and_the_first_dump_outside_its_wait_is_kept() {
+        let mut stacks = started();
+        let finding = dump_back(&mut stacks, IDLE, 0x7891);
+        assert!(finding.evidence.get("java_stack").is_none(), "an idle loop's stack is no evidence: {finding:?}");
+        assert_eq!(asked(&stacks), 2, "caught idle: another dump");
+        let finding = dump_back(&mut stacks, CONTENDED, 0x7891);
+        let stack = &finding.evidence["java_stack"];
+        assert_eq!(stack[0], "NettyGateway$Handler.channelRead0(NettyGateway.java:181)", "{stack:#}");
+        assert_eq!(stack[1], "- waiting to lock Object");
+        assert_eq!(asked(&stacks), 2, "no dump after evidence");
+        // A later dump, asked by another alert on the JVM, catches the loop idle: the stack stays.
+        let finding = dump_back(&mut stacks, IDLE, 0x7891);
+        assert_eq!(finding.evidence["java_stack"], *stack);
+        assert_eq!(asked(&stacks), 2);
+    }
+
+    #[test]
+    fn a_loop_caught_idle_by_every_dump_of_the_window_says_so() {
+        let mut stacks = started();
+        // Loop 2 (nid 0x7892) is idle in both dumps.
+        for dumps in 2..=DUMPS_PER_WINDOW {
+            dump_back(&mut stacks, [IDLE, CONTENDED][dumps % 2], 0x7892);
+            assert_eq!(asked(&stacks), dumps);
+        }
+        let finding = dump_back(&mut stacks, CONTENDED, 0x7892);
+        assert_eq!(asked(&stacks), DUMPS_PER_WINDOW, "at most {DUMPS_PER_WINDOW} dumps a minute");
+        assert!(finding.evidence.get("java_stack").is_none(), "{finding:?}");
+        let why = finding.evidence["java_stack_unavailable"].as_str().unwrap_or_default();
+        assert!(why.contains("idle in its selector"), "{why}");
     }
 }

@@ -188,12 +188,13 @@ pub fn stacks_of(symbolizer: &mut Symbolizer, unwinder: &mut unwind::Unwinder, p
                 Err(_) => return (tid, Err("error")),
             };
             // The mappings and files are read once per request, and only if a thread is stopped.
-            let (image, tables) = image.get_or_insert_with(|| {
+            let (image, tables, jit) = image.get_or_insert_with(|| {
                 let image = symbolizer.image(pid);
                 let tables = symbolizer.tables(&image);
-                (image, tables)
+                let jit = image.jit_code();
+                (image, tables, jit)
             });
-            let frames = unwinder.unwind(tables, &stopped, &stack);
+            let frames = unwinder.unwind(tables, jit, &stopped, &stack);
             (tid, Ok(symbolizer.name_frames(image, &frames)))
         })
         .collect()

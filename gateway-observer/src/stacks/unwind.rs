@@ -8,6 +8,12 @@
 //! chain stops or leaves the code for want of it, the frame pointer is found on the stack
 //! ([`frame_records`]) and the frame unwound again. A chain never goes on past an address
 //! outside the process's code.
+//!
+//! A JIT's code (V8's JavaScript functions) lies in memory no file backs, so no table covers it;
+//! V8 keeps frame pointers in it. A return address into code the process's perf map names is
+//! followed like any other: framehop unwinds an address no module holds by frame pointer (the
+//! saved `rbp` and the return address above it, each frame higher on the stack than the last),
+//! until a return address lands in a file's code again and its tables take over.
 
 use std::sync::Arc;
 
@@ -40,9 +46,16 @@ impl Default for Unwinder {
 }
 
 impl Unwinder {
-    /// The frames of the thread that stopped at `stopped`, innermost first. A chain cut short
-    /// (unknown code, a frame past the copy) ends with the frames found so far.
-    pub fn unwind(&mut self, modules: &[MappedTables], stopped: &Stopped, stack: &StackCopy) -> Vec<Frame> {
+    /// The frames of the thread that stopped at `stopped`, innermost first. `jit` is the code
+    /// the perf map names, sorted and disjoint ([`crate::symbolize::Image::jit_code`]). A chain
+    /// cut short (unknown code, a frame past the copy) ends with the frames found so far.
+    pub fn unwind(
+        &mut self,
+        modules: &[MappedTables],
+        jit: &[std::ops::Range<u64>],
+        stopped: &Stopped,
+        stack: &StackCopy,
+    ) -> Vec<Frame> {
         self.cache = CacheX86_64::new();
         let mut unwinder: UnwinderX86_64<Arc<[u8]>> = UnwinderX86_64::new();
         for m in modules {
@@ -59,6 +72,9 @@ impl Unwinder {
             unwinder.add_module(Module::new(m.path.clone(), m.range.clone(), m.base, info));
         }
         let is_code = |addr: u64| modules.iter().any(|m| m.range.contains(&addr));
+        // Where a chain may go on: a file's code, or a JIT's (by frame pointer). Frame records
+        // are looked for only by return addresses into files' code: a JIT's leave stale ones.
+        let goes_on = |addr: u64| is_code(addr) || in_jit(jit, addr);
         let mut regs = UnwindRegsX86_64::new(stopped.pc, stopped.sp, 0);
         let mut read = |addr: u64| stack.word(addr).ok_or(());
         let mut address = FrameAddress::from_instruction_pointer(stopped.pc);
@@ -68,7 +84,7 @@ impl Unwinder {
             let before = regs;
             let next = unwinder.unwind_frame(address, &mut regs, &mut self.cache, &mut read);
             match next {
-                Ok(Some(ret)) if is_code(ret) => match FrameAddress::from_return_address(ret) {
+                Ok(Some(ret)) if goes_on(ret) => match FrameAddress::from_return_address(ret) {
                     Some(next) => {
                         address = next;
                         out.push((ret, true));
@@ -87,7 +103,7 @@ impl Unwinder {
                     for bp in frame_records(stack, before.sp(), &is_code).take(MAX_CANDIDATES) {
                         let mut trial = before;
                         trial.set_bp(bp);
-                        let depth = self.depth_from(&unwinder, address, trial, &mut read, &is_code);
+                        let depth = self.depth_from(&unwinder, address, trial, &mut read, &goes_on);
                         if best.is_none_or(|(most, _)| depth > most) {
                             best = Some((depth, bp));
                         }
@@ -127,6 +143,12 @@ impl Unwinder {
         }
         CHECK_DEPTH
     }
+}
+
+/// Whether `addr` is in one of `jit`'s sorted, disjoint ranges.
+fn in_jit(jit: &[std::ops::Range<u64>], addr: u64) -> bool {
+    let after = jit.partition_point(|range| range.start <= addr);
+    after.checked_sub(1).is_some_and(|at| jit[at].contains(&addr))
 }
 
 /// Frame records tried for one frame.
@@ -169,5 +191,16 @@ mod tests {
         assert_eq!(frame_records(&stack, 0x1011, &is_code).next(), None, "aligned, and above sp only");
         let not_code = |_: u64| false;
         assert_eq!(frame_records(&stack, sp, &not_code).next(), None);
+    }
+
+    #[test]
+    fn jit_code_is_found_in_sorted_disjoint_ranges() {
+        let jit = [0x1000..0x1100, 0x2000..0x2008, 0x7f58_5c00_5900..0x7f58_5c00_5a04];
+        for (addr, inside) in
+            [(0x1000, true), (0x10ff, true), (0x1100, false), (0x1fff, false), (0x2004, true), (0x7f58_5c00_5a00, true)]
+        {
+            assert_eq!(in_jit(&jit, addr), inside, "{addr:#x}");
+        }
+        assert!(!in_jit(&jit, 0) && !in_jit(&jit, u64::MAX) && !in_jit(&[], 0x1000));
     }
 }
