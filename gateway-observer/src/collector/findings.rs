@@ -21,7 +21,11 @@ impl Collector {
             if found.active {
                 self.live_stacks.ask(pid, &[tid], now);
             }
-            if let Some(frames) = self.live_stacks.stack(tid) {
+            let live = match found.blocks.syscall {
+                Some(syscall) => self.live_stacks.stack_in(tid, syscall),
+                None => self.live_stacks.stack(tid),
+            };
+            if let Some(frames) = live {
                 finding.evidence["stack"] = serde_json::json!(&frames[..frames.len().min(LIVE_STACK_FRAMES)]);
                 finding.evidence["stack_source"] = serde_json::json!("live");
             } else if let Some(ips) = found.blocks.stack_id.and_then(|id| self.probes.user_stack(id)) {

@@ -17,7 +17,7 @@ use std::{
 /// How long the JVM may take to open its socket after SIGQUIT (its first attach starts a thread).
 const LISTENER_WAIT: Duration = Duration::from_secs(2);
 const LISTENER_POLL: Duration = Duration::from_millis(20);
-/// Socket read and write timeout; a dump of a thousand threads takes a few hundred ms.
+/// Socket read and write timeout; a dump of a thousand threads took 37–77 ms here (`cargo xtask bench jvm-dump`).
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -44,8 +44,9 @@ struct Request {
     tids: Vec<u32>,
 }
 
-/// One thread's stack, innermost first, or why there is none (an [`OUTCOMES`] label).
-pub type Answer = (u32, Result<Vec<String>, &'static str>);
+/// One thread's stack, innermost first, with the syscall it was in, or why there is none (an
+/// [`OUTCOMES`] label).
+pub type Answer = (u32, Result<(Option<u64>, Vec<String>), &'static str>);
 
 struct Reply {
     answers: Vec<Answer>,
@@ -59,8 +60,8 @@ pub struct LiveStacks {
     worker: Option<(mpsc::SyncSender<Request>, mpsc::Receiver<Reply>)>,
     /// When each thread was last asked for.
     asked: HashMap<u32, Instant>,
-    /// The last stack taken of each thread, and when it came.
-    stacks: HashMap<u32, (Instant, Vec<String>)>,
+    /// The last stack taken of each thread, when it came, and the syscall it was taken in.
+    stacks: HashMap<u32, (Instant, Option<u64>, Vec<String>)>,
     outcomes: BTreeMap<&'static str, u64>,
     refusals: BTreeMap<&'static str, u64>,
 }
@@ -124,22 +125,36 @@ impl LiveStacks {
             self.refusals = reply.refusals;
             for (tid, answer) in reply.answers {
                 match answer {
-                    Ok(frames) if !frames.is_empty() => {
+                    Ok((syscall, frames)) if !frames.is_empty() => {
                         *self.outcomes.entry("unwound").or_default() += 1;
-                        self.stacks.insert(tid, (now, frames));
+                        self.stacks.insert(tid, (now, syscall, frames));
                     }
                     Ok(_) => *self.outcomes.entry("error").or_default() += 1,
                     Err(reason) => *self.outcomes.entry(reason).or_default() += 1,
                 }
             }
         }
-        self.stacks.retain(|_, (at, _)| now.duration_since(*at) < KEEP);
+        self.stacks.retain(|_, (at, _, _)| now.duration_since(*at) < KEEP);
         self.asked.retain(|_, at| now.duration_since(*at) < KEEP);
     }
 
     /// The last stack taken of `tid`, innermost first.
     pub fn stack(&self, tid: u32) -> Option<&[String]> {
-        self.stacks.get(&tid).map(|(_, frames)| frames.as_slice())
+        self.stacks.get(&tid).map(|(_, _, frames)| frames.as_slice())
+    }
+
+    /// The last stack of `tid` if it was taken in `syscall` (the one the thread blocked in). A
+    /// loop that blocks again and again is idle between the blocks: a stack taken there (tokio's
+    /// park, epoll) names nothing that blocks, so it is dropped and the thread is asked for again
+    /// at the next tick rather than after [`REUNWIND`].
+    pub fn stack_in(&mut self, tid: u32, syscall: &str) -> Option<&[String]> {
+        let taken_in = self.stacks.get(&tid)?.1;
+        if taken_in.and_then(|nr| i32::try_from(nr).ok()).and_then(crate::syscalls::name_of) != Some(syscall) {
+            self.stacks.remove(&tid);
+            self.asked.remove(&tid);
+            return None;
+        }
+        self.stack(tid)
     }
 
     /// Threads asked for, by outcome ([`OUTCOMES`]).
@@ -195,7 +210,7 @@ pub fn stacks_of(symbolizer: &mut Symbolizer, unwinder: &mut unwind::Unwinder, p
                 (image, tables, jit)
             });
             let frames = unwinder.unwind(tables, jit, &stopped, &stack);
-            (tid, Ok(symbolizer.name_frames(image, &frames)))
+            (tid, Ok((stopped.syscall, symbolizer.name_frames(image, &frames))))
         })
         .collect()
 }
@@ -294,7 +309,10 @@ mod tests {
         let deadline = Instant::now() + Duration::from_millis(500);
         let frames = loop {
             match stacks_of(&mut symbolizer, &mut unwinder, pid, &[tid]).pop() {
-                Some((_, Ok(frames))) => break frames,
+                Some((_, Ok((syscall, frames)))) => {
+                    assert_eq!(syscall, Some(libc::SYS_clock_nanosleep as u64), "the syscall it sleeps in");
+                    break frames;
+                }
                 Some((_, Err("running"))) if Instant::now() < deadline => std::thread::yield_now(),
                 other => panic!("no stack of our sleeping thread: {other:?}"),
             }
@@ -311,5 +329,20 @@ mod tests {
         };
         assert!(libc_sleep < ours, "innermost first: {frames:#?}");
         assert!(frames.iter().all(|f| !f.starts_with("0x") && !f.contains("(0x")), "an address in {frames:#?}");
+    }
+
+    /// A loop's stack caught while it idles between blocks is no evidence of the block.
+    #[test]
+    fn a_stack_taken_outside_the_blocking_syscall_is_dropped_and_asked_again() {
+        let now = Instant::now();
+        let mut stacks = LiveStacks::new();
+        let park = vec!["syscall+0x19 (libc.so.6)".to_owned(), "park_condvar (gw)".to_owned()];
+        stacks.stacks.insert(7, (now, Some(libc::SYS_futex as u64), park));
+        stacks.asked.insert(7, now);
+        assert_eq!(stacks.stack_in(7, "recvfrom"), None, "taken in futex, blocked in recvfrom");
+        assert!(stacks.stack(7).is_none() && !stacks.asked.contains_key(&7), "dropped, asked again next tick");
+        let recv = vec!["recv+0x5a (libc.so.6)".to_owned(), "check_blocking (gw)".to_owned()];
+        stacks.stacks.insert(7, (now, Some(libc::SYS_recvfrom as u64), recv.clone()));
+        assert_eq!(stacks.stack_in(7, "recvfrom"), Some(recv.as_slice()));
     }
 }
