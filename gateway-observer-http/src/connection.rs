@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 
 use super::h2::{self, Session, Signals};
 use super::parser::{self, Cursor, Event, Framing, Kind, Parser, StartLine};
+use super::redact::RequestPath;
 
 /// Requests kept waiting for their responses; beyond, the oldest is dropped.
 pub const MAX_IN_FLIGHT: usize = 1024;
@@ -119,8 +120,8 @@ impl ExchangeOutcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exchange {
     pub method: Method,
-    /// The request target without query or fragment, at most 64 bytes; "" if unseen.
-    pub path: String,
+    /// The request target without query or fragment, at most 64 bytes; empty if unseen.
+    pub path: RequestPath,
     /// The final status; None when no final response was seen.
     pub status: Option<u16>,
     /// gRPC's status (HTTP/2 `grpc-status`, from the trailers or a trailers-only response).
@@ -146,7 +147,7 @@ pub struct Exchange {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InFlight {
     pub method: Method,
-    pub path: String,
+    pub path: RequestPath,
     pub tid: u32,
     pub request_start_ns: u64,
     pub queued_since_ns: Option<u64>,

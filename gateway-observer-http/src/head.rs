@@ -6,6 +6,7 @@
 use super::{
     connection::Method,
     parser::{Framing, Kind, MAX_PATH},
+    redact::RequestPath,
 };
 
 /// Longer method tokens are not HTTP.
@@ -87,32 +88,9 @@ impl Accumulated {
         (self.status_digits == 3).then_some(self.status)
     }
 
-    /// The request path as kept: for an absolute-form target (`http://user:pass@host/x`, sent to
-    /// proxies) only the path, since the authority may carry credentials; identifiers and tokens
-    /// in its segments redacted.
-    /// One allocation per message (the redacted copy): it runs for every request seen.
-    pub(super) fn path(&self) -> String {
-        crate::redact::redact_path(without_authority(&self.raw_path()), MAX_PATH)
-    }
-
-    fn raw_path(&self) -> std::borrow::Cow<'_, str> {
-        let raw = self.path.get(..usize::from(self.path_len)).unwrap_or_default();
-        match std::str::from_utf8(raw) {
-            Ok(s) => s.into(),
-            // Cut inside a multi-byte character by the 64-byte limit: keep the whole characters.
-            Err(e) if e.error_len().is_none() => {
-                String::from_utf8_lossy(raw.get(..e.valid_up_to()).unwrap_or_default())
-            }
-            Err(_) => {
-                let mut s = String::from_utf8_lossy(raw).into_owned();
-                let mut end = s.len().min(MAX_PATH);
-                while !s.is_char_boundary(end) {
-                    end -= 1;
-                }
-                s.truncate(end);
-                s.into()
-            }
-        }
+    /// The request path as seen, redacted when read.
+    pub(super) fn path(&self) -> RequestPath {
+        RequestPath::new(self.path.get(..usize::from(self.path_len)).unwrap_or_default())
     }
 
     pub(super) fn name_kind(&self) -> HeaderKind {
@@ -432,18 +410,4 @@ pub(super) fn push_lower<const N: usize>(buf: &mut [u8; N], len: &mut u8, overfl
         }
         None => *overflow = true,
     }
-}
-
-/// `http://user:pass@host:80/a/b` → `/a/b` (`/` when the path was cut off); other targets as is.
-fn without_authority(target: &str) -> &str {
-    let has_prefix = |prefix: &str| target.get(..prefix.len()).is_some_and(|p| p.eq_ignore_ascii_case(prefix));
-    let scheme_len = if has_prefix("http://") {
-        7
-    } else if has_prefix("https://") {
-        8
-    } else {
-        return target;
-    };
-    let rest = target.get(scheme_len..).unwrap_or_default();
-    rest.find('/').and_then(|i| rest.get(i..)).unwrap_or("/")
 }

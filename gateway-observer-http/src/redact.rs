@@ -3,8 +3,112 @@
 //! sent on can carry them. Query and fragment are never kept (see `head`); matrix parameters
 //! (`;jsessionid=…`) are cut here. What is left is the route: `/api/users/{id}/orders`.
 
+use crate::parser::MAX_PATH;
+
 /// What a redacted segment reads as.
 pub const REDACTED: &str = "{id}";
+
+/// A request's path as its start line or `:path` gave it: at most [`MAX_PATH`] bytes, without
+/// query or fragment. Kept as it came and redacted when read: redacting every request's path was
+/// about a third of the daemon's work per request (`cargo xtask bench records`), and a path is
+/// read only for the few requests shown (slowest, in flight, stalled). [`Self::redacted`] is the
+/// only way to read it, and `Debug` prints that form, so the raw bytes reach no log, snapshot
+/// or alert.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct RequestPath {
+    raw: [u8; MAX_PATH],
+    len: u8,
+}
+
+impl Default for RequestPath {
+    fn default() -> Self {
+        Self { raw: [0; MAX_PATH], len: 0 }
+    }
+}
+
+impl RequestPath {
+    /// The first [`MAX_PATH`] bytes of `path`.
+    pub fn new(path: &[u8]) -> Self {
+        let mut kept = Self::default();
+        let len = path.len().min(MAX_PATH);
+        if let (Some(dst), Some(src)) = (kept.raw.get_mut(..len), path.get(..len)) {
+            dst.copy_from_slice(src);
+            kept.len = len as u8; // len <= MAX_PATH
+        }
+        kept
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The path as kept: for an absolute-form target (`http://user:pass@host/x`, sent to
+    /// proxies) only the path, since the authority may carry credentials; identifiers and tokens
+    /// in its segments redacted.
+    pub fn redacted(&self) -> String {
+        redact_path(without_authority(&self.text()), MAX_PATH)
+    }
+
+    /// The path as it came, for this crate's tests of what the parsers keep (redaction has its
+    /// own tests).
+    #[cfg(test)]
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(self.raw.get(..usize::from(self.len)).unwrap_or_default()).unwrap_or("<not UTF-8>")
+    }
+
+    /// The raw bytes as text; a character cut by the length limit is dropped.
+    fn text(&self) -> std::borrow::Cow<'_, str> {
+        let raw = self.raw.get(..usize::from(self.len)).unwrap_or_default();
+        match std::str::from_utf8(raw) {
+            Ok(s) => s.into(),
+            Err(e) if e.error_len().is_none() => {
+                String::from_utf8_lossy(raw.get(..e.valid_up_to()).unwrap_or_default())
+            }
+            Err(_) => {
+                let mut s = String::from_utf8_lossy(raw).into_owned();
+                let mut end = s.len().min(MAX_PATH);
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s.truncate(end);
+                s.into()
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for RequestPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RequestPath").field(&self.redacted()).finish()
+    }
+}
+
+impl From<&str> for RequestPath {
+    fn from(path: &str) -> Self {
+        Self::new(path.as_bytes())
+    }
+}
+
+/// Compares the redacted form, as every reader sees it.
+impl PartialEq<&str> for RequestPath {
+    fn eq(&self, other: &&str) -> bool {
+        self.redacted() == *other
+    }
+}
+
+/// `http://user:pass@host:80/a/b` → `/a/b` (`/` when the path was cut off); other targets as is.
+fn without_authority(target: &str) -> &str {
+    let has_prefix = |prefix: &str| target.get(..prefix.len()).is_some_and(|p| p.eq_ignore_ascii_case(prefix));
+    let scheme_len = if has_prefix("http://") {
+        7
+    } else if has_prefix("https://") {
+        8
+    } else {
+        return target;
+    };
+    let rest = target.get(scheme_len..).unwrap_or_default();
+    rest.find('/').and_then(|i| rest.get(i..)).unwrap_or("/")
+}
 
 /// `path` with each segment that looks like an identifier or a token replaced by [`REDACTED`],
 /// and every segment's `;` parameters dropped, in at most `max_len` bytes: a redacted segment
@@ -105,5 +209,19 @@ mod tests {
         assert_eq!(redact_path("/ab/cdéf", 7), "/ab/cd", "whole characters only");
         assert_eq!(redact_path("/abc/12", 6), "/abc", "a redaction that does not fit is left out");
         assert_eq!(redact_path("*", 0), "");
+    }
+
+    #[test]
+    fn a_kept_path_is_read_only_redacted() {
+        let path = RequestPath::new(b"http://user:secret@host/api/users/12345/orders");
+        assert_eq!(path.redacted(), "/api/users/{id}/orders", "no authority, no id");
+        assert!(path == "/api/users/{id}/orders");
+        let shown = format!("{path:?}");
+        assert!(!shown.contains("secret") && !shown.contains("12345"), "{shown}");
+        // Bounded as the parser bounds it: the first MAX_PATH bytes, a cut character dropped.
+        let long = format!("/{}", "é".repeat(40));
+        let kept = RequestPath::new(long.as_bytes());
+        assert_eq!(kept.redacted(), format!("/{}", "é".repeat(31)), "64 bytes cut the 32nd 'é' in half");
+        assert!(RequestPath::default().is_empty() && RequestPath::default().redacted().is_empty());
     }
 }

@@ -36,7 +36,7 @@ fuzz_target!(|input: &[u8]| {
             }
         }
         assert!(session.in_flight().count() <= MAX_IN_FLIGHT);
-        assert!(session.in_flight().all(|r| r.path.len() <= MAX_PATH && r.request_bytes <= fed));
+        assert!(session.in_flight().all(|r| r.path.redacted().len() <= MAX_PATH && r.request_bytes <= fed));
         assert!(session.signals().resyncs <= session.lost_sync());
         streams.drain(..).for_each(|e| sane(&e, now, fed));
     }
@@ -46,7 +46,8 @@ fuzz_target!(|input: &[u8]| {
 });
 
 fn sane(e: &Exchange, now: u64, fed: u64) {
-    assert!(e.path.len() <= MAX_PATH && !e.path.contains(['?', '#']), "{e:?}");
+    let path = e.path.redacted();
+    assert!(path.len() <= MAX_PATH && !path.contains(['?', '#']), "{e:?}");
     assert!(e.request_start_ns <= e.request_end_ns && e.request_start_ns <= e.response_end_ns, "{e:?}");
     assert!(e.response_end_ns <= now && e.response_start_ns.is_none_or(|s| s <= e.response_end_ns), "{e:?}");
     assert!(e.request_bytes <= fed && e.response_bytes <= fed, "{e:?} fed {fed}");

@@ -128,11 +128,13 @@ fn single_exchange_carries_times_thread_and_queueing() {
     let resp = response(200, "hello");
     let steps = [by(read(100, req), 7, Some(90)), by(write(300, &resp), 8, None)];
     let out = run_checked(Role::Server, &steps);
-    // The id in the path is redacted before the exchange is kept.
-    let mut want = exchange(Method::Get, "/users/{id}", 200, [100, 100, 300, 300], [req.len(), resp.len()]);
+    // The path is kept without its query and fragment, and read with its id redacted.
+    let mut want = exchange(Method::Get, "/users/42", 200, [100, 100, 300, 300], [req.len(), resp.len()]);
     want.tid = 7;
     want.queued_since_ns = Some(90);
     assert_eq!(out.exchanges, vec![want]);
+    assert_eq!(out.exchanges[0].path.redacted(), "/users/{id}");
+    assert_eq!(format!("{:?}", out.exchanges[0].path), "RequestPath(\"/users/{id}\")", "Debug shows no raw id");
     assert!(out.in_flight.is_empty());
     assert_eq!((out.non_http_bytes, out.lost_sync, out.is_http), (0, 0, true));
 }
@@ -460,7 +462,7 @@ fn path_without_query_truncated_on_a_char_boundary() {
         read(6, get("HTTPS://user:secret@upstream")),
     ];
     let out = run_checked(Role::Server, &steps);
-    let paths: Vec<_> = out.in_flight.iter().map(|r| r.path.clone()).collect();
+    let paths: Vec<_> = out.in_flight.iter().map(|r| r.path.redacted()).collect();
     let expected = [
         format!("/{}", "a".repeat(63)),
         format!("/{}", "é".repeat(31)),

@@ -64,7 +64,7 @@ fn expected(text: &str) -> Vec<Stream> {
 fn stream(e: &Exchange) -> Stream {
     Stream {
         method: e.method,
-        path: e.path.clone(),
+        path: e.path.redacted(),
         status: e.status,
         grpc_status: e.grpc_status,
         request_ns: e.request_start_ns,

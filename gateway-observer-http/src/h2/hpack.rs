@@ -2,7 +2,7 @@
 //!
 //! The dynamic table is tracked with its real sizes (so eviction matches the peer's) but keeps no
 //! header value except the few pseudo-header values this crate reports (method, status, a path
-//! redacted and cut to [`MAX_PATH`] as HTTP/1.x paths are); every other entry is a name class and
+//! cut to [`MAX_PATH`](crate::parser::MAX_PATH) and redacted when read, as HTTP/1.x paths are); every other entry is a name class and
 //! a size. Entries whose content is not known (a connection first seen mid-way, a block partly
 //! unseen) are simply missing: a reference to one yields nothing, and entries added after are
 //! indexed correctly since new entries take the lowest dynamic indexes. The table is capped at [`MAX_TABLE_SIZE`] whatever the peer allows.
@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use super::huffman;
 use crate::connection::Method;
-use crate::parser::MAX_PATH;
+use crate::redact::RequestPath;
 
 /// The largest dynamic table tracked (bytes as HPACK counts them).
 pub const MAX_TABLE_SIZE: usize = 64 * 1024;
@@ -32,7 +32,7 @@ enum Name {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Value {
     Method(Method),
-    Path(String),
+    Path(RequestPath),
     Code(u16),
     Unkept,
 }
@@ -49,7 +49,7 @@ struct Entry {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Fields {
     pub method: Option<Method>,
-    pub path: Option<String>,
+    pub path: Option<RequestPath>,
     pub status: Option<u16>,
     pub grpc_status: Option<u16>,
 }
@@ -58,7 +58,7 @@ impl Fields {
     fn set(&mut self, name: Name, value: &Value) {
         match (name, value) {
             (Name::Method, Value::Method(m)) => self.method = Some(*m),
-            (Name::Path, Value::Path(p)) => self.path = Some(p.clone()),
+            (Name::Path, Value::Path(p)) => self.path = Some(*p),
             (Name::Status, Value::Code(c)) => self.status = Some(*c),
             (Name::GrpcStatus, Value::Code(c)) => self.grpc_status = Some(*c),
             _ => {}
@@ -271,10 +271,9 @@ fn parse_value(name: Name, v: &[u8]) -> Value {
     match name {
         Name::Method => Value::Method(Method::from_token(v)),
         Name::Path => {
-            // As HTTP/1.x paths are kept: no query or fragment, identifiers redacted, bounded.
+            // As HTTP/1.x paths are kept: no query or fragment, bounded, redacted when read.
             let end = v.iter().position(|&c| c == b'?' || c == b'#').unwrap_or(v.len());
-            let path = String::from_utf8_lossy(v.get(..end).unwrap_or_default());
-            Value::Path(crate::redact::redact_path(&path, MAX_PATH))
+            Value::Path(RequestPath::new(v.get(..end).unwrap_or_default()))
         }
         Name::Status | Name::GrpcStatus => {
             std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()).map_or(Value::Unkept, Value::Code)

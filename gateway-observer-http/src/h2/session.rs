@@ -268,7 +268,7 @@ impl Session {
         stream: u32,
         start: SyscallInfo,
         method: Option<Method>,
-        path: Option<String>,
+        path: Option<crate::redact::RequestPath>,
         bytes: u64,
         end_ns: u64,
         complete: bool,

@@ -19,7 +19,7 @@ pub enum Kind {
 pub struct StartLine {
     pub method: Method,
     /// Without query and fragment, at most [`MAX_PATH`] bytes.
-    pub path: String,
+    pub path: crate::redact::RequestPath,
     pub status: Option<u16>,
     pub ts_ns: u64,
     pub tid: u32,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::FastHash;
 
+use gateway_observer_http::redact::RequestPath;
 use serde::Serialize;
 
 /// Requests listed.
@@ -68,7 +69,7 @@ pub struct Finished<'a> {
     pub process: &'a str,
     pub thread: u32,
     pub method: &'static str,
-    pub path: &'a str,
+    pub path: &'a RequestPath,
     pub status: Option<u16>,
     pub queued_since_ns: Option<u64>,
     pub request_start_ns: u64,
@@ -128,7 +129,7 @@ impl Slowest {
             process: done.process.to_owned(),
             thread: done.thread,
             method: done.method,
-            path: done.path.to_owned(),
+            path: done.path.redacted(),
             status: done.status,
             duration_seconds: seconds(duration),
             age_seconds: 0.0,
@@ -207,13 +208,15 @@ impl Slowest {
 mod tests {
     use super::*;
 
+    static PATH: std::sync::LazyLock<RequestPath> = std::sync::LazyLock::new(|| RequestPath::from("/x"));
+
     fn finished(pid: u32, start: u64, end: u64) -> Finished<'static> {
         Finished {
             pid,
             process: "gw",
             thread: pid + 1,
             method: "GET",
-            path: "/x",
+            path: &PATH,
             status: Some(200),
             queued_since_ns: Some(start - 2_000),
             request_start_ns: start,

@@ -186,7 +186,7 @@ impl RequestTracker {
                     InFlightRequest {
                         thread: request.tid,
                         method: request.method.as_str(),
-                        path: request.path.clone(),
+                        path: request.path.redacted(),
                         age_seconds: seconds(now_ns.saturating_sub(request.request_start_ns)),
                         socket_queue_seconds: request
                             .queued_since_ns
