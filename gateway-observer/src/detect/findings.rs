@@ -131,32 +131,11 @@ pub fn jvm_pause(found: &PausedJvm, config: &JvmPauseConfig) -> Finding {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use gateway_observer_common::reason;
-
     use super::*;
-    use crate::{detect::event_loop::BlockStats, state::history::ThreadInfo};
 
     #[test]
     fn evidence_names_the_thread_reason_and_futex() {
-        let found = BlockedLoop {
-            thread: ThreadInfo::new(12, 10, "java".into(), "reactor-http-nio-2".into()),
-            reason: reason::FUTEX_TIMED,
-            blocked_ns: 3_550_000_000,
-            window: Duration::from_secs(5),
-            share: 0.71,
-            blocks: BlockStats {
-                count: 40,
-                over_single_threshold: 1,
-                longest_ns: 120_000_000,
-                futex_uaddr: Some(0x7f00_1234),
-                syscall: Some("futex"),
-                stack_id: None,
-            },
-            by_reason: vec![("futex_timed", 3_550_000_000)],
-            active: true,
-        };
+        let found = crate::detect::evidence_golden::blocked(Some("futex"), Some(0x7f00_1234));
         let f = event_loop_blocked(&found, &EventLoopConfig::default());
         assert_eq!(f.id(), "EventLoopBlocked/10/reactor-http-nio-2");
         assert_eq!(f.evidence["reason"], "futex_timed");

@@ -4,6 +4,8 @@
 
 pub mod busy;
 pub mod event_loop;
+#[cfg(test)]
+mod evidence_golden;
 pub mod finding;
 pub mod findings;
 pub mod jvm_pause;
