@@ -1,17 +1,19 @@
 //! The evidence of every alert kind as the API, the alert log and Alertmanager show it, compared
 //! byte for byte with `testdata/evidence/golden.json`: each kind bare (as its detector builds it)
 //! and full (with every part the tick adds: stacks, Java frames, client impact, likely causes).
-//! Recorded from the code that built evidence as untyped JSON; `top` and users read these keys.
+//! Recorded from the code that built evidence as untyped JSON (with `json!` and patches in the
+//! tick) before it was typed; `top` and users read these keys.
 //! Re-record on purpose only: `GATEWAY_OBSERVER_RECORD_GOLDEN=1 cargo test -p gateway-observer --lib golden`.
 
 use std::{collections::BTreeMap, time::Duration};
 
 use gateway_observer_common::reason;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{
     busy::BusyLoop,
     event_loop::{BlockStats, BlockedLoop, EventLoopConfig},
+    evidence::{ClientRequests, JavaDump, StackSource},
     findings,
     jvm_pause::{Collections, JvmPauseConfig, KernelView, PausedJvm},
     pool::SaturatedPool,
@@ -35,7 +37,7 @@ fn normalize(value: &mut Value) {
 }
 
 /// A loop blocked in timed futex waits (and a sleep), shared with the detectors' own tests.
-pub(super) fn blocked(syscall: Option<&'static str>, futex: Option<u64>) -> BlockedLoop {
+pub(crate) fn blocked(syscall: Option<&'static str>, futex: Option<u64>) -> BlockedLoop {
     BlockedLoop {
         thread: ThreadInfo::new(12, 10, "java".into(), "reactor-http-nio-2".into()),
         reason: reason::FUTEX_TIMED,
@@ -53,6 +55,11 @@ pub(super) fn blocked(syscall: Option<&'static str>, futex: Option<u64>) -> Bloc
         by_reason: vec![("futex_timed", 3_000_000_000), ("sleep", 550_000_000)],
         active: true,
     }
+}
+
+/// A blocked loop's evidence, for tests that need some finding's.
+pub(crate) fn blocked_evidence(syscall: Option<&'static str>) -> super::evidence::Evidence {
+    findings::event_loop_blocked(&blocked(syscall, None), &EventLoopConfig::default()).evidence
 }
 
 fn busy() -> BusyLoop {
@@ -179,22 +186,22 @@ fn stall_facts() -> StallFacts {
 }
 
 /// Another finding of `pid`, as likely causes and other alerts name them.
-fn other(pid: u32) -> Finding {
+pub(crate) fn other(pid: u32) -> Finding {
     findings::event_loop_busy(&BusyLoop { pid, thread: format!("loop-{pid}"), ..busy() }, &EventLoopConfig::default())
 }
 
 /// What the tick adds about the process's clients (`collector::findings`).
 fn add_client_impact(finding: &mut Finding) {
-    finding.evidence["requests"] = json!({
-        "window_seconds": 5.0,
-        "completed": 120_u64,
-        "delayed_in_socket": 7_u64,
-        "delayed_threshold_seconds": crate::state::requests::stats::DELAYED_QUEUE_NS as f64 / 1e9,
-        "max_socket_queue_seconds": 1.5,
-        "in_flight": 4_usize,
-        "oldest_in_flight_seconds": Some(2.25),
-    });
-    finding.evidence["refusals"] = json!(3_u64);
+    let requests = ClientRequests {
+        window_seconds: 5.0,
+        completed: 120,
+        delayed_in_socket: 7,
+        delayed_threshold_seconds: crate::state::requests::stats::DELAYED_QUEUE_NS as f64 / 1e9,
+        max_socket_queue_seconds: 1.5,
+        in_flight: 4,
+        oldest_in_flight_seconds: Some(2.25),
+    };
+    finding.evidence.add_client_impact(requests, 3);
 }
 
 fn frames(names: &[&str]) -> Vec<String> {
@@ -208,10 +215,12 @@ fn recorded() -> BTreeMap<String, Value> {
 
     out.insert("EventLoopBlocked bare".into(), findings::event_loop_blocked(&blocked(None, None), &loops));
     let mut f = findings::event_loop_blocked(&blocked(Some("futex"), Some(0x7f00_1234)), &loops);
-    f.evidence["stack"] = json!(frames(&["futex_wait+0x1 (libc.so.6)", "lock+0x10 (gw)"]));
-    f.evidence["stack_source"] = json!("live");
-    f.evidence["java_stack"] = json!(frames(&["Handler.channelRead0(Handler.java:181)", "- waiting to lock Object"]));
-    f.evidence["java_stack_unavailable"] = json!("attach refused");
+    f.evidence.add_stack(frames(&["futex_wait+0x1 (libc.so.6)", "lock+0x10 (gw)"]), StackSource::Live);
+    f.evidence.add_java_dump(JavaDump {
+        stack: Some(frames(&["Handler.channelRead0(Handler.java:181)", "- waiting to lock Object"])),
+        unavailable: Some("attach refused".into()),
+        waiting_at: None,
+    });
     add_client_impact(&mut f);
     out.insert("EventLoopBlocked full".into(), f);
 
@@ -225,8 +234,8 @@ fn recorded() -> BTreeMap<String, Value> {
     let limiter = frames(&["futex_wait+0x1 (libc.so.6)", "acquire+0x10 (libgw.so)"]);
     let socket = frames(&["recv+0x2 (libc.so.6)"]);
     let stacks = [limiter.clone(), socket, limiter];
-    f.evidence["waiting_at"] = crate::stacks::waiting_at(stacks.iter().map(Vec::as_slice));
-    f.evidence["java_stack_unavailable"] = json!("attach refused");
+    f.evidence.add_waiting_at(crate::stacks::waiting_at(stacks.iter().map(Vec::as_slice)));
+    f.evidence.add_java_dump(JavaDump { unavailable: Some("attach refused".into()), ..JavaDump::default() });
     add_client_impact(&mut f);
     out.insert("PoolSaturated full".into(), f);
 
@@ -256,13 +265,9 @@ fn recorded() -> BTreeMap<String, Value> {
     take("OneWayStall full", upstream::one_way_stall(&full, &upstream_config));
 
     let facts = [queue_facts()];
-    let mut bare = queueing::request_queueing(&facts, &QueueingConfig::default());
-    queueing::add_likely_causes(&mut bare, &facts);
-    take("RequestQueueing bare", bare);
-    let mut full = queueing::request_queueing(&facts, &QueueingConfig::default());
-    full.extend([other(50), other(51), other(52)]);
-    queueing::add_likely_causes(&mut full, &facts);
-    take("RequestQueueing full", full);
+    take("RequestQueueing bare", queueing::request_queueing(&facts, &[], &QueueingConfig::default()));
+    let others = [other(50), other(51), other(52)];
+    take("RequestQueueing full", queueing::request_queueing(&facts, &others, &QueueingConfig::default()));
 
     let stalled_config = StalledConfig::default();
     take("RequestsStalled bare", stalled::requests_stalled(&[stall_facts()], &[], &stalled_config));
@@ -272,7 +277,7 @@ fn recorded() -> BTreeMap<String, Value> {
 
     out.into_iter()
         .map(|(name, finding)| {
-            let mut evidence = finding.evidence;
+            let mut evidence = finding.evidence.to_json();
             normalize(&mut evidence);
             (name, evidence)
         })
