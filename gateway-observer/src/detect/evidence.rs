@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use super::finding::AlertKind;
 use crate::api::v1;
 
 /// One finding's evidence, by alert kind; serialized as the kind's object alone.
@@ -28,6 +29,20 @@ pub enum Evidence {
 }
 
 impl Evidence {
+    /// The alert kind whose evidence this is.
+    pub fn kind(&self) -> AlertKind {
+        match self {
+            Self::EventLoopBlocked(_) => AlertKind::EventLoopBlocked,
+            Self::EventLoopBusy(_) => AlertKind::EventLoopBusy,
+            Self::PoolSaturated(_) => AlertKind::PoolSaturated,
+            Self::UpstreamNoResponse(_) => AlertKind::UpstreamNoResponse,
+            Self::OneWayStall(_) => AlertKind::OneWayStall,
+            Self::RequestQueueing(_) => AlertKind::RequestQueueing,
+            Self::RequestsStalled(_) => AlertKind::RequestsStalled,
+            Self::JvmPause(_) => AlertKind::JvmPause,
+        }
+    }
+
     /// The object alerts show. Through `serde_json::Value`, whose maps sort their keys: the order
     /// the API has always had.
     pub fn to_json(&self) -> serde_json::Value {

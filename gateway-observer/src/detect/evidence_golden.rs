@@ -277,6 +277,7 @@ fn recorded() -> BTreeMap<String, Value> {
 
     out.into_iter()
         .map(|(name, finding)| {
+            assert_eq!(finding.kind, finding.evidence.kind(), "{name}: a finding's kind is its evidence's");
             let mut evidence = finding.evidence.to_json();
             normalize(&mut evidence);
             (name, evidence)
