@@ -216,7 +216,7 @@ mod tests {
             comm: "java".into(),
             subject: subject.into(),
             summary: "event loop blocked 71% of the last 5s in futex wait".into(),
-            evidence: json!({"reason": "futex"}),
+            evidence: crate::detect::evidence_golden::blocked_evidence(Some("futex")),
             active: true,
             held_for: std::time::Duration::ZERO,
         }
@@ -245,26 +245,27 @@ mod tests {
         assert_eq!(alerts.len(), 4, "{alerts:#?}");
 
         let payload = v2_payload(&alerts);
+        let evidence = finding("nio-1").evidence.to_json().to_string();
         let expected = json!([
             {
                 "labels": {"alertname": "EventLoopBlocked", "process": "java", "pid": "1234",
                            "subject": "nio-1", "severity": "critical"},
                 "annotations": {"summary": "event loop blocked 71% of the last 5s in futex wait",
-                                "evidence": "{\"reason\":\"futex\"}"},
+                                "evidence": evidence},
                 "startsAt": "2026-12-02T13:05:01.120Z"
             },
             {
                 "labels": {"alertname": "EventLoopBlocked", "process": "java", "pid": "1234",
                            "subject": "nio-3", "severity": "critical"},
                 "annotations": {"summary": "event loop blocked 71% of the last 5s in futex wait",
-                                "evidence": "{\"reason\":\"futex\"}"},
+                                "evidence": evidence},
                 "startsAt": "2026-12-02T13:05:03.120Z"
             },
             {
                 "labels": {"alertname": "EventLoopBlocked", "process": "java", "pid": "1234",
                            "subject": "nio-2", "severity": "critical"},
                 "annotations": {"summary": "event loop blocked 71% of the last 5s in futex wait",
-                                "evidence": "{\"reason\":\"futex\"}"},
+                                "evidence": evidence},
                 "startsAt": "2026-12-02T13:05:01.120Z",
                 "endsAt": "2026-12-02T13:05:07.120Z"
             }
@@ -411,7 +412,8 @@ mod tests {
                    "subject": subject, "severity": "critical"}),
             "{alert:#}"
         );
-        assert_eq!(alert["annotations"]["evidence"], "{\"reason\":\"futex\"}", "{alert:#}");
+        let evidence = finding(&subject).evidence.to_json().to_string();
+        assert_eq!(alert["annotations"]["evidence"], evidence, "{alert:#}");
         assert_eq!(alert["status"]["state"], "active", "{alert:#}");
 
         // Resolved: endsAt in the past, so Alertmanager stops listing it.

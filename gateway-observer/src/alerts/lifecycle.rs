@@ -92,7 +92,7 @@ impl AlertBook {
                     }
                     alert.process.comm = finding.comm;
                     alert.summary = finding.summary;
-                    alert.evidence = finding.evidence;
+                    alert.evidence = finding.evidence.to_json();
                     if active
                         && alert.state == AlertState::Pending
                         && (served || held_for(alert.since, now, fire_after))
@@ -174,10 +174,8 @@ fn held_for(then: SystemTime, now: SystemTime, span: Duration) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
-    use crate::{alerts::AlertKind, api::v1};
+    use crate::{alerts::AlertKind, api::v1, detect::evidence_golden::blocked_evidence};
 
     const T0_MS: u64 = 1_796_216_701_120; // 2026-12-02T13:05:01.120Z
 
@@ -192,7 +190,7 @@ mod tests {
             comm: "java".into(),
             subject: subject.into(),
             summary: summary.into(),
-            evidence: json!({"reason": "futex"}),
+            evidence: blocked_evidence(Some("futex")),
             active: true,
             held_for: std::time::Duration::ZERO,
         }
@@ -340,13 +338,14 @@ mod tests {
 
         // Later findings update summary and evidence without a transition.
         let mut update = blocked("nio-2", "updated");
-        update.evidence = json!({"reason": "sleep"});
+        update.evidence = blocked_evidence(Some("nanosleep"));
+        let updated = update.evidence.to_json();
         let t = book.evaluate(at(500), vec![update, blocked("nio-3", "other")]);
         assert!(t.is_empty(), "{t:?}");
         let alerts = book.alerts();
         let nio2 = alerts.iter().find(|a| a.subject() == "nio-2").expect("nio-2 listed");
         assert_eq!(nio2.summary(), "updated");
-        assert_eq!(nio2.evidence(), &json!({"reason": "sleep"}));
+        assert_eq!(nio2.evidence(), &updated);
     }
 
     #[test]
@@ -430,10 +429,9 @@ mod tests {
     #[test]
     fn serializes_to_the_design_schema() {
         let mut book = book();
-        let mut finding =
+        let finding =
             blocked("reactor-http-nio-2", "event loop blocked 71% of the last 5s in futex wait (1 block > 100 ms)");
-        // One key: the order of several would depend on serde_json's preserve_order feature.
-        finding.evidence = json!({"reason": "futex"});
+        let evidence = finding.evidence.to_json().to_string();
         book.evaluate(at(0), vec![finding.clone()]);
         book.evaluate(at(1000), vec![finding]);
         let firing = serde_json::to_string(&v1::Alert::from(book.alerts()[0])).expect("serializes");
@@ -444,8 +442,11 @@ mod tests {
                 r#""state":"firing","since":"2026-12-02T13:05:01.120Z","resolved_at":null,"#,
                 r#""process":{"pid":1234,"comm":"java"},"subject":"reactor-http-nio-2","#,
                 r#""summary":"event loop blocked 71% of the last 5s in futex wait (1 block > 100 ms)","#,
-                r#""evidence":{"reason":"futex"}}"#
+                r#""evidence":"#
             )
+            .to_owned()
+                + &evidence
+                + "}"
         );
 
         book.evaluate(at(6000), vec![]);

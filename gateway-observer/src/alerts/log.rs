@@ -38,8 +38,6 @@ pub fn transition_line(now: SystemTime, t: &Transition) -> String {
 mod tests {
     use std::time::Duration;
 
-    use serde_json::json;
-
     use super::*;
     use crate::alerts::{
         AlertKind, Finding,
@@ -56,7 +54,7 @@ mod tests {
             comm: "gateway".into(),
             subject: "rpc-pool-*".into(),
             summary: "pool rpc-pool-* saturated: 64 threads".into(),
-            evidence: json!({"outstanding": 3}),
+            evidence: crate::detect::evidence_golden::blocked_evidence(None),
             active: true,
             held_for: std::time::Duration::ZERO,
         };

@@ -80,7 +80,7 @@ impl Alert {
             process: Process { pid: finding.pid, comm: finding.comm },
             subject: finding.subject,
             summary: finding.summary,
-            evidence: finding.evidence,
+            evidence: finding.evidence.to_json(),
         }
     }
 

@@ -9,7 +9,8 @@
 //! field, and null only where a field's doc says so. Units are in the names (`_seconds`, `cpu` in
 //! cores). Renaming, removing or retyping a field is a new version.
 //!
-//! Alert evidence is still an untyped object whose keys depend on the alert's kind.
+//! Alert evidence is an object whose keys depend on the alert's kind: the daemon builds it from one
+//! type per kind (`detect/evidence.rs`), `top` reads it as JSON and shows every key it finds.
 
 use std::collections::BTreeMap;
 
@@ -224,6 +225,15 @@ pub struct Alert {
     /// (`EventLoopBlocked`'s `stack`, with `stack_source` `live` or `kernel`), and `PoolSaturated`'s
     /// `waiting_at` an array of `{"threads": N, "frames": [...]}`; a frame never holds an address.
     pub evidence: serde_json::Value,
+}
+
+/// A place where threads of a pool wait, in `PoolSaturated`'s `waiting_at`: how many threads
+/// and the frames they share, innermost first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WaitingGroup {
+    pub threads: usize,
+    pub frames: Vec<String>,
 }
 
 impl Alert {

@@ -2,6 +2,7 @@
 //! collector has (stacks, the requests clients saw meanwhile).
 
 use super::{Collector, LIVE_STACK_FRAMES, STACK_FRAMES};
+use crate::detect::evidence::{ClientRequests, StackSource};
 
 impl Collector {
     /// What holds now, for the alert book. Blocked loops carry the stack of the blocked thread:
@@ -26,16 +27,14 @@ impl Collector {
                 None => self.live_stacks.stack(tid),
             };
             if let Some(frames) = live {
-                finding.evidence["stack"] = serde_json::json!(&frames[..frames.len().min(LIVE_STACK_FRAMES)]);
-                finding.evidence["stack_source"] = serde_json::json!("live");
+                finding.evidence.add_stack(frames[..frames.len().min(LIVE_STACK_FRAMES)].to_vec(), StackSource::Live);
             } else if let Some(ips) = found.blocks.stack_id.and_then(|id| self.probes.user_stack(id)) {
                 let frames = self.symbolizer.symbolize(pid, &ips);
-                finding.evidence["stack"] =
-                    serde_json::json!(frames.into_iter().take(STACK_FRAMES).collect::<Vec<_>>());
-                finding.evidence["stack_source"] = serde_json::json!("kernel");
+                finding.evidence.add_stack(frames.into_iter().take(STACK_FRAMES).collect(), StackSource::Kernel);
             }
             if self.jvm.is_jvm(found.thread.tgid) {
-                self.java_stacks.annotate(&mut finding, Some(found.thread.tid), None);
+                let java = self.java_stacks.annotate(&finding, Some(found.thread.tid), None);
+                finding.evidence.add_java_dump(java);
             }
             blocked.push(finding);
         }
@@ -51,13 +50,14 @@ impl Collector {
             }
             let stacks = tids.iter().filter_map(|tid| self.live_stacks.stack(*tid));
             let waiting_at = crate::stacks::waiting_at(stacks);
-            if waiting_at.as_array().is_some_and(|groups| !groups.is_empty()) {
-                finding.evidence["waiting_at"] = waiting_at;
+            if !waiting_at.is_empty() {
+                finding.evidence.add_waiting_at(waiting_at);
             }
             // A JVM's Java frames say more than its native ones (`Unsafe.park` in libjvm): they
             // replace the native `waiting_at` once a thread dump is in.
             if self.jvm.is_jvm(found.pid) {
-                self.java_stacks.annotate(&mut finding, None, Some(&found.group));
+                let java = self.java_stacks.annotate(&finding, None, Some(&found.group));
+                finding.evidence.add_java_dump(java);
             }
             pools.push(finding);
         }
@@ -73,8 +73,8 @@ impl Collector {
         let upstream = &self.detectors.upstream;
         findings.extend(crate::detect::upstream::upstream_no_response(&peers, upstream));
         findings.extend(crate::detect::upstream::one_way_stall(&peers, upstream));
-        findings.extend(crate::detect::queueing::request_queueing(&self.request_queues.last, &self.detectors.queueing));
-        crate::detect::queueing::add_likely_causes(&mut findings, &self.request_queues.last);
+        let queueing = &self.detectors.queueing;
+        findings.extend(crate::detect::queueing::request_queueing(&self.request_queues.last, &findings, queueing));
         let mut stalled = self.requests_stalled(&findings);
         self.add_client_impact(&mut stalled);
         findings.extend(stalled);
@@ -107,16 +107,16 @@ impl Collector {
                 .in_flight(now)
                 .remove(&finding.pid)
                 .map(|(n, oldest)| (n, oldest.first().map(|r| r.age_seconds)));
-            finding.evidence["requests"] = serde_json::json!({
-                "window_seconds": window as f64 / 1e9,
-                "completed": impact.requests,
-                "delayed_in_socket": impact.delayed_in_socket,
-                "delayed_threshold_seconds": crate::state::requests::stats::DELAYED_QUEUE_NS as f64 / 1e9,
-                "max_socket_queue_seconds": impact.max_socket_queue_seconds,
-                "in_flight": in_flight.map_or(0, |(n, _)| n),
-                "oldest_in_flight_seconds": in_flight.and_then(|(_, age)| age),
-            });
-            finding.evidence["refusals"] = serde_json::json!(impact.refused);
+            let requests = ClientRequests {
+                window_seconds: window as f64 / 1e9,
+                completed: impact.requests,
+                delayed_in_socket: impact.delayed_in_socket,
+                delayed_threshold_seconds: crate::state::requests::stats::DELAYED_QUEUE_NS as f64 / 1e9,
+                max_socket_queue_seconds: impact.max_socket_queue_seconds,
+                in_flight: in_flight.map_or(0, |(n, _)| n),
+                oldest_in_flight_seconds: in_flight.and_then(|(_, age)| age),
+            };
+            finding.evidence.add_client_impact(requests, impact.refused);
         }
     }
 }

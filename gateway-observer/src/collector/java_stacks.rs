@@ -13,6 +13,7 @@ use std::{
 
 use crate::{
     alerts::Finding,
+    detect::evidence::JavaDump,
     jvm_attach::{dump::JavaThread, idle, summary, worker::DumpWorker},
 };
 
@@ -92,12 +93,13 @@ impl JavaStacks {
         asked
     }
 
-    /// Adds Java frames to `finding` (about JVM `pid`) from a dump taken since its alert asked,
-    /// or asks for one. `tid` is the blocked thread (host tid) of an EventLoopBlocked, `pool` the
+    /// Java frames for `finding` (about JVM `pid`) from a dump taken since its alert asked, or
+    /// asks for one. `tid` is the blocked thread (host tid) of an EventLoopBlocked, `pool` the
     /// thread group of a PoolSaturated.
-    pub fn annotate(&mut self, finding: &mut Finding, tid: Option<u32>, pool: Option<&str>) {
+    pub fn annotate(&mut self, finding: &Finding, tid: Option<u32>, pool: Option<&str>) -> JavaDump {
+        let mut java = JavaDump::default();
         if !self.enabled {
-            return;
+            return java;
         }
         let pid = finding.pid;
         let key = (pid, finding.kind.to_string(), finding.subject.clone());
@@ -109,37 +111,38 @@ impl JavaStacks {
                 self.ask(pid, &mut alert, now);
             }
             None => {}
-            Some(asked) => self.add_dump(finding, &mut alert, asked, tid, pool, now),
+            Some(asked) => self.add_dump(finding, &mut java, &mut alert, (asked, now), tid, pool),
         }
         if let Some((frames, _)) = &alert.kept {
-            finding.evidence["java_stack"] = serde_json::json!(frames);
+            java.stack = Some(frames.clone());
         }
         self.alerts.insert(key, alert);
+        java
     }
 
     /// Adds what the dump of `finding`'s JVM taken since `asked` says, if it is back; asks for
     /// another if it caught the blocked loop idle.
     fn add_dump(
         &mut self,
-        finding: &mut Finding,
+        finding: &Finding,
+        java: &mut JavaDump,
         alert: &mut AlertDumps,
-        asked: Instant,
+        (asked, now): (Instant, Instant),
         tid: Option<u32>,
         pool: Option<&str>,
-        now: Instant,
     ) {
         let pid = finding.pid;
         let Some((dump, _)) = self.dumps.get(&pid).filter(|(_, at)| *at >= asked) else { return };
         let threads = match dump {
             Ok(threads) => threads,
             Err(why) => {
-                finding.evidence["java_stack_unavailable"] = serde_json::json!(why);
+                java.unavailable = Some(why.clone());
                 return;
             }
         };
         if let Some(pool) = pool {
             let member = |t: &JavaThread| crate::thread_group::thread_group(summary::kernel_name(&t.name)) == pool;
-            finding.evidence["waiting_at"] = summary::waiting_at(threads, member);
+            java.waiting_at = Some(summary::waiting_at(threads, member));
         }
         let Some(tid) = tid else { return };
         let nid = crate::host::procfs::namespace_pid(tid).unwrap_or(tid);
@@ -160,7 +163,7 @@ impl JavaStacks {
                 self.ask(pid, alert, now);
             }
         } else if alert.kept.is_none() {
-            finding.evidence["java_stack_unavailable"] = serde_json::json!(format!(
+            java.unavailable = Some(format!(
                 "{DUMPS_PER_WINDOW} thread dumps caught the loop idle in its selector, between two waits"
             ));
         }
@@ -170,7 +173,7 @@ impl JavaStacks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{alerts::AlertKind, jvm_attach::dump::parse};
+    use crate::jvm_attach::dump::parse;
 
     /// Real `jstack` dumps of one Netty JVM (see `testdata/jvm/README.md`): idle, then with loops
     /// 1 (nid 0x7891) and 4 blocked on a monitor while 2 and 3 are between two waits.
@@ -180,30 +183,21 @@ mod tests {
     const PID: u32 = 4_000_000;
 
     fn blocked_loop() -> Finding {
-        Finding {
-            kind: AlertKind::EventLoopBlocked,
-            pid: PID,
-            comm: "java".into(),
-            subject: "reactor-http-ni".into(),
-            summary: String::new(),
-            evidence: serde_json::json!({}),
-            active: true,
-            held_for: Duration::ZERO,
-        }
+        let found = crate::detect::evidence_golden::blocked(None, None);
+        let finding = crate::detect::findings::event_loop_blocked(&found, &Default::default());
+        Finding { pid: PID, subject: "reactor-http-ni".into(), ..finding }
     }
 
     /// The alert's dump of `text` comes back, its asks having been made `RETRY_AFTER` ago, and
     /// the tick annotates its finding.
-    fn dump_back(stacks: &mut JavaStacks, text: &str, tid: u32) -> Finding {
+    fn dump_back(stacks: &mut JavaStacks, text: &str, tid: u32) -> JavaDump {
         for alert in stacks.alerts.values_mut() {
             for at in &mut alert.asked {
                 *at = at.checked_sub(RETRY_AFTER).expect("the clock is past a second");
             }
         }
         stacks.dumps.insert(PID, (Ok(parse(text)), Instant::now()));
-        let mut finding = blocked_loop();
-        stacks.annotate(&mut finding, Some(tid), None);
-        finding
+        stacks.annotate(&blocked_loop(), Some(tid), None)
     }
 
     fn asked(stacks: &JavaStacks) -> usize {
@@ -213,27 +207,26 @@ mod tests {
     fn started() -> JavaStacks {
         let mut stacks = JavaStacks::default();
         stacks.set_enabled(true);
-        let mut finding = blocked_loop();
-        stacks.annotate(&mut finding, Some(0x7891), None);
+        let java = stacks.annotate(&blocked_loop(), Some(0x7891), None);
         assert_eq!(asked(&stacks), 1, "a pending alert asks for a dump");
-        assert!(finding.evidence.get("java_stack").is_none());
+        assert_eq!(java, JavaDump::default());
         stacks
     }
 
     #[test]
     fn a_loop_caught_idle_is_dumped_again_and_the_first_dump_outside_its_wait_is_kept() {
         let mut stacks = started();
-        let finding = dump_back(&mut stacks, IDLE, 0x7891);
-        assert!(finding.evidence.get("java_stack").is_none(), "an idle loop's stack is no evidence: {finding:?}");
+        let java = dump_back(&mut stacks, IDLE, 0x7891);
+        assert!(java.stack.is_none(), "an idle loop's stack is no evidence: {java:?}");
         assert_eq!(asked(&stacks), 2, "caught idle: another dump");
-        let finding = dump_back(&mut stacks, CONTENDED, 0x7891);
-        let stack = &finding.evidence["java_stack"];
-        assert_eq!(stack[0], "NettyGateway$Handler.channelRead0(NettyGateway.java:181)", "{stack:#}");
+        let java = dump_back(&mut stacks, CONTENDED, 0x7891);
+        let stack = java.stack.expect("the stack of a loop caught blocked");
+        assert_eq!(stack[0], "NettyGateway$Handler.channelRead0(NettyGateway.java:181)", "{stack:#?}");
         assert_eq!(stack[1], "- waiting to lock Object");
         assert_eq!(asked(&stacks), 2, "no dump after evidence");
         // A later dump, asked by another alert on the JVM, catches the loop idle: the stack stays.
-        let finding = dump_back(&mut stacks, IDLE, 0x7891);
-        assert_eq!(finding.evidence["java_stack"], *stack);
+        let java = dump_back(&mut stacks, IDLE, 0x7891);
+        assert_eq!(java.stack, Some(stack));
         assert_eq!(asked(&stacks), 2);
     }
 
@@ -245,10 +238,10 @@ mod tests {
             dump_back(&mut stacks, [IDLE, CONTENDED][dumps % 2], 0x7892);
             assert_eq!(asked(&stacks), dumps);
         }
-        let finding = dump_back(&mut stacks, CONTENDED, 0x7892);
+        let java = dump_back(&mut stacks, CONTENDED, 0x7892);
         assert_eq!(asked(&stacks), DUMPS_PER_WINDOW, "at most {DUMPS_PER_WINDOW} dumps a minute");
-        assert!(finding.evidence.get("java_stack").is_none(), "{finding:?}");
-        let why = finding.evidence["java_stack_unavailable"].as_str().unwrap_or_default();
+        assert!(java.stack.is_none(), "{java:?}");
+        let why = java.unavailable.unwrap_or_default();
         assert!(why.contains("idle in its selector"), "{why}");
     }
 }

@@ -58,8 +58,8 @@ pub struct Finding {
     pub subject: String,
     /// One line, human readable.
     pub summary: String,
-    /// Kind-specific object.
-    pub evidence: serde_json::Value,
+    /// What the detector measured, of the kind's own type; the tick adds stacks and client impact.
+    pub evidence: super::evidence::Evidence,
     /// The condition held in the last tick, not only earlier in the detector's window. Only an
     /// active finding opens an alert, moves it from pending to firing, or keeps it from resolving:
     /// a window that still remembers a condition that ended must not raise or hold an alert.

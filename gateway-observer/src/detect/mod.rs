@@ -4,6 +4,9 @@
 
 pub mod busy;
 pub mod event_loop;
+pub mod evidence;
+#[cfg(test)]
+pub(crate) mod evidence_golden;
 pub mod finding;
 pub mod findings;
 pub mod jvm_pause;

@@ -9,12 +9,13 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
 pub use crate::state::request_queues::{ListenerFacts, QueueFacts};
 use crate::{
     api::v1,
-    detect::finding::{AlertKind, Finding},
+    detect::{
+        evidence::{self, Evidence},
+        finding::{AlertKind, Finding},
+    },
 };
 
 #[derive(Debug, Clone)]
@@ -65,11 +66,27 @@ fn queueing(facts: &QueueFacts, config: &QueueingConfig) -> bool {
     facts.waiting() > 0 || delayed_enough
 }
 
-pub fn request_queueing(all: &[QueueFacts], config: &QueueingConfig) -> Vec<Finding> {
-    all.iter().filter(|facts| queueing(facts, config)).map(|facts| finding(facts, config)).collect()
+/// Findings for the processes whose requests queue now. `others` are this tick's findings of the
+/// other detectors: those of the processes sharing a finding's listeners (a pre-fork server's
+/// workers too) are the likely reasons the gateway stopped reading (a blocked loop, a saturated
+/// pool), listed in its evidence.
+pub fn request_queueing(all: &[QueueFacts], others: &[Finding], config: &QueueingConfig) -> Vec<Finding> {
+    all.iter()
+        .filter(|facts| queueing(facts, config))
+        .map(|facts| finding(facts, likely_causes(facts, others), config))
+        .collect()
 }
 
-fn finding(facts: &QueueFacts, config: &QueueingConfig) -> Finding {
+fn likely_causes(facts: &QueueFacts, others: &[Finding]) -> Vec<String> {
+    others
+        .iter()
+        .filter(|f| f.kind != AlertKind::RequestQueueing)
+        .filter(|f| f.pid == facts.pid || facts.sharers.contains(&f.pid))
+        .map(|f| format!("{} {}", f.kind, f.subject))
+        .collect()
+}
+
+fn finding(facts: &QueueFacts, likely_causes: Vec<String>, config: &QueueingConfig) -> Finding {
     let ports: Vec<String> = facts.listeners.iter().filter(|l| l.waiting > 0).map(|l| format!(":{}", l.port)).collect();
     let now = if facts.waiting() > 0 {
         format!(
@@ -96,39 +113,23 @@ fn finding(facts: &QueueFacts, config: &QueueingConfig) -> Finding {
         comm: facts.comm.clone(),
         subject: "inbound".to_owned(),
         summary,
-        evidence: json!({
-            "threshold_seconds": config.threshold.as_secs_f64(),
-            "window_seconds": secs(facts.window_ns),
-            "waiting_now": facts.waiting(),
-            "oldest_unread_seconds": secs(facts.oldest_unread_ns()),
-            "listeners": listeners,
-            "completed": facts.completed,
-            "delayed": facts.delayed,
-            "max_socket_queue_seconds": secs(facts.max_queue_ns),
-            "refusals": facts.refused,
-            "listen_overflows": facts.listen_overflows,
+        evidence: Evidence::RequestQueueing(evidence::RequestQueueing {
+            threshold_seconds: config.threshold.as_secs_f64(),
+            window_seconds: secs(facts.window_ns),
+            waiting_now: facts.waiting(),
+            oldest_unread_seconds: secs(facts.oldest_unread_ns()),
+            listeners,
+            completed: facts.completed,
+            delayed: facts.delayed,
+            max_socket_queue_seconds: secs(facts.max_queue_ns),
+            refusals: facts.refused,
+            listen_overflows: facts.listen_overflows,
+            likely_causes,
         }),
         // Requests unread now, or delayed ones completed in the last tick: a window that still
         // holds a burst which ended (a warm-up) is not a queue.
         active: facts.waiting() > 0 || facts.delayed_last_tick > 0,
         held_for: std::time::Duration::ZERO,
-    }
-}
-
-/// Adds to each RequestQueueing finding the other findings of the processes sharing its
-/// listeners (a pre-fork server's workers too), which are the likely reasons the gateway stopped
-/// reading (a blocked loop, a saturated pool).
-pub fn add_likely_causes(findings: &mut [Finding], facts: &[QueueFacts]) {
-    let causes: Vec<(u32, String)> = findings
-        .iter()
-        .filter(|f| f.kind != AlertKind::RequestQueueing)
-        .map(|f| (f.pid, format!("{} {}", f.kind, f.subject)))
-        .collect();
-    for finding in findings.iter_mut().filter(|f| f.kind == AlertKind::RequestQueueing) {
-        let sharers = facts.iter().find(|f| f.pid == finding.pid).map_or(&[][..], |f| f.sharers.as_slice());
-        let mine: Vec<&String> =
-            causes.iter().filter(|(pid, _)| *pid == finding.pid || sharers.contains(pid)).map(|(_, c)| c).collect();
-        finding.evidence["likely_causes"] = json!(mine);
     }
 }
 
@@ -155,60 +156,56 @@ mod tests {
         }
     }
 
+    fn judge(facts: QueueFacts) -> Vec<Finding> {
+        request_queueing(&[facts], &[], &QueueingConfig::default())
+    }
+
+    fn evidence(f: &Finding) -> &evidence::RequestQueueing {
+        let Evidence::RequestQueueing(evidence) = &f.evidence else { panic!("{f:?}") };
+        evidence
+    }
+
     #[test]
     fn requests_unread_now_fire_with_their_listener() {
-        let found = request_queueing(&[facts(2, 0, 0)], &QueueingConfig::default());
+        let found = judge(facts(2, 0, 0));
         assert_eq!(found.len(), 1);
         let f = &found[0];
         assert_eq!((f.kind, f.subject.as_str(), f.pid), (AlertKind::RequestQueueing, "inbound", 7));
-        assert_eq!(f.evidence["waiting_now"], 2);
-        assert!((f.evidence["oldest_unread_seconds"].as_f64().unwrap() - 1.8).abs() < 1e-9);
-        assert_eq!(f.evidence["listeners"][0]["accept_queue"], 2);
+        assert_eq!(evidence(f).waiting_now, 2);
+        assert!((evidence(f).oldest_unread_seconds - 1.8).abs() < 1e-9);
+        assert_eq!(evidence(f).listeners[0].accept_queue, Some(2));
         assert!(f.summary.contains("2 connection(s) hold requests unread for up to 1.8s on :8080;"), "{}", f.summary);
     }
 
     #[test]
     fn a_burst_that_ended_is_not_active() {
-        let ended = request_queueing(&[facts(0, 100, 3)], &QueueingConfig::default());
+        let ended = judge(facts(0, 100, 3));
         assert!(!ended[0].active, "the window holds 3 delayed requests, none in the last tick, none unread now");
         let ongoing = QueueFacts { delayed_last_tick: 1, ..facts(0, 100, 3) };
-        assert!(request_queueing(&[ongoing], &QueueingConfig::default())[0].active);
-        assert!(request_queueing(&[facts(1, 0, 0)], &QueueingConfig::default())[0].active, "unread now");
+        assert!(judge(ongoing)[0].active);
+        assert!(judge(facts(1, 0, 0))[0].active, "unread now");
     }
 
     #[test]
     fn completed_requests_fire_only_when_enough_waited() {
-        let config = QueueingConfig::default();
         // 3 of 100 waited: enough. 2 of 100: a straggler or two. 3 of 1000: under 1 %.
-        assert_eq!(request_queueing(&[facts(0, 100, 3)], &config).len(), 1);
-        assert!(request_queueing(&[facts(0, 100, 2)], &config).is_empty());
-        assert!(request_queueing(&[facts(0, 1000, 3)], &config).is_empty());
-        assert!(request_queueing(&[facts(0, 0, 0)], &config).is_empty());
+        assert_eq!(judge(facts(0, 100, 3)).len(), 1);
+        assert!(judge(facts(0, 100, 2)).is_empty());
+        assert!(judge(facts(0, 1000, 3)).is_empty());
+        assert!(judge(facts(0, 0, 0)).is_empty());
     }
 
     #[test]
     fn likely_causes_are_the_same_process_findings() {
-        let facts = [facts(1, 10, 5)];
-        let mut findings = request_queueing(&facts, &QueueingConfig::default());
-        let blocked = |pid| Finding {
-            kind: AlertKind::EventLoopBlocked,
-            pid,
-            comm: "gw".into(),
-            subject: format!("worker-{pid}"),
-            summary: String::new(),
-            evidence: json!({}),
-            active: true,
-            held_for: std::time::Duration::ZERO,
-        };
-        findings.push(blocked(7));
-        findings.push(blocked(8));
-        findings.push(blocked(9));
-        add_likely_causes(&mut findings, &facts);
+        let other = crate::detect::evidence_golden::other;
+        let mut others = vec![other(7), other(8), other(9)];
+        // Another queue is no cause of this one.
+        others.extend(judge(facts(1, 10, 5)));
+        let found = request_queueing(&[facts(1, 10, 5)], &others, &QueueingConfig::default());
         assert_eq!(
-            findings[0].evidence["likely_causes"],
-            json!(["EventLoopBlocked worker-7", "EventLoopBlocked worker-9"]),
+            evidence(&found[0]).likely_causes,
+            ["EventLoopBusy loop-7", "EventLoopBusy loop-9"],
             "a worker sharing the listener, not pid 8"
         );
-        assert!(findings[1].evidence.get("likely_causes").is_none());
     }
 }

@@ -34,9 +34,11 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use serde::Deserialize;
-use serde_json::json;
 
-use crate::detect::finding::{AlertKind, Finding};
+use crate::detect::{
+    evidence::{self, Evidence},
+    finding::{AlertKind, Finding},
+};
 pub use crate::state::requests::stalled::{StallFacts, WaitingRequest};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -110,19 +112,17 @@ pub fn requests_stalled(all: &[StallFacts], others: &[Finding], config: &Stalled
     all.iter()
         .filter(|facts| stalled(facts, config))
         .map(|facts| {
-            let mut found = finding(facts, config);
             let mine: Vec<String> = others
                 .iter()
                 .filter(|o| o.pid == facts.pid && o.active && o.kind != AlertKind::RequestsStalled)
                 .map(|o| format!("{} {}", o.kind, o.subject))
                 .collect();
-            found.evidence["other_alerts"] = json!(mine);
-            found
+            finding(facts, mine, config)
         })
         .collect()
 }
 
-fn finding(facts: &StallFacts, config: &StalledConfig) -> Finding {
+fn finding(facts: &StallFacts, other_alerts: Vec<String>, config: &StalledConfig) -> Finding {
     let held: Vec<&WaitingRequest> = facts.held().collect();
     let oldest = held.iter().map(|w| w.age_ns).max().unwrap_or(0);
     let threads: BTreeSet<u32> = held.iter().map(|w| w.tid).collect();
@@ -142,16 +142,19 @@ fn finding(facts: &StallFacts, config: &StalledConfig) -> Finding {
         comm: facts.comm.clone(),
         subject: "inbound".to_owned(),
         summary,
-        evidence: json!({
-            "waiting": held.len(),
-            "oldest_waiting_seconds": secs(oldest),
-            "age_threshold_seconds": config.age.as_secs_f64(),
-            "reading_threads": threads,
-            "in_flight": facts.in_flight,
-            "answered_since_oldest": facts.answered_since,
-            "prompt_threshold_seconds": config.prompt.as_secs_f64(),
-            "cpu_cores": cores,
-            "upstream_waiting": facts.upstream_waiting,
+        evidence: Evidence::RequestsStalled(evidence::RequestsStalled {
+            waiting: held.len(),
+            oldest_waiting_seconds: secs(oldest),
+            age_threshold_seconds: config.age.as_secs_f64(),
+            reading_threads: threads,
+            in_flight: facts.in_flight,
+            answered_since_oldest: facts.answered_since,
+            prompt_threshold_seconds: config.prompt.as_secs_f64(),
+            cpu_cores: cores,
+            upstream_waiting: facts.upstream_waiting,
+            other_alerts,
+            requests: None,
+            refusals: None,
         }),
         // Waiting requests and their ages are facts of now.
         active: true,
@@ -161,6 +164,8 @@ fn finding(facts: &StallFacts, config: &StalledConfig) -> Finding {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     const MS: u64 = 1_000_000;
@@ -200,10 +205,14 @@ mod tests {
         assert_eq!(found.len(), 1);
         let f = &found[0];
         assert_eq!((f.kind, f.subject.as_str(), f.pid, f.active), (AlertKind::RequestsStalled, "inbound", 7, true));
-        assert_eq!(f.evidence["waiting"], 16);
-        assert!((f.evidence["oldest_waiting_seconds"].as_f64().unwrap() - 2.1).abs() < 1e-9, "{}", f.evidence);
-        assert_eq!(f.evidence["reading_threads"], json!([100, 101, 102]));
-        assert_eq!(f.evidence["answered_since_oldest"], 20);
+        assert_eq!(f.evidence.to_json()["waiting"], 16);
+        assert!(
+            (f.evidence.to_json()["oldest_waiting_seconds"].as_f64().unwrap() - 2.1).abs() < 1e-9,
+            "{:?}",
+            f.evidence
+        );
+        assert_eq!(f.evidence.to_json()["reading_threads"], json!([100, 101, 102]));
+        assert_eq!(f.evidence.to_json()["answered_since_oldest"], 20);
         assert!(f.summary.starts_with("16 request(s) read and unanswered for up to 2.1s"), "{}", f.summary);
     }
 
@@ -247,7 +256,7 @@ mod tests {
         for w in facts.waiting.iter_mut().take(6) {
             w.reader_blocked_in_work = false;
         }
-        assert_eq!(judge(facts).first().map(|f| f.evidence["waiting"].clone()), Some(json!(6)));
+        assert_eq!(judge(facts).first().map(|f| f.evidence.to_json()["waiting"].clone()), Some(json!(6)));
     }
 
     #[test]
@@ -262,7 +271,7 @@ mod tests {
         ];
         let found = requests_stalled(&[queued_behind_a_lock()], &others, &StalledConfig::default());
         assert_eq!(found.len(), 1, "another detector's finding does not hide the stall");
-        assert_eq!(found[0].evidence["other_alerts"], json!(["EventLoopBlocked go-gateway#3"]));
+        assert_eq!(found[0].evidence.to_json()["other_alerts"], json!(["EventLoopBlocked go-gateway#3"]));
     }
 
     #[test]

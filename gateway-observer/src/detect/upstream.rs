@@ -14,9 +14,10 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
-use crate::detect::finding::{AlertKind, Finding};
+use crate::detect::{
+    evidence::{self, Evidence},
+    finding::{AlertKind, Finding},
+};
 use crate::state::requests::flows::PeerFacts;
 
 #[derive(Debug, Clone)]
@@ -73,17 +74,16 @@ fn gone_silent_for(facts: &PeerFacts, config: &UpstreamConfig) -> Option<u64> {
 
 /// Other peers of the same process and whether each answers: one bad upstream is told apart from
 /// a gateway that is down (then every peer is silent).
-fn other_peers(facts: &PeerFacts, all: &[PeerFacts], config: &UpstreamConfig) -> serde_json::Value {
-    let others: Vec<serde_json::Value> = all
-        .iter()
+fn other_peers(facts: &PeerFacts, all: &[PeerFacts], config: &UpstreamConfig) -> Vec<evidence::OtherPeer> {
+    all.iter()
         .filter(|o| o.pid == facts.pid && o.peer != facts.peer)
         .map(|o| {
             let stuck = o.oldest_age_ns.is_some_and(|age| age >= no_response_threshold_ns(o, config))
                 || gone_silent_for(o, config).is_some();
-            json!({"peer": o.peer, "answered_recently": o.answered_recently, "healthy": o.answered_recently > 0 && !stuck})
+            let healthy = o.answered_recently > 0 && !stuck;
+            evidence::OtherPeer { peer: o.peer.clone(), answered_recently: o.answered_recently, healthy }
         })
-        .collect();
-    json!(others)
+        .collect()
 }
 
 pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<Finding> {
@@ -96,7 +96,7 @@ pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<F
                 return None;
             }
             let others = other_peers(facts, all, config);
-            let healthy_others = others.as_array().map_or(0, |o| o.iter().filter(|p| p["healthy"] == true).count());
+            let healthy_others = others.iter().filter(|p| p.healthy).count();
             let summary = format!(
                 "upstream {} has not answered {} request(s) for up to {:.1}s ({} connection(s) held; {} other peer(s) healthy)",
                 facts.peer,
@@ -111,23 +111,23 @@ pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<F
                 comm: facts.comm.clone(),
                 subject: facts.peer.clone(),
                 summary,
-                evidence: json!({
-                    "peer": facts.peer,
-                    "outstanding": facts.outstanding,
-                    "oldest_age_seconds": secs(oldest),
-                    "threshold_seconds": secs(threshold),
-                    "gone_silent": silent_for.is_some(),
-                    "silent_seconds": silent_for.map(secs),
-                    "written_since_answer": facts.written_since_answer,
-                    "last_answer_seconds_ago": facts.last_answer_age_ns.map(secs),
-                    "recent_p99_seconds": facts.recent_p99_ns.map(secs),
-                    "bytes_sent_since_last_response": facts.bytes_sent_since,
-                    "bytes_received_since_last_response": facts.bytes_received_since,
-                    "retransmits": facts.retransmits,
-                    "connections": facts.connections,
-                    "connections_waiting": facts.connections_waiting,
-                    "threads_waiting": facts.threads_waiting,
-                    "other_peers": others,
+                evidence: Evidence::UpstreamNoResponse(evidence::UpstreamNoResponse {
+                    peer: facts.peer.clone(),
+                    outstanding: facts.outstanding,
+                    oldest_age_seconds: secs(oldest),
+                    threshold_seconds: secs(threshold),
+                    gone_silent: silent_for.is_some(),
+                    silent_seconds: silent_for.map(secs),
+                    written_since_answer: facts.written_since_answer,
+                    last_answer_seconds_ago: facts.last_answer_age_ns.map(secs),
+                    recent_p99_seconds: facts.recent_p99_ns.map(secs),
+                    bytes_sent_since_last_response: facts.bytes_sent_since,
+                    bytes_received_since_last_response: facts.bytes_received_since,
+                    retransmits: facts.retransmits,
+                    connections: facts.connections,
+                    connections_waiting: facts.connections_waiting,
+                    threads_waiting: facts.threads_waiting.clone(),
+                    other_peers: others,
                 }),
                 // Outstanding requests and their age are facts of now.
                 active: true,
@@ -154,16 +154,16 @@ pub fn one_way_stall(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<Finding>
                 facts.stall_retransmits,
                 facts.unacked_bytes
             ),
-            evidence: json!({
-                "peer": facts.peer,
-                "one_way_flows": facts.one_way_flows,
-                "stalled_seconds": secs(facts.longest_one_way_ns),
-                "retransmits": facts.stall_retransmits,
-                "last_backoff_seconds": secs(facts.backoff_ns),
-                "unacked_bytes": facts.unacked_bytes,
-                "last_received_seconds_ago": facts.last_rx_age_ns.map(secs),
-                "last_sent_seconds_ago": facts.last_tx_age_ns.map(secs),
-                "threshold_seconds": secs(threshold),
+            evidence: Evidence::OneWayStall(evidence::OneWayStall {
+                peer: facts.peer.clone(),
+                one_way_flows: facts.one_way_flows,
+                stalled_seconds: secs(facts.longest_one_way_ns),
+                retransmits: facts.stall_retransmits,
+                last_backoff_seconds: secs(facts.backoff_ns),
+                unacked_bytes: facts.unacked_bytes,
+                last_received_seconds_ago: facts.last_rx_age_ns.map(secs),
+                last_sent_seconds_ago: facts.last_tx_age_ns.map(secs),
+                threshold_seconds: secs(threshold),
             }),
             // The stalled flows are those of now.
             active: true,
@@ -202,8 +202,8 @@ mod tests {
         assert_eq!(found.len(), 1);
         let f = &found[0];
         assert_eq!((f.kind, f.subject.as_str()), (AlertKind::UpstreamNoResponse, "10.0.0.2:8081"));
-        assert_eq!(f.evidence["outstanding"], 3);
-        assert_eq!(f.evidence["other_peers"][0]["healthy"], true, "{}", f.evidence);
+        assert_eq!(f.evidence.to_json()["outstanding"], 3);
+        assert_eq!(f.evidence.to_json()["other_peers"][0]["healthy"], true, "{:?}", f.evidence);
         assert!(f.summary.contains("1 other peer(s) healthy"), "{}", f.summary);
         // Under the threshold: nothing.
         assert!(upstream_no_response(&[peer("10.0.0.2:8081", Some(4), 0)], &config).is_empty());
@@ -234,8 +234,8 @@ mod tests {
         silent.recent_p99_ns = Some(S / 1000);
         let found = upstream_no_response(&[silent.clone()], &config);
         assert_eq!(found.len(), 1, "silent for 2 s > 1 s");
-        assert_eq!(found[0].evidence["gone_silent"], true);
-        assert_eq!(found[0].evidence["silent_seconds"], 2.0);
+        assert_eq!(found[0].evidence.to_json()["gone_silent"], true);
+        assert_eq!(found[0].evidence.to_json()["silent_seconds"], 2.0);
         // It answered 0.5 s ago: what was written since is younger than a second.
         let mut answering = silent.clone();
         answering.last_answer_age_ns = Some(S / 2);
@@ -269,7 +269,7 @@ mod tests {
         p.unacked_bytes = 80;
         let found = one_way_stall(&[p], &config);
         assert_eq!(found.len(), 1);
-        assert_eq!(found[0].evidence["retransmits"], 4);
-        assert_eq!(found[0].evidence["unacked_bytes"], 80);
+        assert_eq!(found[0].evidence.to_json()["retransmits"], 4);
+        assert_eq!(found[0].evidence.to_json()["unacked_bytes"], 80);
     }
 }

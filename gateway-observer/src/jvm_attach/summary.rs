@@ -2,6 +2,7 @@
 //! threads wait, grouped as a reader of a thread dump would ("61 threads at RateLimiter.acquire").
 
 use super::dump::JavaThread;
+use crate::api::v1::WaitingGroup;
 
 /// Frames of a blocked thread's Java stack in evidence, innermost first.
 pub const STACK_FRAMES: usize = 20;
@@ -21,7 +22,7 @@ pub fn java_stack(threads: &[JavaThread], nid: u32) -> Option<Vec<String>> {
 
 /// Where the threads `member` selects wait: `[{"threads": N, "frames": [...]}]`, biggest group
 /// first, at most `GROUPS`. Threads with no Java frame (idle in native code) are left out.
-pub fn waiting_at(threads: &[JavaThread], member: impl Fn(&JavaThread) -> bool) -> serde_json::Value {
+pub fn waiting_at(threads: &[JavaThread], member: impl Fn(&JavaThread) -> bool) -> Vec<WaitingGroup> {
     let mut groups: Vec<(Vec<&str>, usize, &JavaThread)> = Vec::new();
     for thread in threads.iter().filter(|t| member(t) && t.java_frames().next().is_some()) {
         let key: Vec<&str> = thread.frames.iter().take(GROUP_KEY_FRAMES).map(String::as_str).collect();
@@ -32,16 +33,14 @@ pub fn waiting_at(threads: &[JavaThread], member: impl Fn(&JavaThread) -> bool) 
     }
     // Biggest first; equal ones in the dump's order (the sort is stable).
     groups.sort_by_key(|group| std::cmp::Reverse(group.1));
-    let shown: Vec<serde_json::Value> = groups
+    groups
         .iter()
         .take(GROUPS)
         .map(|(_, n, first)| {
-            let frames: Vec<String> =
-                first.frames.iter().take(GROUP_FRAMES).map(|f| crate::printable::escape(f).into_owned()).collect();
-            serde_json::json!({"threads": n, "frames": frames})
+            let frames = first.frames.iter().take(GROUP_FRAMES).map(|f| crate::printable::escape(f).into_owned());
+            WaitingGroup { threads: *n, frames: frames.collect() }
         })
-        .collect();
-    serde_json::Value::Array(shown)
+        .collect()
 }
 
 /// The kernel's name of a Java thread: HotSpot gives the kernel the first 15 bytes of its name.
@@ -86,10 +85,10 @@ mod tests {
         threads.push(thread("main", 20, &limited));
         threads.push(thread("rpc-pool-99", 21, &[]));
         let summary = waiting_at(&threads, |t| t.name.starts_with("rpc-pool-"));
-        assert_eq!(summary[0]["threads"], 7, "{summary:#}");
-        assert_eq!(summary[0]["frames"][1], "RateLimiter.acquire(RateLimiter.java:304)");
-        assert_eq!(summary[1]["threads"], 1);
-        assert_eq!(summary.as_array().map(Vec::len), Some(2));
+        assert_eq!(summary[0].threads, 7, "{summary:#?}");
+        assert_eq!(summary[0].frames[1], "RateLimiter.acquire(RateLimiter.java:304)");
+        assert_eq!(summary[1].threads, 1);
+        assert_eq!(summary.len(), 2);
     }
 
     #[test]

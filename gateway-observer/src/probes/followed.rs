@@ -138,6 +138,7 @@ impl Probes {
         (0..self.slots.slots())
             .filter(|&slot| self.slots.tid(slot).is_some_and(|tid| tid != 0))
             .filter_map(|slot| self.slots.read(slot).map(|state| (slot, state)))
+            // Again on the copy: the kernel can free the slot between the cheap tid read and the copy.
             .filter(|(_, state)| state.tid != 0)
             .collect()
     }

@@ -218,7 +218,7 @@ pub fn stacks_of(symbolizer: &mut Symbolizer, unwinder: &mut unwind::Unwinder, p
 /// Where threads wait, as a thread dump's summary says it: threads grouped by their innermost
 /// [`GROUP_FRAMES`] frames, the biggest group first, at most [`MAX_GROUPS`]:
 /// `[{"threads": 61, "frames": ["futex_wait+0x.. (libc.so.6)", ...]}, ...]`.
-pub fn waiting_at<'a>(stacks: impl IntoIterator<Item = &'a [String]>) -> serde_json::Value {
+pub fn waiting_at<'a>(stacks: impl IntoIterator<Item = &'a [String]>) -> Vec<crate::api::v1::WaitingGroup> {
     let mut groups: BTreeMap<&[String], usize> = BTreeMap::new();
     for stack in stacks {
         *groups.entry(&stack[..stack.len().min(GROUP_FRAMES)]).or_default() += 1;
@@ -226,13 +226,11 @@ pub fn waiting_at<'a>(stacks: impl IntoIterator<Item = &'a [String]>) -> serde_j
     let mut groups: Vec<(&[String], usize)> = groups.into_iter().filter(|(frames, _)| !frames.is_empty()).collect();
     // Ties in the order of the frames, so the same threads give the same evidence every tick.
     groups.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-    serde_json::Value::Array(
-        groups
-            .into_iter()
-            .take(MAX_GROUPS)
-            .map(|(frames, threads)| serde_json::json!({"threads": threads, "frames": frames}))
-            .collect(),
-    )
+    groups
+        .into_iter()
+        .take(MAX_GROUPS)
+        .map(|(frames, threads)| crate::api::v1::WaitingGroup { threads, frames: frames.to_vec() })
+        .collect()
 }
 
 #[cfg(test)]
@@ -250,7 +248,7 @@ mod tests {
         deeper.push("main+0x4 (gw)".to_owned());
         let socket = stack(&["recv+0x2 (libc.so.6)", "redis_get+0x8 (gw)"]);
         let stacks = [limiter.clone(), socket.clone(), deeper, limiter.clone(), Vec::new()];
-        let groups = waiting_at(stacks.iter().map(Vec::as_slice));
+        let groups = serde_json::to_value(waiting_at(stacks.iter().map(Vec::as_slice))).expect("serializes");
         let expected = serde_json::json!([
             {"threads": 3, "frames": limiter},
             {"threads": 1, "frames": socket},
@@ -264,7 +262,7 @@ mod tests {
     #[test]
     fn at_most_five_places_in_a_stable_order() {
         let stacks: Vec<Vec<String>> = (0..7).flat_map(|i| vec![stack(&[&format!("f{i}")]); 1 + i % 2]).collect();
-        let groups = waiting_at(stacks.iter().map(Vec::as_slice));
+        let groups = serde_json::to_value(waiting_at(stacks.iter().map(Vec::as_slice))).expect("serializes");
         let firsts: Vec<(u64, &str)> = groups
             .as_array()
             .expect("an array")
