@@ -9,8 +9,8 @@
 //! locals, arguments or anything a request put in memory. The memory is the target's and may be
 //! anything: every pointer is read with `process_vm_readv` (a bad one is a failed read, not a
 //! fault; address arithmetic wraps, so a wild pointer is a failed read too), every walk and
-//! string is capped, and a version whose layout is not known
-//! ([`layout::of_version`]) gives no frames at all rather than misread ones.
+//! string is capped, and a version whose layout is not known ([`layout::of_version`]) gives no
+//! frames at all rather than misread ones.
 
 mod layout;
 mod linetable;
@@ -25,6 +25,8 @@ const MAX_INTERPRETERS: usize = 16;
 const MAX_THREAD_STATES: usize = 4096;
 /// Python frames walked per thread: deeper than asyncio's and a web framework's stacks.
 pub const MAX_FRAMES: usize = 128;
+/// Frames read per thread, named or not (3.12's shim frames, frames whose code is unreadable).
+const MAX_FRAMES_READ: usize = 2 * MAX_FRAMES;
 /// Characters kept of a name or file name.
 pub const MAX_CHARS: usize = 200;
 /// Bytes of a line table read; a longer one (a function of thousands of lines) gives no line.
@@ -100,10 +102,15 @@ impl<M: Memory> Interpreter<M> {
             .u64_at(tstate.wrapping_add(l.tstate_cframe))
             .filter(|&cframe| cframe != 0)
             .and_then(|cframe| self.memory.u64_at(cframe.wrapping_add(l.cframe_current_frame)));
+        self.frames_from(current.unwrap_or(0))
+    }
+
+    /// The frames from the one at `at` outwards.
+    fn frames_from(&mut self, mut at: u64) -> Vec<PyFrame> {
+        let l = self.layout;
         let mut frames: Vec<PyFrame> = Vec::new();
         let mut seen = HashSet::new();
-        let mut at = current.unwrap_or(0);
-        while at != 0 && frames.len() < MAX_FRAMES && seen.insert(at) {
+        while at != 0 && frames.len() < MAX_FRAMES && seen.len() < MAX_FRAMES_READ && seen.insert(at) {
             let mut frame = [0u8; layout::FRAME_BYTES];
             if !self.memory.read(at, &mut frame) {
                 break;

@@ -138,6 +138,35 @@ fn a_frame_chain_that_loops_ends() {
     assert_eq!(Interpreter::new(Recorded::default(), 0x030D_00F0, runtime).map(|_| ()), None, "3.13");
 }
 
+/// Any address reads as a frame with no code whose previous frame is the next 256 bytes up.
+struct EndlessFrames {
+    reads: std::cell::Cell<usize>,
+    previous: usize,
+}
+
+impl Memory for EndlessFrames {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.reads.set(self.reads.get() + 1);
+        buf.fill(0);
+        if let Some(previous) = buf.get_mut(self.previous..self.previous + 8) {
+            previous.copy_from_slice(&(addr + 0x100).to_le_bytes());
+        }
+        true
+    }
+}
+
+#[test]
+fn an_endless_chain_of_unnamed_frames_is_read_a_bounded_number_of_times() {
+    for version in [0x030B_07F0, 0x030C_01F0] {
+        let layout = layout::of_version(version).expect("known");
+        let memory = EndlessFrames { reads: std::cell::Cell::new(0), previous: layout.frame_previous as usize };
+        let mut interpreter = Interpreter::new(memory, version, 0).expect("known");
+        assert_eq!(interpreter.frames_from(0x5000), [], "3.{}", layout.minor);
+        let reads = interpreter.memory.reads.get();
+        assert_eq!(reads, MAX_FRAMES_READ, "3.{}: one read a frame, up to the cap", layout.minor);
+    }
+}
+
 #[test]
 fn strings_are_capped_and_cleaned() {
     let layout = layout::of_version(0x030C_01F0).expect("3.12");
