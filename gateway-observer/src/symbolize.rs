@@ -61,6 +61,8 @@ struct ElfSymbols {
     segments: Vec<(u64, u64, u64)>,
     /// Kept only by a symbolizer made [`Symbolizer::with_unwind_tables`].
     unwind: Option<UnwindTables>,
+    /// A CPython binary's or libpython's interpreter state (`stacks::python`).
+    python: Option<python::PythonSymbols>,
 }
 
 /// What an unwinder needs of one ELF file, addresses as the file states them. `.text` itself is
@@ -198,6 +200,17 @@ impl Symbolizer {
                 Some(MappedTables { range: mapping.start..mapping.end, base, path, tables })
             })
             .collect()
+    }
+
+    /// The CPython interpreter a file mapped by `image`'s process holds: its `PY_VERSION_HEX` and
+    /// where its `_PyRuntime` is in the process.
+    pub fn python_runtime(&self, image: &Image) -> Option<(u32, u64)> {
+        image.maps.iter().zip(&image.files).find_map(|(mapping, identity)| {
+            let elf = self.elves.get(identity.as_ref()?)?.as_ref()?;
+            let python = elf.python?;
+            let base = mapping.start.checked_sub(elf.vaddr_at_mapping(mapping.file_offset)?)?;
+            Some((python.version, base.checked_add(python.runtime)?))
+        })
     }
 
     /// Names of frames of `image`'s process, innermost first. A return address is looked up one
@@ -353,7 +366,7 @@ fn name(ip: u64, lookup: u64, mapping: &Mapping, elf: Option<&ElfSymbols>) -> St
             && (*size == 0 || vaddr - addr < *size)
         {
             let offset = (vaddr - addr).saturating_add(ip - lookup);
-            return format!("{:#}+{offset:#x} ({file})", rustc_demangle::demangle(name));
+            return format!("{}+{offset:#x} ({file})", demangle::demangle(name));
         }
     }
     match file_offset(ip) {
@@ -422,7 +435,8 @@ fn parse_elf(data: &[u8], unwind: bool) -> Option<ElfSymbols> {
         .collect();
     symbols.sort_by_key(|(addr, _, _)| *addr);
     symbols.dedup_by_key(|(addr, _, _)| *addr);
-    Some(ElfSymbols { symbols, segments, unwind })
+    let python = python::python_symbols(&file);
+    Some(ElfSymbols { symbols, segments, unwind, python })
 }
 
 /// The sections an unwinder reads, copied out of the file (which is dropped after the parse).
@@ -512,6 +526,9 @@ pub mod fuzzing {
         }
     }
 }
+
+pub mod demangle;
+mod python;
 
 #[cfg(test)]
 mod tests;

@@ -480,6 +480,19 @@ pub fn blocked_loop_is_named(
     fault: &str,
     slow: Duration,
 ) {
+    blocked_loop_is_named_and(test, start, loop_thread, fault, slow, |_| {});
+}
+
+/// [`blocked_loop_is_named`], with `check` run on the scenario once the alert fired, while the
+/// fault is still on (to assert what the alert's evidence shows).
+pub fn blocked_loop_is_named_and(
+    test: &str,
+    start: impl FnOnce() -> RuntimeGateway,
+    loop_thread: &str,
+    fault: &str,
+    slow: Duration,
+    check: impl FnOnce(&Scenario),
+) {
     const HEALTHY: Duration = Duration::from_secs(6);
     const DETECT_WITHIN: Duration = Duration::from_secs(15);
     const RESOLVE_WITHIN: Duration = Duration::from_secs(20);
@@ -497,6 +510,7 @@ pub fn blocked_loop_is_named(
     let (alert, detected) = scenario.detected(kind, DETECT_WITHIN);
     assert_eq!(alert["subject"], loop_thread, "the loop thread is the one blocked: {alert:#}");
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
+    check(&scenario);
     let resolved = scenario.healed(kind, RESOLVE_WITHIN);
     let after_heal = scenario.gateway.timed_get("/");
     assert!(after_heal < slow, "healed, yet a request took {after_heal:?}");

@@ -52,6 +52,18 @@ pub fn read_stack(tid: u32, sp: u64, window: usize) -> io::Result<StackCopy> {
     Ok(StackCopy { sp, bytes })
 }
 
+/// Reads exactly `buf.len()` bytes of process `pid`'s memory at `addr`; false if any of them
+/// cannot be read (unmapped, the process gone, not permitted).
+pub fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: `local` points into `buf`, ours and `buf.len()` long for the call; `remote` is an
+    // address in the other process, which the kernel checks (never dereferenced here).
+    let read = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    usize::try_from(read).is_ok_and(|n| n == buf.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,8 @@
 //! Stacks of threads blocked right now, taken from userspace when an alert needs them (issue 17):
 //! the thread's registers from `/proc/TID/syscall` (`live`), a bounded copy of its stack with
 //! `process_vm_readv` (`memory`), unwound through `.eh_frame` (`unwind`, framehop) and named by
-//! the symbolizer. It costs the target nothing until an alert fires, and alerts fire only on
+//! the symbolizer; in a CPython process, the eval loop's native frames are replaced by the Python
+//! frames they run, read from the interpreter's state (`python`). It costs the target nothing until an alert fires, and alerts fire only on
 //! conditions that hold now, so the alerted threads are still where they blocked.
 //!
 //! All of it runs on a worker thread that owns the file caches ([`LiveStacks`]): the tick thread
@@ -11,6 +12,7 @@
 
 pub mod live;
 pub mod memory;
+pub mod python;
 pub mod unwind;
 
 use std::{
@@ -203,14 +205,21 @@ pub fn stacks_of(symbolizer: &mut Symbolizer, unwinder: &mut unwind::Unwinder, p
                 Err(_) => return (tid, Err("error")),
             };
             // The mappings and files are read once per request, and only if a thread is stopped.
-            let (image, tables, jit) = image.get_or_insert_with(|| {
+            let (image, tables, jit, python) = image.get_or_insert_with(|| {
                 let image = symbolizer.image(pid);
                 let tables = symbolizer.tables(&image);
                 let jit = image.jit_code();
-                (image, tables, jit)
+                let python = symbolizer
+                    .python_runtime(&image)
+                    .and_then(|(version, runtime)| python::Interpreter::new(python::Process(pid), version, runtime));
+                (image, tables, jit, python)
             });
             let frames = unwinder.unwind(tables, jit, &stopped, &stack);
-            (tid, Ok((stopped.syscall, symbolizer.name_frames(image, &frames))))
+            let mut names = symbolizer.name_frames(image, &frames);
+            if let Some(python) = python {
+                names = python::merge(names, python.frames(tid));
+            }
+            (tid, Ok((stopped.syscall, names)))
         })
         .collect()
 }

@@ -45,6 +45,7 @@ fn ranges_up_to_the_top_of_the_address_space() {
         symbols: vec![(0x400, u64::MAX, "huge".to_owned()), (u64::MAX - 4, 8, "last".to_owned())],
         segments: vec![(0, u64::MAX, 0x400)],
         unwind: None,
+        python: None,
     };
     assert_eq!(name(0x1020, 0x1020, &mapping, Some(&elf)), "libgw.so+?", "the file offset overflows");
     let mapping = Mapping { file_offset: 0, ..mapping };
@@ -57,12 +58,19 @@ fn ranges_up_to_the_top_of_the_address_space() {
         symbols: Vec::new(),
         segments: vec![(0, 0x1c_0854, 0), (0x1c_0860, 0x34_8040, 0x1c_1860)],
         unwind: None,
+        python: None,
     };
     assert_eq!(lld.vaddr_at_mapping(0x1c_0000), Some(0x1c_1000), "the text segment's page");
     assert_eq!(lld.vaddr_of_offset(0x1c_0000), Some(0x1c_0000), "by offset alone: the read-only segment");
-    let top = ElfSymbols { symbols: Vec::new(), segments: vec![(u64::MAX - 8, 8, u64::MAX - 8)], unwind: None };
+    let top =
+        ElfSymbols { symbols: Vec::new(), segments: vec![(u64::MAX - 8, 8, u64::MAX - 8)], unwind: None, python: None };
     assert_eq!(top.vaddr_of_offset(u64::MAX - 1), Some(u64::MAX - 1));
-    let past = ElfSymbols { symbols: Vec::new(), segments: vec![(0x10, u64::MAX - 0x10, u64::MAX)], unwind: None };
+    let past = ElfSymbols {
+        symbols: Vec::new(),
+        segments: vec![(0x10, u64::MAX - 0x10, u64::MAX)],
+        unwind: None,
+        python: None,
+    };
     assert_eq!(past.vaddr_of_offset(0x20), None, "a segment whose addresses run past the top");
 }
 
