@@ -2,7 +2,7 @@
 //! status class, latency histograms, and a bounded window of recent latencies for rates and
 //! exact quantiles.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::state::histogram::Log2Histogram;
@@ -96,6 +96,28 @@ pub struct RequestStats {
     recent: VecDeque<Recent>,
 }
 
+/// Rate and quantiles of one process and side's latencies in the window.
+fn summary(mut durations: Vec<u64>, refused: u64) -> WindowSummary {
+    if durations.is_empty() {
+        return WindowSummary::default();
+    }
+    let requests = durations.len();
+    // Selection, not a full sort: this runs for every process at every tick.
+    let mut quantile = |q: f64| {
+        let rank = ((durations.len() as f64 * q).ceil() as usize).clamp(1, durations.len());
+        *durations.select_nth_unstable(rank - 1).1 as f64 / 1e9
+    };
+    WindowSummary {
+        requests: requests as u64,
+        per_second: requests as f64 / (WINDOW_NS as f64 / 1e9),
+        refused,
+        p50_seconds: quantile(0.50),
+        p90_seconds: quantile(0.90),
+        p99_seconds: quantile(0.99),
+        max_seconds: quantile(1.0),
+    }
+}
+
 /// Bucket of a value in a `Log2Histogram`: 0 for 0, else 1 + floor(log2(value)).
 pub fn log2_bucket(value: u64) -> usize {
     (u64::BITS - value.leading_zeros()) as usize
@@ -142,32 +164,21 @@ impl RequestStats {
 
     /// Rate and quantiles of `tgid`'s `side` over the window ending at `now_ns`.
     pub fn window(&self, tgid: u32, side: Side, now_ns: u64) -> WindowSummary {
+        self.windows(now_ns).remove(&(tgid, side)).unwrap_or_default()
+    }
+
+    /// Rate and quantiles of every process and side over the window ending at `now_ns`, from one
+    /// pass over the window (it holds up to 200k latencies, and a pass per process and side was
+    /// a tenth of the daemon's work at 10k req/s).
+    pub fn windows(&self, now_ns: u64) -> HashMap<(u32, Side), WindowSummary> {
         let oldest = now_ns.saturating_sub(WINDOW_NS);
-        let mut durations: Vec<u64> = Vec::new();
-        let mut refused = 0;
-        for r in self.recent.iter().filter(|r| r.tgid == tgid && r.side == side && r.end_ns >= oldest) {
+        let mut gathered: HashMap<(u32, Side), (Vec<u64>, u64)> = HashMap::new();
+        for r in self.recent.iter().filter(|r| r.end_ns >= oldest) {
+            let (durations, refused) = gathered.entry((r.tgid, r.side)).or_default();
             durations.push(r.duration_ns);
-            refused += u64::from(r.refused);
+            *refused += u64::from(r.refused);
         }
-        if durations.is_empty() {
-            return WindowSummary::default();
-        }
-        let requests = durations.len();
-        // Selection, not a full sort: the window holds up to 200k latencies and this runs for
-        // every process at every tick.
-        let mut quantile = |q: f64| {
-            let rank = ((durations.len() as f64 * q).ceil() as usize).clamp(1, durations.len());
-            *durations.select_nth_unstable(rank - 1).1 as f64 / 1e9
-        };
-        WindowSummary {
-            requests: requests as u64,
-            per_second: requests as f64 / (WINDOW_NS as f64 / 1e9),
-            refused,
-            p50_seconds: quantile(0.50),
-            p90_seconds: quantile(0.90),
-            p99_seconds: quantile(0.99),
-            max_seconds: quantile(1.0),
-        }
+        gathered.into_iter().map(|(key, (durations, refused))| (key, summary(durations, refused))).collect()
     }
 
     /// Inbound requests of `tgid` that arrived at or after `since_ns` and were answered: how many,

@@ -211,12 +211,14 @@ impl RequestTracker {
         let mut in_flight = self.in_flight(now_ns);
         let mut pids: BTreeSet<u32> = upstreams.keys().chain(in_flight.keys()).copied().collect();
         pids.extend(self.conns.values().filter_map(|c| c.tgid));
+        let mut windows = self.stats.windows(now_ns);
+        let mut window = |tgid: u32, side: Side| windows.remove(&(tgid, side)).unwrap_or_default();
         pids.into_iter()
             .map(|tgid| {
                 let (count, oldest) = in_flight.remove(&tgid).unwrap_or_default();
                 let requests = ProcessRequests {
-                    inbound: self.stats.window(tgid, Side::Inbound, now_ns),
-                    outbound: self.stats.window(tgid, Side::Outbound, now_ns),
+                    inbound: window(tgid, Side::Inbound),
+                    outbound: window(tgid, Side::Outbound),
                     in_flight: count,
                     in_flight_oldest: oldest,
                     upstreams: upstreams.remove(&tgid).unwrap_or_default(),
