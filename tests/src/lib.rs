@@ -24,6 +24,7 @@ pub mod redis_server;
 pub mod reference_gateway;
 pub mod runtimes;
 pub mod summary;
+pub mod tls;
 pub mod tmux;
 pub mod upstream;
 pub mod wrk;

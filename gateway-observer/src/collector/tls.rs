@@ -3,10 +3,7 @@
 //! ssl`), hooked for that pid, unhooked when the target goes. Parsed libraries are cached by file
 //! identity, so a hundred workers of one nginx parse its `libssl` once.
 
-use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    io::Read as _,
-};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::{
     host::target_files::Identity,
@@ -18,6 +15,9 @@ use crate::{
 
 /// An unhooked target is looked at again after this many ticks.
 const RECHECK_TICKS: u64 = 5;
+
+/// Files whose calls are remembered, at most: every executable file a target maps is looked at.
+const MAX_PARSED: usize = 4096;
 
 #[derive(Default)]
 pub struct TlsWatch {
@@ -72,28 +72,30 @@ impl TlsWatch {
             self.fail(pid, &path, &error);
         }
         for library in libraries {
+            if self.parsed.len() >= MAX_PARSED {
+                self.parsed.clear();
+            }
+            // Every file a target maps executable is looked at: only libssl itself is expected to
+            // have the calls, so only its failures are reported.
+            let libssl = tls_libraries::is_libssl(&library.path);
             let entries = match self.parsed.get(&library.identity) {
                 Some(entries) => entries.clone(),
                 None => {
-                    let mut bytes = Vec::new();
-                    let parsed = (&library.file)
-                        .take(tls_libraries::MAX_LIBRARY_BYTES)
-                        .read_to_end(&mut bytes)
-                        .map_err(tls_libraries::LibraryError::from)
-                        .and_then(|_| tls_libraries::entries(&bytes));
-                    let entries = match parsed {
-                        Ok(entries) => Some(entries),
-                        Err(error) => {
-                            self.fail(pid, &library.path, &error);
-                            None
-                        }
-                    };
+                    let parsed = tls_libraries::entries(&library.file);
+                    if let Err(error) = &parsed
+                        && libssl
+                    {
+                        self.fail(pid, &library.path, error);
+                    }
+                    let entries = parsed.ok();
                     self.parsed.insert(library.identity, entries.clone());
                     entries
                 }
             };
             let Some(entries) = entries else {
-                self.fail(pid, &library.path, &tls_libraries::LibraryError::NoCalls);
+                if libssl {
+                    self.fail(pid, &library.path, &tls_libraries::LibraryError::NoCalls);
+                }
                 continue;
             };
             let Some(hooks) = &mut self.hooks else { return };

@@ -2,7 +2,7 @@
 //! status class, latency histograms, and a bounded window of recent latencies for rates and
 //! exact quantiles.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use crate::state::histogram::Log2Histogram;
@@ -141,6 +141,12 @@ impl RequestStats {
     }
 
     /// Rate and quantiles of `tgid`'s `side` over the window ending at `now_ns`.
+    /// The processes with requests in the window ending at `now_ns`.
+    pub fn recent_tgids(&self, now_ns: u64) -> BTreeSet<u32> {
+        let oldest = now_ns.saturating_sub(WINDOW_NS);
+        self.recent.iter().rev().take_while(|r| r.end_ns >= oldest).map(|r| r.tgid).collect()
+    }
+
     pub fn window(&self, tgid: u32, side: Side, now_ns: u64) -> WindowSummary {
         let oldest = now_ns.saturating_sub(WINDOW_NS);
         let mut durations: Vec<u64> = Vec::new();

@@ -211,6 +211,8 @@ impl RequestTracker {
         let mut in_flight = self.in_flight(now_ns);
         let mut pids: BTreeSet<u32> = upstreams.keys().chain(in_flight.keys()).copied().collect();
         pids.extend(self.conns.values().filter_map(|c| c.tgid));
+        // Processes whose connections all closed still have their window's requests.
+        pids.extend(self.stats.recent_tgids(now_ns));
         pids.into_iter()
             .map(|tgid| {
                 let (count, oldest) = in_flight.remove(&tgid).unwrap_or_default();
