@@ -27,6 +27,9 @@ pub struct TlsWatch {
     parsed: HashMap<Identity, Option<Entries>>,
     /// Unhooked targets and the tick they were last looked at.
     looked_at: HashMap<u32, u64>,
+    /// Unhooked targets whose mapped files were all looked at without a TLS library or a failure,
+    /// with a digest of those files' paths: not opened again until the process maps others.
+    settled: HashMap<u32, u64>,
     /// The library each hooked target's hooks are in (its file name).
     library_of: HashMap<u32, String>,
     /// (pid, library path) that could not be hooked: counted and logged once each, though
@@ -52,6 +55,7 @@ impl TlsWatch {
             self.library_of.remove(&pid);
         }
         self.looked_at.retain(|pid, _| live.contains(pid));
+        self.settled.retain(|pid, _| live.contains(pid));
         self.failed.retain(|(pid, _)| live.contains(pid));
         for &pid in live {
             if self.hooks.as_ref().is_some_and(|hooks| hooks.is_hooked(pid)) {
@@ -61,13 +65,24 @@ impl TlsWatch {
                 continue;
             }
             self.looked_at.insert(pid, tick);
-            self.hook(probes, pid);
+            let paths = tls_libraries::mapped_candidates(pid);
+            let digest = digest(&paths);
+            if self.settled.get(&pid) == Some(&digest) {
+                continue;
+            }
+            if self.hook(probes, pid, paths) {
+                self.settled.insert(pid, digest);
+            } else {
+                self.settled.remove(&pid);
+            }
         }
     }
 
-    /// Hooks the first TLS library of `pid` that can be hooked.
-    fn hook(&mut self, probes: &mut Probes, pid: u32) {
-        let (libraries, refused) = tls_libraries::open_libraries(pid);
+    /// Hooks the first TLS library among `paths` of `pid` that can be hooked. True when there is
+    /// nothing to look at again: no file had the calls, and nothing failed.
+    fn hook(&mut self, probes: &mut Probes, pid: u32, paths: Vec<String>) -> bool {
+        let (libraries, refused) = tls_libraries::open_libraries(pid, paths);
+        let mut settled = refused.is_empty();
         for (path, error) in refused {
             self.fail(pid, &path, &error);
         }
@@ -94,11 +109,12 @@ impl TlsWatch {
             };
             let Some(entries) = entries else {
                 if libssl {
+                    settled = false;
                     self.fail(pid, &library.path, &tls_libraries::LibraryError::NoCalls);
                 }
                 continue;
             };
-            let Some(hooks) = &mut self.hooks else { return };
+            let Some(hooks) = &mut self.hooks else { return false };
             match hooks.attach(probes, pid, &library, &entries) {
                 Ok(()) => {
                     let name = library.path.rsplit('/').next().unwrap_or(&library.path).to_owned();
@@ -106,11 +122,15 @@ impl TlsWatch {
                     self.library_of.insert(pid, name);
                     self.hooked += 1;
                     self.looked_at.remove(&pid);
-                    return;
+                    return false;
                 }
-                Err(error) => self.fail(pid, &library.path, &error),
+                Err(error) => {
+                    settled = false;
+                    self.fail(pid, &library.path, &error);
+                }
             }
         }
+        settled
     }
 
     /// A library of `pid` that cannot be hooked: counted and logged the first time only.
@@ -142,4 +162,10 @@ impl TlsWatch {
         e.family(name);
         e.sample(name, &[], unattributed as f64);
     }
+}
+
+/// A digest of a process's mapped executable files, to notice that it maps others.
+fn digest(paths: &[String]) -> u64 {
+    use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(paths)
 }

@@ -97,14 +97,18 @@ pub fn tls_paths(maps: &str) -> Vec<String> {
     ordered.into_iter().take(MAX_CANDIDATES).map(str::to_owned).collect()
 }
 
-/// The files process `pid` maps executable, opened as it sees them, and the `libssl` among them
-/// that could not be opened (with why; any other file is skipped quietly).
-pub fn open_libraries(pid: u32) -> (Vec<Library>, Vec<(String, LibraryError)>) {
-    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return (Vec::new(), Vec::new()) };
+/// The files process `pid` maps executable (see [`tls_paths`]); none if it is gone.
+pub fn mapped_candidates(pid: u32) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|maps| tls_paths(&maps)).unwrap_or_default()
+}
+
+/// `paths` of process `pid` opened as it sees them, and the `libssl` among them that could not be
+/// opened (with why; any other file is skipped quietly).
+pub fn open_libraries(pid: u32, paths: Vec<String>) -> (Vec<Library>, Vec<(String, LibraryError)>) {
     let owners = crate::host::procfs::uids(pid);
     let mut opened = Vec::new();
     let mut failed = Vec::new();
-    for path in tls_paths(&maps) {
+    for path in paths {
         match target_files::open(pid, &path, &owners, MAX_LIBRARY_BYTES) {
             Ok(checked) => opened.push(Library { path, file: checked.file, identity: checked.identity }),
             Err(e) if is_libssl(&path) => failed.push((path, e.into())),
