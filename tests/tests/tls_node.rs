@@ -50,13 +50,13 @@ fn node_https_requests_match_wrk() {
     wait_listening("node", port);
     let observer = Observer::start_with(&[&format!("pid={}", server.0.id())], &["--tls-plaintext"]);
     wait_hooked(&observer, 1.0);
+    // NodeSource's node carries OpenSSL (library "node"); Debian's links libssl.so.3. Either way
+    // the same memory buffers feed it.
     let metrics = observer.metrics();
-    assert_eq!(
-        metric_sum(&metrics, "gateway_observer_tls_hooked_processes", &[("library", "node")]),
-        1.0,
-        "node's own executable hooked: {}",
-        metrics.lines().filter(|l| l.contains("tls_")).collect::<Vec<_>>().join("\n")
-    );
+    let hooked: Vec<&str> =
+        metrics.lines().filter(|l| l.starts_with("gateway_observer_tls_hooked_processes{")).collect();
+    eprintln!("hooked: {hooked:?}");
+    assert_eq!(metric_sum(&metrics, "gateway_observer_tls_hooked_processes", &[]), 1.0, "node hooked: {hooked:?}");
     let client = wrk(&format!("https://127.0.0.1:{port}/items"));
     std::thread::sleep(Duration::from_millis(1500));
     let (inbound, outbound, p50) = observed(&observer);
