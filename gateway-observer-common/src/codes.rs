@@ -68,6 +68,10 @@ pub mod syscall_class {
 /// without knowing syscall numbers. Odd shapes read, even shapes write.
 /// `DataEvent::fd` when the hook that saw the transfer does not know the descriptor.
 pub const DATA_FD_UNKNOWN: u32 = u32::MAX;
+/// `DataEvent::fd` of TLS plaintext whose socket the kernel does not know (a library that moves
+/// its ciphertext through memory, as Node.js does, away from any call hooked): `sk` holds the
+/// session's `SSL *` instead, and userspace ties it to the connection the thread read last.
+pub const DATA_FD_TLS_SESSION: u32 = u32::MAX - 1;
 
 pub mod data_shape {
     pub const NONE: u8 = 0;

@@ -8,13 +8,18 @@
 //! `DataEvent` a plain transfer makes, on that socket, so userspace parses it unchanged. A read
 //! the library answers from bytes it already holds has no nested transfer: the socket the same
 //! `SSL *` used last (`TLS_SOCKS`) stands for it. The handshake's calls only hide their ciphertext.
+//! A session that never moved bytes on a socket inside a hooked call (Node.js feeds OpenSSL from
+//! memory buffers, its ciphertext read and written by libuv outside the calls) has its plaintext
+//! sent keyed by its `SSL *` (`DATA_FD_TLS_SESSION`): userspace ties it to a connection.
 
 use aya_ebpf::{
     macros::{map, uprobe, uretprobe},
     maps::LruHashMap,
     programs::{ProbeContext, RetProbeContext},
 };
-use gateway_observer_common::{DATA_FD_UNKNOWN, MAX_TLS_SESSIONS, ThreadState, TlsKey, data_shape, drop_index};
+use gateway_observer_common::{
+    DATA_FD_TLS_SESSION, DATA_FD_UNKNOWN, MAX_TLS_SESSIONS, ThreadState, TlsKey, data_shape, drop_index,
+};
 
 use crate::{
     maps::{count_drop, current_ids, now_ns, thread_state},
@@ -135,7 +140,8 @@ fn tls_call_returns(ctx: &RetProbeContext) {
         match unsafe { TLS_SOCKS.get(&key) }.copied() {
             Some(sk) => sk,
             None => {
-                count_drop(drop_index::TLS_UNATTRIBUTED);
+                // No socket known for this session: the `SSL *` stands for it.
+                emit_plaintext(state, tid, shape, len, key.ssl, DATA_FD_TLS_SESSION, 0);
                 return;
             }
         }
@@ -146,11 +152,18 @@ fn tls_call_returns(ctx: &RetProbeContext) {
         count_drop(drop_index::TLS_UNATTRIBUTED);
         return;
     };
+    emit_plaintext(state, tid, shape, len, sk, DATA_FD_UNKNOWN, lost);
+}
+
+/// Sends the `len` bytes of plaintext (`shape`) the call moved as a `DataEvent` on `sk` (or, with
+/// `DATA_FD_TLS_SESSION`, on the session `sk`).
+#[inline(always)]
+fn emit_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk: u64, fd: u32, lost: u32) {
     state.data_shape = shape;
     state.data_buf = state.tls_buf;
     state.data_count = len;
     state.data_sk = sk;
-    state.data_fd = DATA_FD_UNKNOWN;
+    state.data_fd = fd;
     state.data_queued_ns = state.tls_queued_ns;
     state.data_sock_lost = lost;
     emit_data(state, tid, len, now_ns());

@@ -6,8 +6,7 @@
 //! as non-HTTP bytes.
 
 use std::{
-    path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -15,41 +14,12 @@ use tests::{
     free_port,
     nginx::Nginx,
     observer::Observer,
-    privileged, temp_dir,
+    privileged,
+    tls::{Killed, certified_dir, wait_hooked},
     upstream::{Behavior, Upstream},
     wait_for, wait_until,
     wrk::{UPSTREAM_DELAY, assert_matches_wrk, metric_sum},
 };
-
-/// A self-signed certificate and its key for 127.0.0.1, made by the `openssl` CLI in `dir`.
-fn self_signed(dir: &Path) -> (String, String) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let out = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("run openssl (Debian's openssl package)");
-    assert!(out.status.success(), "openssl req: {}", String::from_utf8_lossy(&out.stderr));
-    (cert.display().to_string(), key.display().to_string())
-}
-
-/// A temp dir holding a fresh self-signed certificate and key: (dir, cert, key).
-fn certified_dir(tag: &str) -> (std::path::PathBuf, String, String) {
-    let dir = temp_dir(tag);
-    let (cert, key) = self_signed(&dir);
-    (dir, cert, key)
-}
-
-/// Waits until `processes` targets have their TLS library hooked.
-fn wait_hooked(observer: &Observer, processes: f64) {
-    wait_until(&format!("{processes} processes with libssl hooked"), Duration::from_secs(10), || {
-        let metrics = observer.get("/metrics").map(|(_, body)| body).unwrap_or_default();
-        metric_sum(&metrics, "gateway_observer_tls_hooked_processes", &[]) >= processes
-    });
-}
 
 fn assert_no_ciphertext_parsed(observer: &Observer, process: &str) {
     let metrics = observer.metrics();
@@ -120,15 +90,6 @@ server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handle
 server.socket = context.wrap_socket(server.socket, server_side=True)
 server.serve_forever()
 "#;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn python_ssl_requests_are_counted() {

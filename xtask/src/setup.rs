@@ -17,9 +17,9 @@ const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// load, in nghttp2-client), runqlat
 /// (libbpf-tools: `bench overhead` compares our scheduler hooks with it), bpftool (`bench churn`
 /// counts the daemon's map entries with it), nftables and
-/// iproute2 for network faults in namespaces, tmux for the terminal view, Alertmanager for the
-/// alert push, Prometheus for promtool (checks and unit tests of deploy/'s alert rules), and the
-/// runtimes of gateways this project did not write (Netty, Guava, embedded Tomcat for the JDK 17
+/// iproute2 for network faults in namespaces, openssl (certificates) and curl for the TLS tests,
+/// tmux for the terminal view, Alertmanager for the alert push, Prometheus for promtool (checks
+/// and unit tests of deploy/'s alert rules), and the runtimes of gateways this project did not write (Netty, Guava, embedded Tomcat for the JDK 17
 /// that is already there; Go; Node.js), for `test-kernels` QEMU, a static busybox and cpio
 /// (the guest's initramfs), and for `package` dpkg-dev (dpkg-shlibdeps computes the libc6
 /// dependency) and man-db (its check asks `man -w` for the installed page), and apparmor
@@ -29,6 +29,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "nginx",
     "wrk",
     "nghttp2-client",
+    "openssl",
+    "curl",
     "libbpf-tools",
     "bpftool",
     "nftables",

@@ -140,8 +140,8 @@ const LIBRARY_DIRS: &[&str] =
 /// found and attached for this process (targets get theirs at run time, per pid).
 fn tls_line(probes: &mut Probes) -> Line {
     const REQUIREMENT: &str = "TLS plaintext (uprobes)";
-    let covered =
-        "covered: OpenSSL 1.1/3, dynamically linked (libssl.so*); not yet: static OpenSSL, BoringSSL, Go, JDK";
+    let covered = "covered: OpenSSL 1.1/3 in libssl.so* or linked into an executable that exports its calls (Node.js); \
+         not yet: BoringSSL, Go, netty-tcnative, JDK (counted as TLS connections unparsed)";
     let degraded = |detail: String| Line { requirement: REQUIREMENT.into(), status: Status::Degraded, detail };
     let found =
         LIBRARY_DIRS.iter().flat_map(|dir| ["libssl.so.3", "libssl.so.1.1"].map(|name| format!("{dir}/{name}")));
@@ -156,7 +156,7 @@ fn tls_line(probes: &mut Probes) -> Line {
         }
         Err(e) => return degraded(format!("{path}: {e}; {covered}")),
     };
-    let entries = match std::fs::read(&path).map_err(Into::into).and_then(|b| crate::host::tls_libraries::entries(&b)) {
+    let entries = match crate::host::tls_libraries::entries(&library.file) {
         Ok(entries) => entries,
         Err(e) => return degraded(format!("{path}: {e}; {covered}")),
     };

@@ -78,7 +78,9 @@ impl Collector {
         e.sample(name, &[("kind", "threads")], threads_refused as f64);
         e.sample(name, &[("kind", "connections")], self.drops[drop_index::SOCKS_QUOTA as usize] as f64);
         e.sample(name, &[("kind", "ring_records")], self.drops[drop_index::RING_SHARE as usize] as f64);
-        self.tls.render(&mut e, self.drops[drop_index::TLS_UNATTRIBUTED as usize]);
+        // Plaintext with no socket: the kernel's, and session-keyed plaintext userspace could not tie.
+        let unattributed = self.drops[drop_index::TLS_UNATTRIBUTED as usize] + self.requests.counts.tls_unresolved;
+        self.tls.render(&mut e, unattributed);
         let name = &families::BPF_MISSED_SWITCHES;
         e.family(name);
         e.sample(name, &[("outcome", "closed_late")], self.drops[drop_index::MISSED_SWITCH_IN as usize] as f64);

@@ -3,10 +3,7 @@
 //! ssl`), hooked for that pid, unhooked when the target goes. Parsed libraries are cached by file
 //! identity, so a hundred workers of one nginx parse its `libssl` once.
 
-use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    io::Read as _,
-};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::{
     host::target_files::Identity,
@@ -19,6 +16,9 @@ use crate::{
 /// An unhooked target is looked at again after this many ticks.
 const RECHECK_TICKS: u64 = 5;
 
+/// Files whose calls are remembered, at most: every executable file a target maps is looked at.
+const MAX_PARSED: usize = 4096;
+
 #[derive(Default)]
 pub struct TlsWatch {
     /// None while `tls_plaintext` is off.
@@ -27,6 +27,9 @@ pub struct TlsWatch {
     parsed: HashMap<Identity, Option<Entries>>,
     /// Unhooked targets and the tick they were last looked at.
     looked_at: HashMap<u32, u64>,
+    /// Unhooked targets whose mapped files were all looked at without a TLS library or a failure,
+    /// with a digest of those files' paths: not opened again until the process maps others.
+    settled: HashMap<u32, u64>,
     /// The library each hooked target's hooks are in (its file name).
     library_of: HashMap<u32, String>,
     /// (pid, library path) that could not be hooked: counted and logged once each, though
@@ -52,6 +55,7 @@ impl TlsWatch {
             self.library_of.remove(&pid);
         }
         self.looked_at.retain(|pid, _| live.contains(pid));
+        self.settled.retain(|pid, _| live.contains(pid));
         self.failed.retain(|(pid, _)| live.contains(pid));
         for &pid in live {
             if self.hooks.as_ref().is_some_and(|hooks| hooks.is_hooked(pid)) {
@@ -61,42 +65,56 @@ impl TlsWatch {
                 continue;
             }
             self.looked_at.insert(pid, tick);
-            self.hook(probes, pid);
+            let paths = tls_libraries::mapped_candidates(pid);
+            let digest = digest(&paths);
+            if self.settled.get(&pid) == Some(&digest) {
+                continue;
+            }
+            if self.hook(probes, pid, paths) {
+                self.settled.insert(pid, digest);
+            } else {
+                self.settled.remove(&pid);
+            }
         }
     }
 
-    /// Hooks the first TLS library of `pid` that can be hooked.
-    fn hook(&mut self, probes: &mut Probes, pid: u32) {
-        let (libraries, refused) = tls_libraries::open_libraries(pid);
+    /// Hooks the first TLS library among `paths` of `pid` that can be hooked. True when there is
+    /// nothing to look at again: no file had the calls, and nothing failed.
+    fn hook(&mut self, probes: &mut Probes, pid: u32, paths: Vec<String>) -> bool {
+        let (libraries, refused) = tls_libraries::open_libraries(pid, paths);
+        let mut settled = refused.is_empty();
         for (path, error) in refused {
             self.fail(pid, &path, &error);
         }
         for library in libraries {
+            if self.parsed.len() >= MAX_PARSED {
+                self.parsed.clear();
+            }
+            // Every file a target maps executable is looked at: only libssl itself is expected to
+            // have the calls, so only its failures are reported.
+            let libssl = tls_libraries::is_libssl(&library.path);
             let entries = match self.parsed.get(&library.identity) {
                 Some(entries) => entries.clone(),
                 None => {
-                    let mut bytes = Vec::new();
-                    let parsed = (&library.file)
-                        .take(tls_libraries::MAX_LIBRARY_BYTES)
-                        .read_to_end(&mut bytes)
-                        .map_err(tls_libraries::LibraryError::from)
-                        .and_then(|_| tls_libraries::entries(&bytes));
-                    let entries = match parsed {
-                        Ok(entries) => Some(entries),
-                        Err(error) => {
-                            self.fail(pid, &library.path, &error);
-                            None
-                        }
-                    };
+                    let parsed = tls_libraries::entries(&library.file);
+                    if let Err(error) = &parsed
+                        && libssl
+                    {
+                        self.fail(pid, &library.path, error);
+                    }
+                    let entries = parsed.ok();
                     self.parsed.insert(library.identity, entries.clone());
                     entries
                 }
             };
             let Some(entries) = entries else {
-                self.fail(pid, &library.path, &tls_libraries::LibraryError::NoCalls);
+                if libssl {
+                    settled = false;
+                    self.fail(pid, &library.path, &tls_libraries::LibraryError::NoCalls);
+                }
                 continue;
             };
-            let Some(hooks) = &mut self.hooks else { return };
+            let Some(hooks) = &mut self.hooks else { return false };
             match hooks.attach(probes, pid, &library, &entries) {
                 Ok(()) => {
                     let name = library.path.rsplit('/').next().unwrap_or(&library.path).to_owned();
@@ -104,11 +122,15 @@ impl TlsWatch {
                     self.library_of.insert(pid, name);
                     self.hooked += 1;
                     self.looked_at.remove(&pid);
-                    return;
+                    return false;
                 }
-                Err(error) => self.fail(pid, &library.path, &error),
+                Err(error) => {
+                    settled = false;
+                    self.fail(pid, &library.path, &error);
+                }
             }
         }
+        settled
     }
 
     /// A library of `pid` that cannot be hooked: counted and logged the first time only.
@@ -140,4 +162,10 @@ impl TlsWatch {
         e.family(name);
         e.sample(name, &[], unattributed as f64);
     }
+}
+
+/// A digest of a process's mapped executable files, to notice that it maps others.
+fn digest(paths: &[String]) -> u64 {
+    use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(paths)
 }

@@ -2,6 +2,7 @@
 //! perf data), the daemon's own privileges and usage. The only I/O below the tick besides the
 //! kernel maps (`probes/`) and the stack readers (`stacks/`, `symbolize`, `jvm_attach/`).
 
+pub mod dynamic_symbols;
 pub mod hsperfdata;
 pub mod privileges;
 pub mod procfs;

@@ -1,18 +1,29 @@
 //! The TLS libraries a target process has loaded, and where in each the calls the kernel
-//! programs hook begin. Covered: OpenSSL (1.1 and 3), dynamically linked (`libssl.so*`).
-//! The library is found in `/proc/PID/maps` and opened as the process sees it, through
-//! `target_files` (inside its root, no symlink followed out of it, a regular file owned by root or
-//! the process); its dynamic symbols give the file offsets uprobes attach at. Nothing here
-//! touches a kernel handle: `probes::tls` attaches, on the opened file itself.
+//! programs hook begin. Covered: OpenSSL (1.1 and 3), dynamically linked (`libssl.so*`) or linked
+//! into an executable or library that exports its calls (Node.js's `node`). Every file the
+//! process maps executable is a candidate (`libssl` first); each is opened as the process sees
+//! it, through `target_files` (inside its root, no symlink followed out of it, a regular file
+//! owned by root or the process, no larger than [`MAX_LIBRARY_BYTES`]), and only its dynamic
+//! symbols are read (`dynamic_symbols`): they give the file offsets uprobes attach at. Nothing
+//! here touches a kernel handle: `probes::tls` attaches, on the opened file itself.
 
 use std::{collections::BTreeSet, fs::File};
 
-use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+use crate::host::{
+    dynamic_symbols::{self, Positioned, SymbolsError},
+    target_files::{self, Identity},
+};
 
-use crate::host::target_files::{self, Identity};
+/// Files larger than this are not looked at (Node.js's executable is 99 MB); only their
+/// headers and dynamic symbols are read.
+pub const MAX_LIBRARY_BYTES: u64 = 512 << 20;
 
-/// Libraries larger than this are not read (libssl.so.3 is under 1 MiB).
-pub const MAX_LIBRARY_BYTES: u64 = 64 << 20;
+/// Dynamic symbol tables (symbols and their names) larger than this are not read (Node.js's take
+/// 7 MB, libssl.so.3's 60 kB).
+pub const MAX_SYMBOL_BYTES: u64 = 64 << 20;
+
+/// Executable files mapped by one process looked at, at most (a JVM maps about 60).
+const MAX_CANDIDATES: usize = 256;
 
 /// What a hooked call is, for the kernel programs: each kind has its entry program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -44,10 +55,8 @@ pub type Entries = Vec<(&'static str, TlsCall, u64)>;
 pub enum LibraryError {
     #[error("cannot open it in the process's root: {0}")]
     Open(#[from] target_files::Refusal),
-    #[error("cannot read it: {0}")]
-    Read(#[from] std::io::Error),
-    #[error("not an ELF object: {0}")]
-    Elf(#[from] object::Error),
+    #[error(transparent)]
+    Symbols(#[from] SymbolsError),
     /// None of `SSL_read`, `SSL_write`, `SSL_read_ex`, `SSL_write_ex` is exported.
     #[error("exports no SSL_read/SSL_write")]
     NoCalls,
@@ -64,51 +73,58 @@ pub struct Library {
     pub identity: Identity,
 }
 
-/// Paths of the TLS libraries mapped in a `/proc/PID/maps` text, each once.
-pub fn tls_paths(maps: &str) -> BTreeSet<String> {
-    maps.lines()
-        .filter_map(|line| line.split_whitespace().nth(5))
-        .filter(|path| path.starts_with('/'))
-        .filter(|path| path.rsplit('/').next().is_some_and(|name| name.starts_with("libssl.so")))
-        .map(str::to_owned)
-        .collect()
+/// Whether a path names OpenSSL's own library: one that exports no hooked call is a failure to
+/// report, where any other file without them is simply not a TLS library.
+pub fn is_libssl(path: &str) -> bool {
+    path.rsplit('/').next().is_some_and(|name| name.starts_with("libssl.so"))
 }
 
-/// The TLS libraries process `pid` has mapped, opened as it sees them, and those that could not
-/// be opened (with why).
-pub fn open_libraries(pid: u32) -> (Vec<Library>, Vec<(String, LibraryError)>) {
-    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return (Vec::new(), Vec::new()) };
+/// Paths of the files mapped executable in a `/proc/PID/maps` text, each once, `libssl` first:
+/// any of them may carry the TLS library's calls.
+pub fn tls_paths(maps: &str) -> Vec<String> {
+    let paths: BTreeSet<&str> = maps
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let perms = fields.nth(1)?;
+            // A sixth field after the path (" (deleted)") is a file gone from its path.
+            let path = fields.nth(3).filter(|_| fields.next().is_none())?;
+            (perms.contains('x') && path.starts_with('/')).then_some(path)
+        })
+        .collect();
+    let (mut ordered, others): (Vec<_>, Vec<_>) = paths.into_iter().partition(|path| is_libssl(path));
+    ordered.extend(others);
+    ordered.into_iter().take(MAX_CANDIDATES).map(str::to_owned).collect()
+}
+
+/// The files process `pid` maps executable (see [`tls_paths`]); none if it is gone.
+pub fn mapped_candidates(pid: u32) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|maps| tls_paths(&maps)).unwrap_or_default()
+}
+
+/// `paths` of process `pid` opened as it sees them, and the `libssl` among them that could not be
+/// opened (with why; any other file is skipped quietly).
+pub fn open_libraries(pid: u32, paths: Vec<String>) -> (Vec<Library>, Vec<(String, LibraryError)>) {
     let owners = crate::host::procfs::uids(pid);
     let mut opened = Vec::new();
     let mut failed = Vec::new();
-    for path in tls_paths(&maps) {
+    for path in paths {
         match target_files::open(pid, &path, &owners, MAX_LIBRARY_BYTES) {
             Ok(checked) => opened.push(Library { path, file: checked.file, identity: checked.identity }),
-            Err(e) => failed.push((path, e.into())),
+            Err(e) if is_libssl(&path) => failed.push((path, e.into())),
+            Err(_) => {}
         }
     }
     (opened, failed)
 }
 
-/// The file offsets of the hooked calls a library exports, from its dynamic symbols.
-pub fn entries(elf: &[u8]) -> Result<Entries, LibraryError> {
-    let file = object::File::parse(elf)?;
-    let mut found = Entries::new();
-    for symbol in file.dynamic_symbols() {
-        let Ok(name) = symbol.name() else { continue };
-        let Some(&(name, call)) = OPENSSL_CALLS.iter().find(|(n, _)| *n == name) else { continue };
-        if symbol.is_undefined() || found.iter().any(|(n, _, _)| *n == name) {
-            continue;
-        }
-        let Some(index) = symbol.section_index() else { continue };
-        let Ok(section) = file.section_by_index(index) else { continue };
-        let Some((section_offset, _)) = section.file_range() else { continue };
-        let Some(offset) = symbol.address().checked_sub(section.address()).and_then(|o| o.checked_add(section_offset))
-        else {
-            continue;
-        };
-        found.push((name, call, offset));
-    }
+/// The file offsets of the hooked calls a file exports, from its dynamic symbols.
+pub fn entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryError> {
+    let names: Vec<&str> = OPENSSL_CALLS.iter().map(|(name, _)| *name).collect();
+    let mut found: Entries = dynamic_symbols::find(file, &names, MAX_SYMBOL_BYTES)?
+        .into_iter()
+        .filter_map(|(index, offset)| OPENSSL_CALLS.get(index).map(|&(name, call)| (name, call, offset)))
+        .collect();
     if !found.iter().any(|(_, call, _)| *call != TlsCall::Other) {
         return Err(LibraryError::NoCalls);
     }
@@ -118,24 +134,34 @@ pub fn entries(elf: &[u8]) -> Result<Entries, LibraryError> {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+
     use super::*;
 
     #[test]
-    fn only_libssl_mappings_are_tls_libraries() {
+    fn every_executable_mapping_is_a_candidate_libssl_first() {
         let maps = "\
 7f0000000000-7f0000001000 r--p 00000000 08:01 1234 /usr/lib/x86_64-linux-gnu/libssl.so.3
 7f0000001000-7f0000002000 r-xp 00001000 08:01 1234 /usr/lib/x86_64-linux-gnu/libssl.so.3
 7f0000003000-7f0000004000 r-xp 00001000 08:01 99 /usr/lib/x86_64-linux-gnu/libcrypto.so.3
+7f0000004000-7f0000005000 r--p 00001000 08:01 96 /usr/share/data.bin
 7f0000005000-7f0000006000 r-xp 00001000 08:01 98 /opt/app/lib/libssl.so.1.1
 7f0000007000-7f0000008000 rw-p 00000000 00:00 0 [heap]
+7f0000008000-7f0000009000 r-xp 00000000 00:00 0 [vdso]
 7f0000009000-7f000000a000 r-xp 00001000 08:01 97 /srv/not-libssl.so.3 (deleted)
 ";
-        let paths: Vec<_> = tls_paths(maps).into_iter().collect();
-        assert_eq!(paths, ["/opt/app/lib/libssl.so.1.1", "/usr/lib/x86_64-linux-gnu/libssl.so.3"]);
+        assert_eq!(
+            tls_paths(maps),
+            [
+                "/opt/app/lib/libssl.so.1.1",
+                "/usr/lib/x86_64-linux-gnu/libssl.so.3",
+                "/usr/lib/x86_64-linux-gnu/libcrypto.so.3"
+            ]
+        );
     }
 
     /// The host's own OpenSSL 3, when installed: every call found, at offsets inside the file's
-    /// executable bytes (an `endbr64` or a push opens each on x86-64 Debian builds).
+    /// executable bytes.
     #[test]
     fn the_system_libssl_exports_every_hooked_call() {
         let Some(path) = ["/usr/lib/x86_64-linux-gnu/libssl.so.3", "/usr/lib/aarch64-linux-gnu/libssl.so.3"]
@@ -146,18 +172,70 @@ mod tests {
             return;
         };
         let bytes = std::fs::read(path).expect("read libssl");
-        let found = entries(&bytes).expect("entries");
+        let found = entries(bytes.as_slice()).expect("entries");
         let names: BTreeSet<_> = found.iter().map(|(n, _, _)| *n).collect();
         assert_eq!(names, OPENSSL_CALLS.iter().map(|(n, _)| *n).collect());
         for (name, _, offset) in &found {
             assert!((*offset as usize) < bytes.len(), "{name} at {offset:#x} is past the file's end");
         }
+        let from_file = entries(&std::fs::File::open(path).expect("open libssl")).expect("entries from the file");
+        assert_eq!(from_file, found);
+    }
+
+    /// A file read through positioned reads, counting the bytes asked for.
+    struct Counted<'a>(&'a std::fs::File, Cell<u64>);
+
+    impl Positioned for Counted<'_> {
+        fn size(&self) -> std::io::Result<u64> {
+            self.0.size()
+        }
+
+        fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.1.set(self.1.get() + buf.len() as u64);
+            Positioned::read_exact_at(self.0, buf, offset)
+        }
+    }
+
+    /// Node.js (NodeSource's build here) links OpenSSL into its 99 MB executable and exports its
+    /// calls: all are found, reading a tenth of the file at most.
+    #[test]
+    fn openssl_linked_into_node_is_found_reading_its_symbols_only() {
+        let Ok(node) = std::fs::File::open("/usr/bin/node") else {
+            eprintln!("no /usr/bin/node: skipped");
+            return;
+        };
+        let counted = Counted(&node, Cell::new(0));
+        let found = entries(&counted).expect("node's SSL calls");
+        let names: BTreeSet<_> = found.iter().map(|(n, _, _)| *n).collect();
+        assert_eq!(names, OPENSSL_CALLS.iter().map(|(n, _)| *n).collect());
+        let size = node.size().expect("size");
+        assert!(counted.1.get() < size / 10, "read {} of {size} bytes", counted.1.get());
     }
 
     #[test]
     fn a_file_that_is_not_elf_or_has_no_ssl_calls_is_refused() {
-        assert!(matches!(entries(b"not an ELF file"), Err(LibraryError::Elf(_))));
-        let me = std::fs::read("/proc/self/exe").expect("read own binary");
+        assert!(matches!(entries(b"not an ELF file".as_slice()), Err(LibraryError::Symbols(SymbolsError::Elf(_)))));
+        assert!(matches!(entries(b"".as_slice()), Err(LibraryError::Symbols(_))));
+        let me = std::fs::File::open("/proc/self/exe").expect("open own binary");
         assert!(matches!(entries(&me), Err(LibraryError::NoCalls)));
+    }
+
+    /// Section headers and symbol tables pointing anywhere: refused or empty, never a panic.
+    #[test]
+    fn a_corrupted_elf_is_refused_without_panicking() {
+        let bytes = std::fs::read("/proc/self/exe").expect("read own binary");
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200 {
+            let mut copy = bytes[..bytes.len().min(1 << 20)].to_vec();
+            for _ in 0..16 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                // The header and the first section headers' neighbourhood: where the offsets are.
+                let at = (seed as usize) % 128;
+                copy[at] = (seed >> 32) as u8;
+            }
+            let _ = entries(copy.as_slice());
+        }
     }
 }

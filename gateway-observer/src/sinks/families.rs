@@ -352,7 +352,7 @@ pub const TLS_HOOK_FAILURES: Family = Family {
 pub const TLS_UNATTRIBUTED_RECORDS: Family = Family {
     name: "gateway_observer_tls_unattributed_records",
     kind: Kind::Counter,
-    help: "TLS plaintext reads or writes not sent because no followed socket was known for their TLS session.",
+    help: "TLS plaintext reads or writes dropped because no followed connection was known for their TLS session (in the kernel, or in the daemon for a session-keyed one).",
     labels: &[],
 };
 

@@ -16,7 +16,7 @@ use std::{
     io,
     os::{
         fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd},
-        unix::fs::{FileExt as _, MetadataExt as _},
+        unix::fs::MetadataExt as _,
     },
     time::Duration,
 };
@@ -266,10 +266,8 @@ fn entry_offsets(library: &File, size: u64) -> Option<Vec<u64>> {
     if size > tls_libraries::MAX_LIBRARY_BYTES {
         return None;
     }
-    let mut bytes = vec![0; usize::try_from(size).ok()?];
-    // Positioned reads: the fd shares its offset with the daemon's.
-    library.read_exact_at(&mut bytes, 0).ok()?;
-    let entries = tls_libraries::entries(&bytes).ok()?;
+    // Positioned reads (the fd shares its offset with the daemon's), of the symbol tables only.
+    let entries = tls_libraries::entries(library).ok()?;
     Some(entries.into_iter().map(|(_, _, offset)| offset).collect())
 }
 

@@ -12,6 +12,7 @@ pub mod queueing;
 pub mod slowest;
 pub mod stalled;
 pub mod stats;
+mod tls_sessions;
 mod views;
 
 pub use views::{InFlightRequest, ProcessRequests, UpstreamPeer};
@@ -57,9 +58,14 @@ struct Tracked {
     last_read_ns: u64,
     /// The kernel's count of this socket's lost data records, as last seen (low 16 bits).
     lost_seen: u16,
-    /// Its bytes began with a TLS record: if they are not HTTP, a TLS library we do not hook
-    /// (or hooked too late for this connection) encrypted them.
+    /// Its bytes began with a TLS record: ciphertext, never parsed. A TLS library we do not hook
+    /// (or hooked too late for this connection) encrypted them, unless its plaintext comes
+    /// keyed by its session (`tls_sessions`).
     tls: bool,
+    /// Plaintext tied to it through its TLS session arrived: it is parsed, its ciphertext not.
+    plaintext: bool,
+    /// Bytes were seen on it: only its first ones can open a TLS record.
+    started: bool,
 }
 
 /// What a followed connection is doing, for metrics and snapshot.
@@ -74,6 +80,8 @@ pub struct TrackerCounts {
     pub closed_resyncs: u64,
     /// In-flight requests forgotten because the kernel lost socket records meanwhile.
     pub abandoned_after_loss: u64,
+    /// TLS plaintext keyed by its session that no followed connection could be tied to.
+    pub tls_unresolved: u64,
 }
 
 #[derive(Default)]
@@ -95,6 +103,7 @@ pub struct RequestTracker {
     tls_unparsed: BTreeMap<Arc<str>, u64>,
     /// HTTP/2 refused and reset streams and GOAWAYs of closed connections, by process.
     h2_signals: BTreeMap<Arc<str>, H2Signals>,
+    tls_sessions: tls_sessions::TlsSessions,
     /// Retransmitted segments by (process, peer label; `clients` for inbound connections).
     retransmits: BTreeMap<(Arc<str>, String), u64>,
     scratch: Vec<Exchange>,
@@ -103,10 +112,10 @@ pub struct RequestTracker {
     unread_scan_offset: usize,
 }
 
-/// Whether `head` opens with a TLS handshake record (content type 22, version 3.x): a
-/// ClientHello, the first bytes of every TLS connection.
+/// Whether `head` opens with a TLS record header: a handshake (content type 22: the ClientHello
+/// that opens every TLS connection) or application data (23: one first seen mid-way), version 3.x.
 fn starts_tls_record(head: &[u8]) -> bool {
-    matches!(head, [0x16, 0x03, 0x00..=0x04, ..])
+    matches!(head, [0x16 | 0x17, 0x03, 0x00..=0x04, ..])
 }
 
 fn seconds(ns: u64) -> f64 {
@@ -240,6 +249,8 @@ impl RequestTracker {
                 last_read_ns: info.timestamp_ns,
                 lost_seen: 0,
                 tls: false,
+                plaintext: false,
+                started: false,
             },
         );
     }
@@ -252,6 +263,31 @@ impl RequestTracker {
     }
 
     fn data(&mut self, data: &DataRecord) {
+        if data.fd != gateway_observer_common::DATA_FD_TLS_SESSION {
+            self.transfer(data, false);
+            return;
+        }
+        // Plaintext of a TLS session whose socket the kernel did not see: `sk` is its `SSL *`.
+        let resolved = self.tls_sessions.resolve(data.tgid, data.tid, data.sk, data.read);
+        let Some(((sk, queued_since_ns), lost_seen)) =
+            resolved.and_then(|(sk, queued)| Some(((sk, queued), self.conns.get(&sk)?.lost_seen)))
+        else {
+            self.counts.tls_unresolved += 1;
+            return;
+        };
+        let resolved = DataRecord {
+            sk,
+            fd: gateway_observer_common::DATA_FD_UNKNOWN,
+            queued_since_ns,
+            sock_lost: lost_seen,
+            ..data.clone()
+        };
+        self.transfer(&resolved, true);
+    }
+
+    /// Bytes moved on a connection: ciphertext of a TLS connection (never parsed), or plaintext
+    /// (`plaintext`: tied to it through its TLS session), or anything else.
+    fn transfer(&mut self, data: &DataRecord, plaintext: bool) {
         if !self.conns.contains_key(&data.sk) {
             // Its open was lost: follow it if the bytes tell its side.
             let Some(side) = side_from_bytes(data.read, data.head) else {
@@ -276,6 +312,8 @@ impl RequestTracker {
                 last_read_ns: data.timestamp_ns,
                 lost_seen: data.sock_lost,
                 tls: false,
+                plaintext: false,
+                started: false,
             };
             self.conns.insert(data.sk, tracked);
         }
@@ -288,7 +326,17 @@ impl RequestTracker {
             conn.process = Some(name.clone());
         }
         conn.last_active_ns = data.timestamp_ns;
-        conn.tls |= starts_tls_record(data.head);
+        let first = !std::mem::replace(&mut conn.started, true);
+        if plaintext {
+            conn.plaintext = true;
+        } else if conn.tls || (first && starts_tls_record(data.head)) {
+            conn.tls = true;
+            // Its plaintext, if any, comes keyed by its session, after the ciphertext it decrypts.
+            if data.read {
+                self.tls_sessions.ciphertext_read(data.tid, data.sk, data.queued_since_ns);
+            }
+            return;
+        }
         if data.read {
             conn.last_read_ns = data.timestamp_ns;
         }
@@ -345,6 +393,7 @@ impl RequestTracker {
     }
 
     fn close(&mut self, sk: u64, ts_ns: u64) {
+        self.tls_sessions.closed(sk);
         let Some(mut conn) = self.conns.remove(&sk) else { return };
         let Some(tgid) = conn.tgid else { return };
         let Some(http) = conn.http.as_mut() else { return };
@@ -362,14 +411,13 @@ impl RequestTracker {
             total.reset_streams = total.reset_streams.saturating_add(s.reset_streams);
             total.goaways = total.goaways.saturating_add(s.goaways);
         }
-        if !http.is_http() {
+        if conn.tls && !conn.plaintext {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
-            if conn.tls {
-                *self.tls_unparsed.entry(process).or_default() += 1;
-            } else {
-                let total = self.non_http_bytes.entry(process).or_default();
-                *total = total.saturating_add(http.non_http_bytes());
-            }
+            *self.tls_unparsed.entry(process).or_default() += 1;
+        } else if !http.is_http() {
+            let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
+            let total = self.non_http_bytes.entry(process).or_default();
+            *total = total.saturating_add(http.non_http_bytes());
         }
     }
 

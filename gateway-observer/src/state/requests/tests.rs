@@ -414,3 +414,34 @@ fn tls_nobody_decrypts_is_counted_as_tls_not_as_garbage() {
     assert_eq!(tracker.tls_unparsed.values().copied().collect::<Vec<_>>(), vec![1]);
     assert!(tracker.non_http_bytes.is_empty(), "{:?}", tracker.non_http_bytes);
 }
+
+/// Node.js's way: ciphertext read and written on the socket outside the TLS library, plaintext
+/// keyed by the session (`SSL *` in `sk`). Each plaintext read is tied to the connection whose
+/// ciphertext the thread read just before, each write to its session's connection: the request
+/// is counted and timed from the plaintext, its socket queue wait taken from the ciphertext read,
+/// and the connection is not counted as TLS nobody decrypts.
+#[test]
+fn plaintext_keyed_by_its_session_is_parsed_on_the_connection_read_last() {
+    const SSL: u64 = 0x5555_0000;
+    let session = |ssl: u64, read: bool, bytes: &'static [u8], ts: u64| {
+        let SocketRecord::Data(record) = data(ssl, read, bytes, ts, None) else { unreachable!() };
+        SocketRecord::Data(DataRecord { fd: gateway_observer_common::DATA_FD_TLS_SESSION, ..record })
+    };
+    let mut tracker = RequestTracker::default();
+    tracker.handle(open(1, Opened::Accepted, Some(GW), "127.0.0.1:8443", "127.0.0.1:50000", 0));
+    tracker.handle(data(1, true, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", MS, None));
+    tracker.handle(data(1, false, b"\x16\x03\x03\x00\x7a\x02\x00", 2 * MS, None));
+    tracker.handle(data(1, true, b"\x17\x03\x03\x00\x40\x99", 10 * MS, Some(9 * MS)));
+    tracker.handle(session(SSL, true, REQUEST, 10 * MS + 1000));
+    tracker.handle(session(SSL, false, RESPONSE, 13 * MS));
+    tracker.handle(data(1, false, b"\x17\x03\x03\x00\x40\x98", 13 * MS + 1000, None));
+    let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
+    assert_eq!(tracker.stats.counts[&(process.clone(), Side::Inbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.stats.socket_queue[&process].sum_ns, MS + 1000);
+    // A session never read from is tied to nothing.
+    tracker.handle(session(SSL + 1, false, RESPONSE, 14 * MS));
+    assert_eq!(tracker.counts.tls_unresolved, 1);
+    tracker.handle(close(1, 20 * MS));
+    assert!(tracker.tls_unparsed.is_empty(), "{:?}", tracker.tls_unparsed);
+    assert!(tracker.non_http_bytes.is_empty(), "{:?}", tracker.non_http_bytes);
+}

@@ -212,6 +212,8 @@ impl RequestTracker {
         let mut pids: BTreeSet<u32> = upstreams.keys().chain(in_flight.keys()).copied().collect();
         pids.extend(self.conns.values().filter_map(|c| c.tgid));
         let mut windows = self.stats.windows(now_ns);
+        // Processes whose connections all closed still have their window's requests.
+        pids.extend(windows.keys().map(|(tgid, _)| *tgid));
         let mut window = |tgid: u32, side: Side| windows.remove(&(tgid, side)).unwrap_or_default();
         pids.into_iter()
             .map(|tgid| {

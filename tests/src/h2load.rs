@@ -1,0 +1,103 @@
+//! h2load (Debian's `nghttp2-client`) as the client of HTTP/2 tests: a fixed number of requests
+//! (none abandoned at its end, so counts compare exactly), bounded in time, and the p50 of its
+//! per-request log.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    observer::Observer,
+    temp_dir,
+    wrk::{metric_sum, observed},
+};
+
+pub const REQUESTS: u64 = 3000;
+pub const CONNECTIONS: u64 = 8;
+/// h2load at this load takes about 1 s; beyond this it is killed and the test fails.
+const H2LOAD_DEADLINE: Duration = Duration::from_secs(60);
+
+pub struct H2load {
+    pub succeeded: u64,
+    pub p50_seconds: f64,
+}
+
+/// Runs h2load (`streams` at a time per connection; over TLS for an https URL, h2 by ALPN) and
+/// reads its count and per-request log.
+pub fn h2load(url: &str, streams: u32) -> H2load {
+    let log = temp_dir("h2load").join("requests.log");
+    let mut child = Command::new("h2load")
+        .args(["-n", &REQUESTS.to_string(), "-c", &CONNECTIONS.to_string(), "-m", &streams.to_string()])
+        .arg(format!("--log-file={}", log.display()))
+        .arg(url)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run h2load (cargo xtask setup installs nghttp2-client)");
+    let start = Instant::now();
+    while child.try_wait().expect("wait for h2load").is_none() {
+        if start.elapsed() > H2LOAD_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("h2load ran over {H2LOAD_DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("h2load output");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "h2load failed: {text}");
+    // "requests: 3000 total, 3000 started, 3000 done, 3000 succeeded, 0 failed, ..."
+    let line = text.lines().find(|l| l.starts_with("requests:")).unwrap_or_else(|| panic!("h2load: {text}"));
+    let field = |name: &str| -> u64 {
+        line.split(',').find_map(|f| f.trim().strip_suffix(name)?.trim().rsplit(' ').next()?.parse().ok()).unwrap()
+    };
+    assert_eq!((field("succeeded"), field("failed")), (REQUESTS, 0), "{text}");
+    assert!(text.contains(&format!("status codes: {REQUESTS} 2xx")), "{text}");
+    // Tab-separated: start (µs since the epoch), status, µs until the end of the response.
+    let mut micros: Vec<u64> = std::fs::read_to_string(&log)
+        .expect("h2load's log")
+        .lines()
+        .filter_map(|l| l.split('\t').nth(2)?.trim().parse().ok())
+        .collect();
+    assert_eq!(micros.len() as u64, REQUESTS, "one log line per request");
+    micros.sort_unstable();
+    let p50_seconds = micros[micros.len() / 2] as f64 * 1e-6;
+    eprintln!("h2load: {} succeeded, p50 {:.3} ms", field("succeeded"), p50_seconds * 1e3);
+    H2load { succeeded: field("succeeded"), p50_seconds }
+}
+
+/// h2load with one stream at a time per connection against a proxy whose upstream takes
+/// `UPSTREAM_DELAY`: the observer's inbound streams equal h2load's requests, each is proxied
+/// once, and the observer's p50 is within 10 % of h2load's.
+pub fn assert_matches_h2load(observer: &Observer, url: &str) {
+    let load = h2load(url, 1);
+    // The last responses reach the observer a tick later.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (inbound, outbound, p50) = observed(observer);
+    assert_eq!(inbound, load.succeeded as f64, "observer's h2 streams vs h2load's requests");
+    assert_eq!(outbound, inbound, "each stream is proxied once over HTTP/1.1");
+    let ratio = p50 / load.p50_seconds;
+    assert!(
+        (0.9..=1.1).contains(&ratio),
+        "observer p50 {:.3} ms vs h2load {:.3} ms",
+        p50 * 1e3,
+        load.p50_seconds * 1e3
+    );
+}
+
+/// h2load with eight streams at a time per connection: every stream counted once.
+pub fn assert_multiplexed_counted(observer: &Observer, url: &str) {
+    let total = || metric_sum(&observer.metrics(), "gateway_observer_http_requests_total", &[("direction", "inbound")]);
+    let before = total();
+    let load = h2load(url, 8);
+    std::thread::sleep(Duration::from_millis(1500));
+    let metrics = observer.metrics();
+    let unseen = metric_sum(
+        &metrics,
+        "gateway_observer_http_requests_total",
+        &[("direction", "inbound"), ("status_class", "none")],
+    );
+    let resyncs = metric_sum(&metrics, "gateway_observer_http_parse_resyncs_total", &[]);
+    eprintln!("multiplexed: {} streams counted, {unseen} without a status, {resyncs} resyncs", total() - before);
+    assert_eq!(total() - before, load.succeeded as f64, "multiplexed streams vs h2load's requests");
+}

@@ -1,0 +1,43 @@
+//! HTTP/2 over TLS end to end: nginx terminating TLS with `http2` (ALPN h2, OpenSSL 3 from
+//! `libssl.so.3`) in front of a loopback upstream that takes 2 ms per request, under h2load over
+//! https. The h2 session is read from the plaintext of the hooked calls, preface first: the
+//! observer's stream count must equal h2load's exactly, each proxied once over HTTP/1.1, with
+//! its p50 within 10 % of h2load's; multiplexed, every stream is still counted once.
+
+use tests::{
+    h2load::{assert_matches_h2load, assert_multiplexed_counted},
+    nginx::Nginx,
+    observer::Observer,
+    privileged,
+    tls::{certified_dir, wait_hooked},
+    upstream::{Behavior, Upstream},
+    wrk::{UPSTREAM_DELAY, metric_sum},
+};
+
+#[test]
+fn nginx_h2_over_tls_streams_match_h2load() {
+    if !privileged(module_path!()) {
+        return;
+    }
+    let upstream = Upstream::start("items", Behavior::Delay(UPSTREAM_DELAY));
+    let (_dir, cert, key) = certified_dir("nginx-h2-tls");
+    let port = tests::free_port();
+    // nginx 1.22 (Debian 12): `http2` is a parameter of `listen` (`http2 on;` came in 1.25.1).
+    let body = format!(
+        "  upstream items {{ server {}; keepalive 32; }}\n  server {{\n    listen 127.0.0.1:{port} ssl http2;\n    \
+         ssl_certificate {cert};\n    ssl_certificate_key {key};\n    location / {{ proxy_pass http://items; \
+         proxy_http_version 1.1; proxy_set_header Connection \"\"; }}\n  }}",
+        upstream.addr()
+    );
+    let nginx = Nginx::start(&[], 2, &body, ("127.0.0.1", port));
+    let observer = Observer::start_with(&[&format!("pid={}", nginx.pid())], &["--tls-plaintext"]);
+    // The master and both workers.
+    wait_hooked(&observer, 3.0);
+    let url = format!("https://127.0.0.1:{port}/api/items");
+    assert_matches_h2load(&observer, &url);
+    let garbage =
+        metric_sum(&observer.metrics(), "gateway_observer_http_non_http_bytes_total", &[("process", "nginx")]);
+    assert_eq!(garbage, 0.0, "ciphertext or h2 frames parsed as non-HTTP bytes");
+    // Eight streams at a time per connection, several streams' frames in one SSL_write.
+    assert_multiplexed_counted(&observer, &url);
+}
