@@ -8,7 +8,7 @@ use super::{
     jvm_pause::{JvmPauseConfig, PausedJvm},
     pool::SaturatedPool,
 };
-use crate::detect::finding::{AlertKind, Finding};
+use crate::detect::finding::Finding;
 
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
@@ -37,7 +37,6 @@ pub fn event_loop_blocked(found: &BlockedLoop, config: &EventLoopConfig) -> Find
         refusals: None,
     };
     Finding {
-        kind: AlertKind::EventLoopBlocked,
         pid: found.thread.tgid,
         comm: found.thread.comm.clone(),
         subject: found.thread.name.clone(),
@@ -62,7 +61,6 @@ pub fn event_loop_busy(found: &BusyLoop, config: &EventLoopConfig) -> Finding {
         refusals: None,
     };
     Finding {
-        kind: AlertKind::EventLoopBusy,
         pid: found.pid,
         comm: found.comm.clone(),
         subject: found.thread.clone(),
@@ -99,7 +97,6 @@ pub fn pool_saturated(found: &SaturatedPool) -> Finding {
         requests: None,
     };
     Finding {
-        kind: AlertKind::PoolSaturated,
         pid: found.pid,
         comm: found.comm.clone(),
         subject: found.group.clone(),
@@ -135,7 +132,6 @@ pub fn jvm_pause(found: &PausedJvm, config: &JvmPauseConfig) -> Finding {
         refusals: None,
     };
     Finding {
-        kind: AlertKind::JvmPause,
         pid: found.pid,
         comm: found.comm.clone(),
         subject: found.comm.clone(),
