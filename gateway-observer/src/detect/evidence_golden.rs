@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::{
     busy::BusyLoop,
     event_loop::{BlockStats, BlockedLoop, EventLoopConfig},
-    evidence::{ClientRequests, JavaDump, StackSource},
+    evidence::{ClientRequests, Evidence, JavaDump, StackSource},
     findings,
     jvm_pause::{Collections, JvmPauseConfig, KernelView, PausedJvm},
     pool::SaturatedPool,
@@ -308,6 +308,8 @@ fn recorded() -> BTreeMap<String, Value> {
         .map(|(name, finding)| {
             assert!(name.starts_with(finding.kind().as_str()), "{name}: built a {} finding", finding.kind());
             let mut evidence = finding.evidence.to_json();
+            let read_back = Evidence::from_json(finding.kind().as_str(), &evidence);
+            assert_eq!(read_back.as_ref(), Some(&finding.evidence), "{name}: reads back as built");
             normalize(&mut evidence);
             (name, evidence)
         })
@@ -327,4 +329,33 @@ fn every_kind_serializes_as_recorded() {
         "evidence differs from testdata/evidence/golden.json at line {:?}:\n{text}",
         first_difference.map(|i| i + 1)
     );
+}
+
+#[test]
+fn recorded_evidence_reads_back_as_written() {
+    // What `top` does with an alert's evidence: its kind's type, serialized again unchanged.
+    let golden: BTreeMap<String, Value> = serde_json::from_str(GOLDEN).expect("golden parses");
+    assert_eq!(golden.len(), 2 * KINDS.len());
+    for (name, recorded) in golden {
+        let kind = name.split(' ').next().unwrap_or_default();
+        let typed = Evidence::from_json(kind, &recorded).unwrap_or_else(|| panic!("{name}: does not read as {kind}"));
+        assert_eq!(typed.kind().as_str(), kind);
+        assert_eq!(typed.to_json(), recorded, "{name}: changed in the round trip");
+    }
+}
+
+#[test]
+fn evidence_of_an_unknown_kind_or_shape_is_left_untyped() {
+    let recorded = bare(AlertKind::EventLoopBlocked).evidence.to_json();
+    assert_eq!(Evidence::from_json("NewKind", &recorded), None);
+    let mut older = recorded.clone();
+    if let Some(fields) = older.as_object_mut() {
+        fields.remove("thread");
+    }
+    assert_eq!(Evidence::from_json("EventLoopBlocked", &older), None, "a field the type needs is missing");
+    let mut newer = recorded;
+    if let Some(fields) = newer.as_object_mut() {
+        fields.insert("brand_new".into(), Value::from(1));
+    }
+    assert!(Evidence::from_json("EventLoopBlocked", &newer).is_some(), "unknown fields are ignored");
 }

@@ -3,11 +3,11 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The detector that raised an alert. Its name (the variant name) appears in ids, JSON and metric
 /// labels, so renaming a variant is an API change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum AlertKind {
     EventLoopBlocked,
     EventLoopBusy,
