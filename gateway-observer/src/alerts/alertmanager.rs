@@ -203,7 +203,7 @@ mod tests {
 
     use super::*;
     use crate::alerts::{
-        AlertKind, Finding,
+        Finding,
         lifecycle::{AlertBook, LifecycleConfig},
     };
 
@@ -211,7 +211,6 @@ mod tests {
 
     fn finding(subject: &str) -> Finding {
         Finding {
-            kind: AlertKind::EventLoopBlocked,
             pid: 1234,
             comm: "java".into(),
             subject: subject.into(),

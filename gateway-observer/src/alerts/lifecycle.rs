@@ -75,7 +75,7 @@ impl AlertBook {
         for (id, finding) in found {
             let active = finding.active;
             let fire_after =
-                if finding.kind.holds_its_own_duration() { Duration::ZERO } else { self.config.fire_after };
+                if finding.kind().holds_its_own_duration() { Duration::ZERO } else { self.config.fire_after };
             // The condition began `held_for` ago by the events' own clock, or at the alert's
             // `since`, whichever is earlier.
             let served = finding.held_for >= fire_after;
@@ -175,7 +175,11 @@ fn held_for(then: SystemTime, now: SystemTime, span: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{alerts::AlertKind, api::v1, detect::evidence_golden::blocked_evidence};
+    use crate::{
+        alerts::AlertKind,
+        api::v1,
+        detect::evidence_golden::{bare, blocked_evidence},
+    };
 
     const T0_MS: u64 = 1_796_216_701_120; // 2026-12-02T13:05:01.120Z
 
@@ -185,7 +189,6 @@ mod tests {
 
     fn blocked(subject: &str, summary: &str) -> Finding {
         Finding {
-            kind: AlertKind::EventLoopBlocked,
             pid: 1234,
             comm: "java".into(),
             subject: subject.into(),
@@ -273,8 +276,7 @@ mod tests {
     fn a_condition_that_measures_its_own_duration_fires_at_once() {
         // An unanswered request's age is already the time the condition held.
         let mut book = book();
-        let unanswered =
-            Finding { kind: AlertKind::UpstreamNoResponse, subject: "10.0.0.2:8081".into(), ..blocked("x", "s") };
+        let unanswered = Finding { pid: 1234, subject: "10.0.0.2:8081".into(), ..bare(AlertKind::UpstreamNoResponse) };
         let t = book.evaluate(at(0), vec![unanswered.clone(), blocked("nio-2", "s")]);
         assert_eq!(states(&t), [(None, AlertState::Pending), (None, AlertState::Firing)], "{t:?}");
         assert_eq!(t[1].alert.id(), "UpstreamNoResponse/1234/10.0.0.2:8081");

@@ -49,12 +49,11 @@ mod tests {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_216_701_120);
         let mut book = AlertBook::new(LifecycleConfig::default());
         let finding = Finding {
-            kind: AlertKind::PoolSaturated,
             pid: 77,
             comm: "gateway".into(),
             subject: "rpc-pool-*".into(),
             summary: "pool rpc-pool-* saturated: 64 threads".into(),
-            evidence: crate::detect::evidence_golden::blocked_evidence(None),
+            evidence: crate::detect::evidence_golden::bare(AlertKind::PoolSaturated).evidence,
             active: true,
             held_for: std::time::Duration::ZERO,
         };

@@ -73,7 +73,7 @@ impl Alert {
     fn new(finding: Finding, state: AlertState, since: SystemTime) -> Self {
         Self {
             id: finding.id(),
-            kind: finding.kind,
+            kind: finding.kind(),
             state,
             since,
             resolved_at: None,

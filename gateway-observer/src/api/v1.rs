@@ -10,7 +10,8 @@
 //! cores). Renaming, removing or retyping a field is a new version.
 //!
 //! Alert evidence is an object whose keys depend on the alert's kind: the daemon builds it from one
-//! type per kind (`detect/evidence.rs`), `top` reads it as JSON and shows every key it finds.
+//! type per kind (`detect/evidence.rs`), and `top` reads it back through those types
+//! (`Evidence::from_json`), showing every key it finds.
 
 use std::collections::BTreeMap;
 

@@ -102,7 +102,7 @@ impl JavaStacks {
             return java;
         }
         let pid = finding.pid;
-        let key = (pid, finding.kind.to_string(), finding.subject.clone());
+        let key = (pid, finding.kind().to_string(), finding.subject.clone());
         let now = Instant::now();
         let mut alert = self.alerts.remove(&key).unwrap_or_default();
         alert.asked.retain(|at| now.duration_since(*at) < DUMP_EVERY);

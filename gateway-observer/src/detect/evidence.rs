@@ -2,14 +2,18 @@
 //! the parts the tick adds afterwards (stacks, Java frames, what clients went through) as optional
 //! fields the collector fills. Alerts keep the JSON object these serialize to ([`Evidence::to_json`]):
 //! its keys come out sorted, as before they were typed; `top`, the alert log and Alertmanager
-//! read them, and `evidence_golden` holds every kind to its recorded shape.
+//! read them (`top` through these types again, [`Evidence::from_json`]), and `evidence_golden`
+//! holds every kind to its recorded shape, and to reading back as it was written.
 //!
 //! Fields that are absent until the tick adds them skip serializing when `None`; fields every
 //! finding of the kind carries serialize as `null` when unknown.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    borrow::Cow,
+    collections::{BTreeMap, BTreeSet},
+};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::finding::AlertKind;
 use crate::api::v1;
@@ -41,6 +45,25 @@ impl Evidence {
             Self::RequestsStalled(_) => AlertKind::RequestsStalled,
             Self::JvmPause(_) => AlertKind::JvmPause,
         }
+    }
+
+    /// An alert's evidence read back as its kind's type (`top` does), or `None` for a kind this
+    /// build does not know or an object without a field the type needs (an older daemon's).
+    /// Fields it does not know (a newer daemon's) are ignored.
+    pub fn from_json(kind: &str, evidence: &serde_json::Value) -> Option<Self> {
+        use serde::de::{IntoDeserializer, value::Error};
+        let kind = AlertKind::deserialize(IntoDeserializer::<Error>::into_deserializer(kind)).ok()?;
+        let typed = match kind {
+            AlertKind::EventLoopBlocked => Deserialize::deserialize(evidence).map(Self::EventLoopBlocked),
+            AlertKind::EventLoopBusy => Deserialize::deserialize(evidence).map(Self::EventLoopBusy),
+            AlertKind::PoolSaturated => Deserialize::deserialize(evidence).map(Self::PoolSaturated),
+            AlertKind::UpstreamNoResponse => Deserialize::deserialize(evidence).map(Self::UpstreamNoResponse),
+            AlertKind::OneWayStall => Deserialize::deserialize(evidence).map(Self::OneWayStall),
+            AlertKind::RequestQueueing => Deserialize::deserialize(evidence).map(Self::RequestQueueing),
+            AlertKind::RequestsStalled => Deserialize::deserialize(evidence).map(Self::RequestsStalled),
+            AlertKind::JvmPause => Deserialize::deserialize(evidence).map(Self::JvmPause),
+        };
+        typed.ok()
     }
 
     /// The object alerts show. Through `serde_json::Value`, whose maps sort their keys: the order
@@ -109,7 +132,7 @@ pub struct JavaDump {
 }
 
 /// The process's inbound requests over a finding's window (`requests` in evidence).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClientRequests {
     pub window_seconds: f64,
     pub completed: u64,
@@ -121,7 +144,7 @@ pub struct ClientRequests {
 }
 
 /// Where a blocked loop's stack came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StackSource {
     /// Unwound from userspace while the thread blocked (`stacks/`).
@@ -130,20 +153,20 @@ pub enum StackSource {
     Kernel,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventLoopBlocked {
-    pub reason: &'static str,
+    pub reason: Cow<'static, str>,
     pub thread: String,
     pub tid: u32,
     pub window_seconds: f64,
     pub blocked_seconds: f64,
     pub blocked_share: f64,
-    pub blocked_seconds_by_reason: BTreeMap<&'static str, f64>,
+    pub blocked_seconds_by_reason: BTreeMap<Cow<'static, str>, f64>,
     pub blocks_over_event_threshold: u32,
     pub blocks_over_single_threshold: u32,
     pub single_block_threshold_seconds: f64,
     pub longest_block_seconds: f64,
-    pub syscall: Option<&'static str>,
+    pub syscall: Option<Cow<'static, str>>,
     pub futex_word: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stack: Option<Vec<String>>,
@@ -159,7 +182,7 @@ pub struct EventLoopBlocked {
     pub refusals: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventLoopBusy {
     pub thread: String,
     pub tid: u32,
@@ -176,14 +199,14 @@ pub struct EventLoopBusy {
 }
 
 /// A futex word many of a pool's threads waited on.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HotFutex {
     /// Named by `opaque::futex_word`, never the address.
     pub word: String,
     pub waiters: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolSaturated {
     pub thread_group: String,
     pub threads: usize,
@@ -193,7 +216,7 @@ pub struct PoolSaturated {
     pub blocked_share: f64,
     pub runqueue_share: f64,
     pub idle_share: f64,
-    pub blocked_seconds_by_reason: BTreeMap<&'static str, f64>,
+    pub blocked_seconds_by_reason: BTreeMap<Cow<'static, str>, f64>,
     pub hot_futexes: Vec<HotFutex>,
     pub cpu_cores: f64,
     pub waiting_requests: usize,
@@ -211,14 +234,14 @@ pub struct PoolSaturated {
 }
 
 /// Another peer of the process, and whether it answers.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OtherPeer {
     pub peer: String,
     pub answered_recently: usize,
     pub healthy: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpstreamNoResponse {
     pub peer: String,
     pub outstanding: usize,
@@ -238,7 +261,7 @@ pub struct UpstreamNoResponse {
     pub other_peers: Vec<OtherPeer>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OneWayStall {
     pub peer: String,
     pub one_way_flows: usize,
@@ -251,7 +274,7 @@ pub struct OneWayStall {
     pub threshold_seconds: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestQueueing {
     pub threshold_seconds: f64,
     pub window_seconds: f64,
@@ -267,7 +290,7 @@ pub struct RequestQueueing {
     pub likely_causes: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestsStalled {
     pub waiting: usize,
     pub oldest_waiting_seconds: f64,
@@ -287,7 +310,7 @@ pub struct RequestsStalled {
 }
 
 /// One garbage collector's collections in a JVM's window.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GcCollections {
     pub collector: String,
     pub count: u64,
@@ -295,16 +318,16 @@ pub struct GcCollections {
 }
 
 /// How the kernel saw a JVM's pauses: HotSpot's VM thread releasing the threads it stopped.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PauseReleases {
     pub vm_thread_releases: usize,
     pub most_threads_released_together: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JvmPause {
     /// Where the pause counters come from: `hsperfdata`.
-    pub source: &'static str,
+    pub source: Cow<'static, str>,
     pub threshold_seconds: f64,
     pub window_seconds: f64,
     pub long_pauses: usize,

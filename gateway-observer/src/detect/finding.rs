@@ -3,11 +3,11 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The detector that raised an alert. Its name (the variant name) appears in ids, JSON and metric
 /// labels, so renaming a variant is an API change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum AlertKind {
     EventLoopBlocked,
     EventLoopBusy,
@@ -50,7 +50,6 @@ impl fmt::Display for AlertKind {
 /// What a detector concluded at one evaluation: the condition holds now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finding {
-    pub kind: AlertKind,
     pub pid: u32,
     /// Process comm.
     pub comm: String,
@@ -71,9 +70,14 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// The detector that raised it: its evidence's kind, so the two cannot disagree.
+    pub fn kind(&self) -> AlertKind {
+        self.evidence.kind()
+    }
+
     /// The identity of the alert this finding feeds: `{kind}/{pid}/{subject}`. Kind and pid hold
     /// no `/`, so a subject that does (`kworker/0:1`) still yields a unique id.
     pub fn id(&self) -> String {
-        format!("{}/{}/{}", self.kind, self.pid, self.subject)
+        format!("{}/{}/{}", self.kind(), self.pid, self.subject)
     }
 }

@@ -8,7 +8,7 @@ use super::{
     jvm_pause::{JvmPauseConfig, PausedJvm},
     pool::SaturatedPool,
 };
-use crate::detect::finding::{AlertKind, Finding};
+use crate::detect::finding::Finding;
 
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
@@ -16,18 +16,18 @@ fn secs(ns: u64) -> f64 {
 
 pub fn event_loop_blocked(found: &BlockedLoop, config: &EventLoopConfig) -> Finding {
     let evidence = evidence::EventLoopBlocked {
-        reason: crate::reason::reason_label(found.reason),
+        reason: crate::reason::reason_label(found.reason).into(),
         thread: found.thread.name.clone(),
         tid: found.thread.tid,
         window_seconds: found.window.as_secs_f64(),
         blocked_seconds: secs(found.blocked_ns),
         blocked_share: found.share,
-        blocked_seconds_by_reason: found.by_reason.iter().map(|(reason, ns)| (*reason, secs(*ns))).collect(),
+        blocked_seconds_by_reason: found.by_reason.iter().map(|(reason, ns)| ((*reason).into(), secs(*ns))).collect(),
         blocks_over_event_threshold: found.blocks.count,
         blocks_over_single_threshold: found.blocks.over_single_threshold,
         single_block_threshold_seconds: config.single_block.as_secs_f64(),
         longest_block_seconds: secs(found.blocks.longest_ns),
-        syscall: found.blocks.syscall,
+        syscall: found.blocks.syscall.map(Into::into),
         futex_word: found.blocks.futex_uaddr.map(crate::opaque::futex_word),
         stack: None,
         stack_source: None,
@@ -37,7 +37,6 @@ pub fn event_loop_blocked(found: &BlockedLoop, config: &EventLoopConfig) -> Find
         refusals: None,
     };
     Finding {
-        kind: AlertKind::EventLoopBlocked,
         pid: found.thread.tgid,
         comm: found.thread.comm.clone(),
         subject: found.thread.name.clone(),
@@ -62,7 +61,6 @@ pub fn event_loop_busy(found: &BusyLoop, config: &EventLoopConfig) -> Finding {
         refusals: None,
     };
     Finding {
-        kind: AlertKind::EventLoopBusy,
         pid: found.pid,
         comm: found.comm.clone(),
         subject: found.thread.clone(),
@@ -87,7 +85,7 @@ pub fn pool_saturated(found: &SaturatedPool) -> Finding {
         blocked_share: found.blocked_share,
         runqueue_share: found.runqueue_share,
         idle_share: found.idle_share,
-        blocked_seconds_by_reason: found.blocked_by_reason.iter().copied().collect(),
+        blocked_seconds_by_reason: found.blocked_by_reason.iter().map(|(reason, s)| ((*reason).into(), *s)).collect(),
         hot_futexes: hot_futexes.collect(),
         cpu_cores: found.cpu_cores,
         waiting_requests: found.waiting_requests,
@@ -99,7 +97,6 @@ pub fn pool_saturated(found: &SaturatedPool) -> Finding {
         requests: None,
     };
     Finding {
-        kind: AlertKind::PoolSaturated,
         pid: found.pid,
         comm: found.comm.clone(),
         subject: found.group.clone(),
@@ -117,7 +114,7 @@ pub fn jvm_pause(found: &PausedJvm, config: &JvmPauseConfig) -> Finding {
         seconds: secs(c.ns),
     });
     let evidence = evidence::JvmPause {
-        source: "hsperfdata",
+        source: "hsperfdata".into(),
         threshold_seconds: config.threshold.as_secs_f64(),
         window_seconds: found.window.as_secs_f64(),
         long_pauses: found.long_pauses,
@@ -135,7 +132,6 @@ pub fn jvm_pause(found: &PausedJvm, config: &JvmPauseConfig) -> Finding {
         refusals: None,
     };
     Finding {
-        kind: AlertKind::JvmPause,
         pid: found.pid,
         comm: found.comm.clone(),
         subject: found.comm.clone(),

@@ -80,9 +80,9 @@ pub fn request_queueing(all: &[QueueFacts], others: &[Finding], config: &Queuein
 fn likely_causes(facts: &QueueFacts, others: &[Finding]) -> Vec<String> {
     others
         .iter()
-        .filter(|f| f.kind != AlertKind::RequestQueueing)
+        .filter(|f| f.kind() != AlertKind::RequestQueueing)
         .filter(|f| f.pid == facts.pid || facts.sharers.contains(&f.pid))
-        .map(|f| format!("{} {}", f.kind, f.subject))
+        .map(|f| format!("{} {}", f.kind(), f.subject))
         .collect()
 }
 
@@ -108,7 +108,6 @@ fn finding(facts: &QueueFacts, likely_causes: Vec<String>, config: &QueueingConf
     );
     let listeners: Vec<v1::Listener> = facts.listeners.iter().map(ListenerFacts::to_wire).collect();
     Finding {
-        kind: AlertKind::RequestQueueing,
         pid: facts.pid,
         comm: facts.comm.clone(),
         subject: "inbound".to_owned(),
@@ -170,7 +169,7 @@ mod tests {
         let found = judge(facts(2, 0, 0));
         assert_eq!(found.len(), 1);
         let f = &found[0];
-        assert_eq!((f.kind, f.subject.as_str(), f.pid), (AlertKind::RequestQueueing, "inbound", 7));
+        assert_eq!((f.kind(), f.subject.as_str(), f.pid), (AlertKind::RequestQueueing, "inbound", 7));
         assert_eq!(evidence(f).waiting_now, 2);
         assert!((evidence(f).oldest_unread_seconds - 1.8).abs() < 1e-9);
         assert_eq!(evidence(f).listeners[0].accept_queue, Some(2));

@@ -114,8 +114,8 @@ pub fn requests_stalled(all: &[StallFacts], others: &[Finding], config: &Stalled
         .map(|facts| {
             let mine: Vec<String> = others
                 .iter()
-                .filter(|o| o.pid == facts.pid && o.active && o.kind != AlertKind::RequestsStalled)
-                .map(|o| format!("{} {}", o.kind, o.subject))
+                .filter(|o| o.pid == facts.pid && o.active && o.kind() != AlertKind::RequestsStalled)
+                .map(|o| format!("{} {}", o.kind(), o.subject))
                 .collect();
             finding(facts, mine, config)
         })
@@ -137,7 +137,6 @@ fn finding(facts: &StallFacts, other_alerts: Vec<String>, config: &StalledConfig
         config.prompt.as_millis()
     );
     Finding {
-        kind: AlertKind::RequestsStalled,
         pid: facts.pid,
         comm: facts.comm.clone(),
         subject: "inbound".to_owned(),
@@ -204,7 +203,7 @@ mod tests {
         let found = judge(queued_behind_a_lock());
         assert_eq!(found.len(), 1);
         let f = &found[0];
-        assert_eq!((f.kind, f.subject.as_str(), f.pid, f.active), (AlertKind::RequestsStalled, "inbound", 7, true));
+        assert_eq!((f.kind(), f.subject.as_str(), f.pid, f.active), (AlertKind::RequestsStalled, "inbound", 7, true));
         assert_eq!(f.evidence.to_json()["waiting"], 16);
         assert!(
             (f.evidence.to_json()["oldest_waiting_seconds"].as_f64().unwrap() - 2.1).abs() < 1e-9,
@@ -261,9 +260,12 @@ mod tests {
 
     #[test]
     fn the_processs_other_alerts_are_listed_not_obeyed() {
-        let stall = judge(queued_behind_a_lock()).remove(0);
-        let other =
-            |kind, pid, active, subject: &str| Finding { kind, pid, active, subject: subject.into(), ..stall.clone() };
+        let other = |kind, pid, active, subject: &str| Finding {
+            pid,
+            active,
+            subject: subject.into(),
+            ..crate::detect::evidence_golden::bare(kind)
+        };
         let others = [
             other(AlertKind::EventLoopBlocked, 7, true, "go-gateway#3"),
             other(AlertKind::PoolSaturated, 7, false, "that ended"),

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::detect::{
     evidence::{self, Evidence},
-    finding::{AlertKind, Finding},
+    finding::Finding,
 };
 use crate::state::requests::flows::PeerFacts;
 
@@ -106,7 +106,6 @@ pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<F
                 healthy_others
             );
             Some(Finding {
-                kind: AlertKind::UpstreamNoResponse,
                 pid: facts.pid,
                 comm: facts.comm.clone(),
                 subject: facts.peer.clone(),
@@ -142,7 +141,6 @@ pub fn one_way_stall(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<Finding>
     all.iter()
         .filter(|facts| facts.one_way_flows > 0 && facts.longest_one_way_ns >= threshold)
         .map(|facts| Finding {
-            kind: AlertKind::OneWayStall,
             pid: facts.pid,
             comm: facts.comm.clone(),
             subject: facts.peer.clone(),
@@ -175,6 +173,7 @@ pub fn one_way_stall(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<Finding>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::detect::finding::AlertKind;
 
     const S: u64 = 1_000_000_000;
 
@@ -201,7 +200,7 @@ mod tests {
         let found = upstream_no_response(&peers, &config);
         assert_eq!(found.len(), 1);
         let f = &found[0];
-        assert_eq!((f.kind, f.subject.as_str()), (AlertKind::UpstreamNoResponse, "10.0.0.2:8081"));
+        assert_eq!((f.kind(), f.subject.as_str()), (AlertKind::UpstreamNoResponse, "10.0.0.2:8081"));
         assert_eq!(f.evidence.to_json()["outstanding"], 3);
         assert_eq!(f.evidence.to_json()["other_peers"][0]["healthy"], true, "{:?}", f.evidence);
         assert!(f.summary.contains("1 other peer(s) healthy"), "{}", f.summary);

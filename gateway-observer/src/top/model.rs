@@ -1,11 +1,14 @@
 //! What `top` reads from the daemon: the API's own types ([`crate::api::v1`]), which take an
 //! absent value as unknown ("-") and ignore fields they do not know, so an older or a newer
-//! daemon still renders; and the evidence of an alert as `key: value` lines.
+//! daemon still renders; and the evidence of an alert as `key: value` lines, read through the
+//! daemon's own evidence types.
 
 pub use crate::api::v1::{
     Alert, AlertProcess, Alerts, Breakdown, EventLoop, InFlight, Listener, Process, SlowRequest, Snapshot, ThreadGroup,
-    Upstream, UpstreamCall, Window,
+    Upstream, UpstreamCall, WaitingGroup, Window,
 };
+use crate::detect::evidence::{Evidence, OneWayStall, UpstreamNoResponse};
+use serde::Deserialize;
 
 /// One refresh: what the daemon said at one instant.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -35,28 +38,77 @@ impl Data {
     }
 }
 
-/// Evidence flattened into `key: value` lines: nested objects as dotted keys, arrays of scalars
-/// on one line, arrays of strings (stacks) one element per line, indented; places threads wait
-/// (`waiting_at`'s `{"threads": N, "frames": [...]}`) as `N threads` and their frames.
-/// Keys that say most about an alert come first (the stack among them), the rest in name order.
-pub fn evidence_lines(evidence: &serde_json::Value) -> Vec<(String, String)> {
-    const HEADLINE: [&str; 8] =
-        ["reason", "syscall", "blocked_share", "longest_block_seconds", "peer", "stack_source", "stack", "waiting_at"];
+/// Evidence as `key: value` lines. The keys that say most about an alert come first, read through
+/// its kind's type ([`Evidence::from_json`]): a blocked loop's reason and stack, a pool's
+/// `waiting_at`, a peer. The rest follow in name order, flattened from the JSON so that keys of a
+/// newer daemon show too: nested objects as dotted keys, arrays of scalars on one line, arrays of
+/// strings (stacks) one element per line, indented. Evidence this build cannot type (an unknown
+/// kind, an older daemon's) shows every key in name order.
+pub fn evidence_lines(kind: &str, evidence: &serde_json::Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    match evidence.as_object() {
-        Some(map) => {
-            for key in HEADLINE {
-                if let Some(value) = map.get(key) {
-                    flatten(key, value, &mut out);
-                }
-            }
-            for (key, value) in map.iter().filter(|(k, _)| !HEADLINE.contains(&k.as_str())) {
-                flatten(key, value, &mut out);
-            }
-        }
-        None => flatten("evidence", evidence, &mut out),
+    let Some(map) = evidence.as_object() else {
+        flatten("evidence", evidence, &mut out);
+        return out;
+    };
+    let shown = Evidence::from_json(kind, evidence).map_or(&[][..], |typed| headline(&typed, &mut out));
+    for (key, value) in map.iter().filter(|(k, _)| !shown.contains(&k.as_str())) {
+        flatten(key, value, &mut out);
     }
     out
+}
+
+/// Pushes the kind's headline lines; returns the keys they show.
+fn headline(evidence: &Evidence, out: &mut Vec<(String, String)>) -> &'static [&'static str] {
+    let mut line = |key: &str, value: String| out.push((key.to_owned(), value));
+    match evidence {
+        Evidence::EventLoopBlocked(e) => {
+            line("reason", e.reason.to_string());
+            line("syscall", e.syscall.as_deref().unwrap_or("-").to_owned());
+            line("blocked_share", number(e.blocked_share));
+            line("longest_block_seconds", number(e.longest_block_seconds));
+            if let Some(source) = e.stack_source {
+                line("stack_source", scalar(&serde_json::json!(source)));
+            }
+            if let Some(stack) = &e.stack {
+                frames("stack", stack, out);
+            }
+            &["reason", "syscall", "blocked_share", "longest_block_seconds", "stack_source", "stack"]
+        }
+        Evidence::PoolSaturated(e) => {
+            line("blocked_share", number(e.blocked_share));
+            if let Some(groups) = &e.waiting_at {
+                waiting_at("waiting_at", groups, out);
+            }
+            &["blocked_share", "waiting_at"]
+        }
+        Evidence::UpstreamNoResponse(UpstreamNoResponse { peer, .. })
+        | Evidence::OneWayStall(OneWayStall { peer, .. }) => {
+            line("peer", peer.clone());
+            &["peer"]
+        }
+        _ => &[],
+    }
+}
+
+/// A stack: a header line, then one frame a line.
+fn frames(key: &str, frames: &[String], out: &mut Vec<(String, String)>) {
+    if frames.is_empty() {
+        out.push((key.to_owned(), "[]".to_owned()));
+        return;
+    }
+    out.push((key.to_owned(), String::new()));
+    out.extend(frames.iter().map(|frame| (String::new(), frame.clone())));
+}
+
+/// Where threads wait: `N threads` per place, then its frames.
+fn waiting_at(key: &str, groups: &[WaitingGroup], out: &mut Vec<(String, String)>) {
+    if groups.is_empty() {
+        out.push((key.to_owned(), "[]".to_owned()));
+    }
+    for (at, group) in groups.iter().enumerate() {
+        out.push((format!("{key}[{}]", at + 1), format!("{} threads", group.threads)));
+        out.extend(group.frames.iter().map(|frame| (String::new(), frame.clone())));
+    }
 }
 
 fn flatten(prefix: &str, value: &serde_json::Value, out: &mut Vec<(String, String)>) {
@@ -69,18 +121,12 @@ fn flatten(prefix: &str, value: &serde_json::Value, out: &mut Vec<(String, Strin
             }
         }
         Value::Array(items) if items.iter().all(Value::is_string) && !items.is_empty() => {
-            out.push((prefix.to_owned(), String::new()));
-            for item in items {
-                out.push((String::new(), item.as_str().unwrap_or_default().to_owned()));
-            }
+            let strings: Vec<String> = items.iter().filter_map(Value::as_str).map(str::to_owned).collect();
+            frames(prefix, &strings, out);
         }
+        // Evidence this build could not type still shows places threads wait as such.
         Value::Array(items) if !items.is_empty() && items.iter().all(|item| item["frames"].is_array()) => {
-            for (at, item) in items.iter().enumerate() {
-                out.push((format!("{prefix}[{}]", at + 1), format!("{} threads", scalar(&item["threads"]))));
-                for frame in item["frames"].as_array().into_iter().flatten() {
-                    out.push((String::new(), scalar(frame)));
-                }
-            }
+            waiting_at(prefix, &Vec::<WaitingGroup>::deserialize(value).unwrap_or_default(), out);
         }
         Value::Array(items) => {
             let parts: Vec<String> = items.iter().map(scalar).collect();
@@ -90,13 +136,18 @@ fn flatten(prefix: &str, value: &serde_json::Value, out: &mut Vec<(String, Strin
     }
 }
 
+/// Four decimals at most, as the evidence pane has always shown measurements.
+fn number(value: f64) -> String {
+    format!("{}", (value * 1e4).round() / 1e4)
+}
+
 fn scalar(value: &serde_json::Value) -> String {
     use serde_json::Value;
     match value {
         Value::Null => "-".to_owned(),
         Value::String(s) => s.clone(),
         Value::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() => format!("{}", (f * 1e4).round() / 1e4),
+            Some(f) if n.is_f64() => number(f),
             _ => n.to_string(),
         },
         other => other.to_string(),
@@ -133,8 +184,20 @@ mod tests {
         assert_eq!((r.status, r.upstream.as_ref(), r.breakdown.upstream_seconds), (None, None, None));
     }
 
+    /// One alert's evidence as recorded in `testdata/evidence/golden.json`.
+    fn golden(name: &str) -> serde_json::Value {
+        let text = include_str!("../../testdata/evidence/golden.json");
+        let golden: serde_json::Value = serde_json::from_str(text).expect("golden parses");
+        golden[name].clone()
+    }
+
+    fn shown(lines: &[(String, String)]) -> Vec<(&str, &str)> {
+        lines.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    }
+
     #[test]
-    fn where_pool_threads_wait_shows_as_groups_of_frames() {
+    fn evidence_this_build_cannot_type_shows_every_key_in_name_order() {
+        // An older daemon's pool evidence: no field but these, so not a `PoolSaturated`.
         let evidence = serde_json::json!({
             "threads": 64,
             "waiting_at": [
@@ -142,17 +205,16 @@ mod tests {
                 {"threads": 10, "frames": ["futex_wait+0x1 (libc.so.6)"]},
             ],
         });
-        let lines = evidence_lines(&evidence);
-        let shown: Vec<(&str, &str)> = lines.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let lines = evidence_lines("PoolSaturated", &evidence);
         assert_eq!(
-            shown,
+            shown(&lines),
             vec![
+                ("threads", "64"),
                 ("waiting_at[1]", "54 threads"),
                 ("", "clock_nanosleep+0x65 (libc.so.6)"),
                 ("", "RateLimiter::acquire+0x31a (gw)"),
                 ("waiting_at[2]", "10 threads"),
                 ("", "futex_wait+0x1 (libc.so.6)"),
-                ("threads", "64"),
             ]
         );
     }
@@ -164,16 +226,57 @@ mod tests {
             "blocked_seconds_by_reason": {"socket": 1.35}, "stack": ["recv+0x64 (libc.so.6)", "main"],
             "hot": [1, 2],
         });
-        let lines = evidence_lines(&evidence);
-        assert_eq!(lines[0], ("reason".to_owned(), "socket".to_owned()), "headline keys first");
+        let lines = evidence_lines("NewKind", &evidence);
+        assert_eq!(lines[0], ("blocked_seconds_by_reason.socket".to_owned(), "1.35".to_owned()), "name order");
         let find = |k: &str| lines.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
         assert_eq!(find("reason"), Some("socket"));
         assert_eq!(find("blocked_share"), Some("0.8654"));
         assert_eq!(find("futex_word"), Some("-"));
-        assert_eq!(find("blocked_seconds_by_reason.socket"), Some("1.35"));
         assert_eq!(find("hot"), Some("[1, 2]"));
         let stack_at = lines.iter().position(|(k, _)| k == "stack").expect("stack header");
         assert_eq!(lines[stack_at + 1], (String::new(), "recv+0x64 (libc.so.6)".to_owned()));
+    }
+
+    #[test]
+    fn the_headline_is_read_through_the_kinds_type_then_the_rest_in_name_order() {
+        let cases: [(&str, &[(&str, &str)]); 3] = [
+            (
+                "EventLoopBlocked full",
+                &[
+                    ("reason", "futex_timed"),
+                    ("syscall", "futex"),
+                    ("blocked_share", "0.71"),
+                    ("longest_block_seconds", "0.12"),
+                    ("stack_source", "live"),
+                    ("stack", ""),
+                    ("", "futex_wait+0x1 (libc.so.6)"),
+                    ("", "lock+0x10 (gw)"),
+                    ("blocked_seconds", "3.55"),
+                ],
+            ),
+            (
+                "PoolSaturated full",
+                &[
+                    ("blocked_share", "0.9"),
+                    ("waiting_at[1]", "2 threads"),
+                    ("", "futex_wait+0x1 (libc.so.6)"),
+                    ("", "acquire+0x10 (libgw.so)"),
+                    ("waiting_at[2]", "1 threads"),
+                    ("", "recv+0x2 (libc.so.6)"),
+                    ("blocked_seconds_by_reason.futex_timed", "70.5"),
+                ],
+            ),
+            ("OneWayStall bare", &[("peer", "10.0.0.2:8081"), ("last_backoff_seconds", "0.8")]),
+        ];
+        for (name, first) in cases {
+            let kind = name.split(' ').next().unwrap_or_default();
+            let lines = evidence_lines(kind, &golden(name));
+            assert_eq!(shown(&lines)[..first.len()], *first, "{name}");
+            // The headline (all but the last line) is not repeated among the rest.
+            for (key, _) in first[..first.len() - 1].iter().filter(|(k, _)| !k.is_empty()) {
+                assert_eq!(lines.iter().filter(|(k, _)| k == key).count(), 1, "{name}: {key} shown once");
+            }
+        }
     }
 
     #[test]

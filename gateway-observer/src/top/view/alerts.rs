@@ -79,7 +79,7 @@ fn draw_evidence(frame: &mut Frame, alert: &Alert, area: Rect) {
         None => format!("since {} UTC", clock(alert.since.as_deref())),
     };
     lines.push(Line::styled(times, Style::new().add_modifier(Modifier::DIM)));
-    for (key, value) in evidence_lines(&alert.evidence) {
+    for (key, value) in evidence_lines(&alert.kind, &alert.evidence) {
         lines.push(if key.is_empty() {
             Line::raw(format!("    {value}"))
         } else if value.is_empty() {
@@ -90,4 +90,73 @@ fn draw_evidence(frame: &mut Frame, alert: &Alert, area: Rect) {
     }
     let block = Block::bordered().title(format!(" Evidence: {} ", alert.id));
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }).block(block), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use ratatui::{Terminal, backend::TestBackend};
+
+    use crate::top::{
+        app::{App, Screen, Update},
+        model::Data,
+    };
+
+    /// The evidence pane's lines for the first alert of the recorded blocked gateway, drawn at 100x50
+    /// (stacked layout), without the border and trailing blanks.
+    fn evidence_pane() -> Vec<String> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/top");
+        let read = |name: &str| std::fs::read_to_string(format!("{dir}/{name}")).expect("fixture");
+        let data = Data::parse(&read("blocked_snapshot.json"), &read("blocked_alerts.json")).expect("parses");
+        let mut app = App::new("127.0.0.1:9");
+        app.apply(Update::Data(Box::new(data)));
+        app.screen = Screen::Alerts;
+        let mut terminal = Terminal::new(TestBackend::new(100, 50)).expect("terminal");
+        terminal.draw(|frame| super::super::draw(frame, &app)).expect("drawn");
+        let buffer = terminal.backend().buffer();
+        let rows: Vec<String> = (0..buffer.area.height)
+            .map(|y| (0..buffer.area.width).map(|x| buffer[(x, y)].symbol()).collect::<String>())
+            .collect();
+        let start = rows.iter().position(|r| r.contains(" Evidence: ")).expect("evidence pane");
+        rows[start + 1..]
+            .iter()
+            .take_while(|r| !r.starts_with('└'))
+            .map(|r| r.trim_start_matches('│').trim_end().trim_end_matches('│').trim_end().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_recorded_blocked_loop_shows_its_stack_after_the_headline() {
+        // As `top` drew it when it read evidence as untyped JSON: the headline keys, the stack one
+        // frame a line, then every other key in name order (`futex_uaddr`: an older daemon's).
+        let expected = [
+            "since 02:18:02 UTC",
+            "reason: socket",
+            "syscall: recvfrom",
+            "blocked_share: 0.8654",
+            "longest_block_seconds: 0.1033",
+            "stack:",
+            "    recv+0x64 (libc.so.6)",
+            "blocked_seconds: 4.3247",
+            "blocked_seconds_by_reason.socket: 4.3247",
+            "blocks_over_event_threshold: 44",
+            "blocks_over_single_threshold: 44",
+            "futex_uaddr: -",
+            "refusals: 0",
+            "requests.completed: 654",
+            "requests.delayed_in_socket: 11",
+            "requests.delayed_threshold_seconds: 0.01",
+            "requests.in_flight: 8",
+            "requests.max_socket_queue_seconds: 0.1997",
+            "requests.oldest_in_flight_seconds: 0.3177",
+            "requests.window_seconds: 5",
+            "single_block_threshold_seconds: 0.05",
+            "thread: gw-worker-0",
+            "tid: 9281",
+            "window_seconds: 4.9972",
+        ];
+        let pane = evidence_pane();
+        let shown: Vec<&str> = pane.iter().map(String::as_str).skip_while(|l| !l.starts_with("since ")).collect();
+        let shown: Vec<&str> = shown.into_iter().take_while(|l| !l.is_empty()).collect();
+        assert_eq!(shown, expected);
+    }
 }
