@@ -162,7 +162,9 @@ impl RequestStats {
         crate::heap::shrink_sparse_queue(&mut self.recent);
     }
 
-    /// Rate and quantiles of `tgid`'s `side` over the window ending at `now_ns`.
+    /// Rate and quantiles of `tgid`'s `side` over the window ending at `now_ns` (the daemon takes
+    /// every process's at once, from [`Self::windows`]).
+    #[cfg(test)]
     pub fn window(&self, tgid: u32, side: Side, now_ns: u64) -> WindowSummary {
         self.windows(now_ns).remove(&(tgid, side)).unwrap_or_default()
     }
