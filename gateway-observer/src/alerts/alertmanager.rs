@@ -218,6 +218,7 @@ mod tests {
             evidence: crate::detect::evidence_golden::blocked_evidence(Some("futex")),
             active: true,
             held_for: std::time::Duration::ZERO,
+            stack_id: None,
         }
     }
 

@@ -196,6 +196,7 @@ mod tests {
             evidence: blocked_evidence(Some("futex")),
             active: true,
             held_for: std::time::Duration::ZERO,
+            stack_id: None,
         }
     }
 

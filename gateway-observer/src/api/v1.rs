@@ -9,13 +9,16 @@
 //! field, and null only where a field's doc says so. Units are in the names (`_seconds`, `cpu` in
 //! cores). Renaming, removing or retyping a field is a new version.
 //!
-//! Alert evidence is an object whose keys depend on the alert's kind: the daemon builds it from one
-//! type per kind (`detect/evidence.rs`), and `top` reads it back through those types
-//! (`Evidence::from_json`), showing every key it finds.
+//! Alert evidence is an object whose keys depend on the alert's kind: one type per kind
+//! (`v1/evidence.rs`), which the detectors build and `top` reads back (`Evidence::from_json`),
+//! showing every key it finds.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+mod evidence;
+pub use evidence::*;
 
 /// The value of [`Snapshot::version`].
 pub const VERSION: u32 = 1;

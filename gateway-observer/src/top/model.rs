@@ -7,7 +7,7 @@ pub use crate::api::v1::{
     Alert, AlertProcess, Alerts, Breakdown, EventLoop, InFlight, Listener, Process, SlowRequest, Snapshot, ThreadGroup,
     Upstream, UpstreamCall, WaitingGroup, Window,
 };
-use crate::detect::evidence::{Evidence, OneWayStall, UpstreamNoResponse};
+use crate::api::v1::{Evidence, OneWayStall, UpstreamNoResponse};
 use serde::Deserialize;
 
 /// One refresh: what the daemon said at one instant.

@@ -1,4 +1,5 @@
-//! What each alert kind shows as evidence: one serde type per kind, built by its detector, with
+//! What each alert kind shows as evidence: one serde type per kind, built by its detector
+//! (`detect/`), with
 //! the parts the tick adds afterwards (stacks, Java frames, what clients went through) as optional
 //! fields the collector fills. Alerts keep the JSON object these serialize to ([`Evidence::to_json`]):
 //! its keys come out sorted, as before they were typed; `top`, the alert log and Alertmanager
@@ -11,12 +12,54 @@
 use std::{
     borrow::Cow,
     collections::{BTreeMap, BTreeSet},
+    fmt,
 };
 
 use serde::{Deserialize, Serialize};
 
-use super::finding::AlertKind;
 use crate::api::v1;
+
+/// The detector that raised an alert. Its name (the variant name) appears in ids, JSON and metric
+/// labels, so renaming a variant is an API change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum AlertKind {
+    EventLoopBlocked,
+    EventLoopBusy,
+    PoolSaturated,
+    UpstreamNoResponse,
+    OneWayStall,
+    RequestQueueing,
+    RequestsStalled,
+    JvmPause,
+}
+
+impl AlertKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EventLoopBlocked => "EventLoopBlocked",
+            Self::EventLoopBusy => "EventLoopBusy",
+            Self::PoolSaturated => "PoolSaturated",
+            Self::UpstreamNoResponse => "UpstreamNoResponse",
+            Self::OneWayStall => "OneWayStall",
+            Self::RequestQueueing => "RequestQueueing",
+            Self::RequestsStalled => "RequestsStalled",
+            Self::JvmPause => "JvmPause",
+        }
+    }
+
+    /// Kinds whose condition is itself a duration held, measured from the events (a request's
+    /// age, how long a flow has retransmitted into silence): the detector's threshold has
+    /// already shown it ongoing for that long, so they fire without a pending time of their own.
+    pub fn holds_its_own_duration(self) -> bool {
+        matches!(self, Self::UpstreamNoResponse | Self::OneWayStall)
+    }
+}
+
+impl fmt::Display for AlertKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One finding's evidence, by alert kind; serialized as the kind's object alone.
 #[derive(Debug, Clone, PartialEq, Serialize)]
