@@ -67,7 +67,7 @@ fn postable(alert: &Alert) -> Value {
 
     let mut annotations = Map::new();
     annotations.insert("summary".into(), alert.summary().into());
-    annotations.insert("evidence".into(), alert.evidence().to_string().into());
+    annotations.insert("evidence".into(), alert.evidence().to_json().to_string().into());
 
     let mut postable = Map::new();
     postable.insert("labels".into(), Value::Object(labels));
