@@ -20,7 +20,7 @@ use super::{
     upstream::{self, UpstreamConfig},
 };
 use crate::{
-    api::v1::{ClientRequests, Evidence, JavaDump, StackSource},
+    api::v1::{ClientRequests, Evidence, JavaDump, StackSource, WaitingGroup},
     detect::finding::{AlertKind, Finding},
     state::history::ThreadInfo,
     state::requests::flows::PeerFacts,
@@ -267,8 +267,9 @@ fn recorded() -> BTreeMap<String, Value> {
     let mut f = pool::finding(&pool(vec![(0x7f00_1000, 6), (0x7f00_2000, 2)]));
     let limiter = frames(&["futex_wait+0x1 (libc.so.6)", "acquire+0x10 (libgw.so)"]);
     let socket = frames(&["recv+0x2 (libc.so.6)"]);
-    let stacks = [limiter.clone(), socket, limiter];
-    f.evidence.add_waiting_at(crate::stacks::waiting_at(stacks.iter().map(Vec::as_slice)));
+    // As `stacks::waiting_at` groups three threads' stacks, two of them in the limiter.
+    let groups = vec![WaitingGroup { threads: 2, frames: limiter }, WaitingGroup { threads: 1, frames: socket }];
+    f.evidence.add_waiting_at(groups);
     f.evidence.add_java_dump(JavaDump { unavailable: Some("attach refused".into()), ..JavaDump::default() });
     add_client_impact(&mut f);
     out.insert("PoolSaturated full".into(), f);

@@ -198,7 +198,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::host::hsperfdata::{JvmCounters, counters::CollectorCounters};
+    use crate::state::jvm_pauses::{CollectorCounters, JvmCounters};
 
     const MS: u64 = 1_000_000;
 

@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::host::hsperfdata::JvmCounters;
+pub use crate::host::hsperfdata::{JvmCounters, counters::CollectorCounters};
 
 /// Runs of one collector.
 #[derive(Debug, Clone, PartialEq, Eq)]
