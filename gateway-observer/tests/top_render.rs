@@ -5,7 +5,7 @@
 
 use gateway_observer::top::{
     app::{App, Key, Screen, Update},
-    model::{Alert, AlertProcess, Data, EventLoop, Process, SlowRequest, Snapshot, Upstream, Window},
+    model::{Alert, AlertEvidence, AlertProcess, Data, EventLoop, Process, SlowRequest, Snapshot, Upstream, Window},
     view,
 };
 use ratatui::{Terminal, backend::TestBackend};
@@ -267,12 +267,14 @@ fn huge_snapshot_renders_within_the_area() {
     let alerts = (0..300)
         .map(|i| Alert {
             id: format!("EventLoopBlocked/{i}/{long}"),
-            kind: "EventLoopBlocked".into(),
             state: ["firing", "pending", "resolved"][i % 3].into(),
             process: AlertProcess { pid: 10_000 + i as u32, comm: long.clone() },
             subject: format!("worker-{i}"),
             summary: long.clone(),
-            evidence: serde_json::json!({"reason": "socket", "stack": vec![long.clone(); 50], "nested": {"deep": {"x": [1, 2, 3]}}}),
+            evidence: AlertEvidence::from_wire(
+                "EventLoopBlocked".into(),
+                serde_json::json!({"reason": "socket", "stack": vec![long.clone(); 50], "nested": {"deep": {"x": [1, 2, 3]}}}),
+            ),
             ..Alert::default()
         })
         .collect();

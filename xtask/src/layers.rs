@@ -1,6 +1,7 @@
 //! The layer check of `cargo xtask lint`: the daemon crate's top-level modules form a pipeline
 //! (ARCHITECTURE.md), and a module may name only modules of its own layer or of the layers below.
-//! Only `probes` names aya. There are no exceptions: an upward import fails the lint.
+//! `detect` names none of the `host` layer (it is pure). Only `probes` names aya. There are no
+//! exceptions: an upward import fails the lint.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -24,6 +25,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("collector", &["collector"]),
     ("commands", &["cli", "top", "config"]),
 ];
+
+/// Layers whose modules must stay pure: they name no module of the `host` layer, the I/O below
+/// the tick (the detectors judge state and time handed to them; ARCHITECTURE.md, "Invariants").
+const PURE: &[&str] = &["detect"];
 
 /// Files outside `probes` that may name aya: the embedded object and the ring-buffer drains.
 const AYA_OUTSIDE_PROBES: &[&str] = &["lib.rs", "cli/run.rs"];
@@ -67,6 +72,10 @@ fn judge(uses: &BTreeMap<String, BTreeSet<String>>, aya_users: &[String]) -> Vec
                 problems.push(format!("module `{to}` (used by `{from}`) is in no layer: add it to LAYERS"));
                 continue;
             };
+            if PURE.contains(&from.as_str()) && LAYERS[to_layer].0 == "host" {
+                problems.push(format!("`{from}` must stay pure: it uses `{to}` (host), which does I/O"));
+                continue;
+            }
             if to_layer <= from_layer {
                 continue;
             }
@@ -190,6 +199,14 @@ mod tests {
         let problems = judge(&uses(&pairs), &[]);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("`detect` (detect) uses `collector` (collector)"), "{problems:?}");
+    }
+
+    #[test]
+    fn detectors_name_no_io() {
+        let pairs = [("detect", "state"), ("detect", "api"), ("detect", "host"), ("state", "host")];
+        let problems = judge(&uses(&pairs), &[]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("`detect` must stay pure: it uses `host`"), "{problems:?}");
     }
 
     #[test]

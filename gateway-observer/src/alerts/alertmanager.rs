@@ -67,7 +67,7 @@ fn postable(alert: &Alert) -> Value {
 
     let mut annotations = Map::new();
     annotations.insert("summary".into(), alert.summary().into());
-    annotations.insert("evidence".into(), alert.evidence().to_string().into());
+    annotations.insert("evidence".into(), alert.evidence().to_json().to_string().into());
 
     let mut postable = Map::new();
     postable.insert("labels".into(), Value::Object(labels));
@@ -218,6 +218,7 @@ mod tests {
             evidence: crate::detect::evidence_golden::blocked_evidence(Some("futex")),
             active: true,
             held_for: std::time::Duration::ZERO,
+            stack_id: None,
         }
     }
 

@@ -92,7 +92,7 @@ impl AlertBook {
                     }
                     alert.process.comm = finding.comm;
                     alert.summary = finding.summary;
-                    alert.evidence = finding.evidence.to_json();
+                    alert.evidence = finding.evidence.clone();
                     if active
                         && alert.state == AlertState::Pending
                         && (served || held_for(alert.since, now, fire_after))
@@ -196,6 +196,7 @@ mod tests {
             evidence: blocked_evidence(Some("futex")),
             active: true,
             held_for: std::time::Duration::ZERO,
+            stack_id: None,
         }
     }
 
@@ -341,7 +342,7 @@ mod tests {
         // Later findings update summary and evidence without a transition.
         let mut update = blocked("nio-2", "updated");
         update.evidence = blocked_evidence(Some("nanosleep"));
-        let updated = update.evidence.to_json();
+        let updated = update.evidence.clone();
         let t = book.evaluate(at(500), vec![update, blocked("nio-3", "other")]);
         assert!(t.is_empty(), "{t:?}");
         let alerts = book.alerts();

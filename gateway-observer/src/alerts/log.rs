@@ -56,6 +56,7 @@ mod tests {
             evidence: crate::detect::evidence_golden::bare(AlertKind::PoolSaturated).evidence,
             active: true,
             held_for: std::time::Duration::ZERO,
+            stack_id: None,
         };
         let mut lines = Vec::new();
         for (ms, findings) in [(0, vec![finding.clone()]), (1000, vec![finding]), (6000, vec![])] {

@@ -65,7 +65,7 @@ pub struct Alert {
     process: Process,
     subject: String,
     summary: String,
-    evidence: serde_json::Value,
+    evidence: v1::Evidence,
 }
 
 impl Alert {
@@ -80,7 +80,7 @@ impl Alert {
             process: Process { pid: finding.pid, comm: finding.comm },
             subject: finding.subject,
             summary: finding.summary,
-            evidence: finding.evidence.to_json(),
+            evidence: finding.evidence,
         }
     }
 
@@ -117,7 +117,7 @@ impl Alert {
     pub fn summary(&self) -> &str {
         &self.summary
     }
-    pub fn evidence(&self) -> &serde_json::Value {
+    pub fn evidence(&self) -> &v1::Evidence {
         &self.evidence
     }
 }
@@ -126,14 +126,13 @@ impl From<&Alert> for v1::Alert {
     fn from(alert: &Alert) -> Self {
         Self {
             id: alert.id.clone(),
-            kind: alert.kind.as_str().to_owned(),
             state: alert.state.as_str().to_owned(),
             since: Some(format_time(alert.since)),
             resolved_at: alert.resolved_at.map(format_time),
             process: v1::AlertProcess { pid: alert.process.pid, comm: alert.process.comm.clone() },
             subject: alert.subject.clone(),
             summary: alert.summary.clone(),
-            evidence: alert.evidence.clone(),
+            evidence: v1::AlertEvidence::Typed(Box::new(alert.evidence.clone())),
         }
     }
 }

@@ -9,13 +9,17 @@
 //! field, and null only where a field's doc says so. Units are in the names (`_seconds`, `cpu` in
 //! cores). Renaming, removing or retyping a field is a new version.
 //!
-//! Alert evidence is an object whose keys depend on the alert's kind: the daemon builds it from one
-//! type per kind (`detect/evidence.rs`), and `top` reads it back through those types
-//! (`Evidence::from_json`), showing every key it finds.
+//! Alert evidence is an object whose keys depend on the alert's kind: one type per kind
+//! (`v1/evidence.rs`), which the detectors build and `top` reads back: [`Alert::evidence`] is an
+//! [`AlertEvidence`], tagged by the alert's `kind` key, typed where this build knows the kind and
+//! kept as sent where it does not, so `top` shows every key it finds.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+mod evidence;
+pub use evidence::*;
 
 /// The value of [`Snapshot::version`].
 pub const VERSION: u32 = 1;
@@ -203,14 +207,14 @@ pub struct Alerts {
     pub alerts: Vec<Alert>,
 }
 
-/// One alert. Kind and state are strings, not enums, so a reader lists kinds it does not know.
+/// One alert. Kind and state are strings on the wire, not enums, so a reader lists kinds it does
+/// not know; the evidence is typed by the kind ([`AlertEvidence`]). Written through [`WireAlert`],
+/// in the order its keys have always had.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(from = "WireAlert", into = "WireAlert")]
 pub struct Alert {
     /// `{kind}/{pid}/{subject}`, stable across pending, firing, resolved and firing again.
     pub id: String,
-    /// `EventLoopBlocked`, `PoolSaturated`, ….
-    pub kind: String,
     /// `pending`, `firing` or `resolved`.
     pub state: String,
     /// When the condition was first seen: RFC 3339 UTC with milliseconds.
@@ -222,10 +226,57 @@ pub struct Alert {
     pub subject: String,
     /// One line, human readable.
     pub summary: String,
-    /// Kind-specific object. Stacks in it are arrays of frame names, innermost first
+    /// The kind (`EventLoopBlocked`, `PoolSaturated`, …: the `kind` key) and its kind-specific
+    /// object (the `evidence` key). Stacks in it are arrays of frame names, innermost first
     /// (`EventLoopBlocked`'s `stack`, with `stack_source` `live` or `kernel`), and `PoolSaturated`'s
     /// `waiting_at` an array of `{"threads": N, "frames": [...]}`; a frame never holds an address.
-    pub evidence: serde_json::Value,
+    pub evidence: AlertEvidence,
+}
+
+/// An [`Alert`] as written: its evidence tagged by the `kind` key beside it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct WireAlert {
+    id: String,
+    kind: String,
+    state: String,
+    since: Option<String>,
+    resolved_at: Option<String>,
+    process: AlertProcess,
+    subject: String,
+    summary: String,
+    evidence: serde_json::Value,
+}
+
+impl From<WireAlert> for Alert {
+    fn from(w: WireAlert) -> Self {
+        Self {
+            id: w.id,
+            state: w.state,
+            since: w.since,
+            resolved_at: w.resolved_at,
+            process: w.process,
+            subject: w.subject,
+            summary: w.summary,
+            evidence: AlertEvidence::from_wire(w.kind, w.evidence),
+        }
+    }
+}
+
+impl From<Alert> for WireAlert {
+    fn from(a: Alert) -> Self {
+        Self {
+            id: a.id,
+            kind: a.evidence.kind().to_owned(),
+            state: a.state,
+            since: a.since,
+            resolved_at: a.resolved_at,
+            process: a.process,
+            subject: a.subject,
+            summary: a.summary,
+            evidence: a.evidence.to_json(),
+        }
+    }
 }
 
 /// A place where threads of a pool wait, in `PoolSaturated`'s `waiting_at`: how many threads
@@ -238,6 +289,11 @@ pub struct WaitingGroup {
 }
 
 impl Alert {
+    /// `EventLoopBlocked`, `PoolSaturated`, …: the evidence's kind.
+    pub fn kind(&self) -> &str {
+        self.evidence.kind()
+    }
+
     /// Pending or firing.
     pub fn is_open(&self) -> bool {
         self.state != "resolved"
@@ -338,7 +394,11 @@ mod tests {
         for phase in PHASES {
             let name = format!("{phase}_alerts.json");
             let alerts: Alerts = round_trip(&name, fixture(&name));
-            kinds.extend(alerts.alerts.into_iter().map(|a| (a.kind, a.state)));
+            for alert in &alerts.alerts {
+                let typed = matches!(alert.evidence, AlertEvidence::Typed(_));
+                assert!(typed, "{name}: {}'s evidence does not read as its kind's type", alert.id);
+            }
+            kinds.extend(alerts.alerts.into_iter().map(|a| (a.kind().to_owned(), a.state)));
         }
         let kinds: Vec<(&str, &str)> = kinds.iter().map(|(k, s)| (k.as_str(), s.as_str())).collect();
         for expected in [
@@ -350,6 +410,20 @@ mod tests {
         ] {
             assert!(kinds.contains(&expected), "the fixtures hold no {expected:?}: {kinds:?}");
         }
+    }
+
+    #[test]
+    fn evidence_its_type_does_not_hold_whole_is_kept_as_sent() {
+        let mut alert = fixture("blocked_alerts.json")["alerts"][0].take();
+        alert["evidence"]["from_a_newer_daemon"] = Value::from(1);
+        let newer: Alert = round_trip("newer evidence", alert.clone());
+        assert!(matches!(newer.evidence, AlertEvidence::Untyped { .. }), "{newer:?}");
+        let typed = newer.evidence.typed().expect("still read as its kind's type");
+        assert_eq!((typed.kind().as_str(), newer.kind()), ("EventLoopBlocked", "EventLoopBlocked"));
+        alert["kind"] = Value::from("NewKind");
+        let unknown: Alert = round_trip("unknown kind", alert);
+        assert_eq!(unknown.kind(), "NewKind");
+        assert!(unknown.evidence.typed().is_none());
     }
 
     /// The daemon's stdout transitions carry the same alert object.

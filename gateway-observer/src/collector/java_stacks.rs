@@ -13,7 +13,7 @@ use std::{
 
 use crate::{
     alerts::Finding,
-    detect::evidence::JavaDump,
+    api::v1::JavaDump,
     jvm_attach::{dump::JavaThread, idle, summary, worker::DumpWorker},
 };
 
@@ -184,7 +184,7 @@ mod tests {
 
     fn blocked_loop() -> Finding {
         let found = crate::detect::evidence_golden::blocked(None, None);
-        let finding = crate::detect::findings::event_loop_blocked(&found, &Default::default());
+        let finding = crate::detect::event_loop::finding(&found, &Default::default());
         Finding { pid: PID, subject: "reactor-http-ni".into(), ..finding }
     }
 

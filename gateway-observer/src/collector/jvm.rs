@@ -1,13 +1,13 @@
 //! The collector's JVM side: at each tick, the HotSpot counters of every target that has an
-//! hsperfdata file go to the `JvmPause` detector, and its totals to the metrics.
+//! hsperfdata file go to the state the `JvmPause` detector judges, and their totals to the metrics.
 
 use std::collections::HashSet;
 
 use crate::{
-    detect::Detectors,
     host::hsperfdata::JvmFiles,
     sinks::{families, prometheus::Exposition},
     state::counters::DeltaCounters,
+    state::thread_memory::ThreadMemory,
     state::threads::ThreadNames,
 };
 
@@ -29,14 +29,14 @@ impl JvmWatch {
         tick: u64,
         now: std::time::Instant,
         names: &mut ThreadNames,
-        detectors: &mut Detectors,
+        memory: &mut ThreadMemory,
     ) {
         for (pid, counters) in self.files.read(targets, tick) {
-            detectors.jvm.record(pid, names.process(pid), counters, now);
+            memory.jvm.record(pid, names.process(pid), counters, now);
         }
-        detectors.jvm.retain(targets);
+        memory.jvm.retain(targets);
         let mut seen = HashSet::new();
-        for (pid, comm, totals) in detectors.jvm.totals() {
+        for (pid, comm, totals) in memory.jvm.totals() {
             seen.insert(pid);
             self.stopped_ns.observe(pid, totals.stopped_ns, comm.to_owned());
             self.safepoints.observe(pid, totals.safepoints, comm.to_owned());

@@ -26,11 +26,10 @@ use gateway_observer_common::{THREAD_HIST_BUCKETS, ThreadState, drop_index, reas
 
 use crate::{
     detect::{
-        Detectors, LoopStatus,
-        busy::{BusyLoop, MIN_ITERATIONS_BEFORE_OPEN, open_iteration},
-        event_loop::{BLOCKING_REASONS, BlockedLoop, EventLoopConfig},
-        jvm_pause::PausedJvm,
-        pool::SaturatedPool,
+        LoopStatus,
+        busy::{MIN_ITERATIONS_BEFORE_OPEN, open_iteration},
+        event_loop::{BLOCKING_REASONS, EventLoopConfig},
+        finding::Finding,
     },
     events::{Block, LongIteration, Record},
     host::procfs,
@@ -38,9 +37,11 @@ use crate::{
     state::{
         counters::DeltaCounters,
         history::ThreadInfo,
+        jvm_pauses::JvmPauses,
         request_queues::RequestQueues,
         requests::RequestTracker,
         targets::{PortListeners, TargetSpec, host_processes, resolve, waiting_specs},
+        thread_memory::{RequestPressure, ThreadMemory, ThreadsNow},
         threads::ThreadNames,
     },
 };
@@ -97,7 +98,7 @@ pub struct Collector {
     /// Long event-loop iterations, newest last (bounded like the blocks).
     recent_iterations: VecDeque<LongIteration>,
     /// Event loops found busy at the last tick.
-    busy_loops: Vec<BusyLoop>,
+    busy_loops: Vec<Finding>,
     /// Iterations still running past the busy threshold, as of this tick.
     open_iterations: Vec<LongIteration>,
     /// Blocks received since the last tick, counted at the tick once their threads are named.
@@ -114,16 +115,18 @@ pub struct Collector {
     collections: u64,
     /// The time of the last tick (see [`Tick`]).
     tick: Tick,
-    detectors: Detectors,
+    /// Every detector's configuration, and what they judge that is kept between ticks.
+    detect: crate::detect::Config,
+    memory: ThreadMemory,
     /// Event loops and their utilization, as of the last tick.
     loops: Vec<LoopStatus>,
     /// Event loops found blocked at the last tick.
-    blocked_loops: Vec<BlockedLoop>,
+    blocked_loops: Vec<Finding>,
     /// Thread pools found saturated at the last tick.
-    saturated_pools: Vec<SaturatedPool>,
+    saturated_pools: Vec<Finding>,
     /// JVM targets' HotSpot counters, and the JVMs found pausing at the last tick.
     jvm: jvm::JvmWatch,
-    paused_jvms: Vec<PausedJvm>,
+    paused_jvms: Vec<Finding>,
     /// Thread dumps of JVM targets for the Java frames of their alerts.
     java_stacks: java_stacks::JavaStacks,
     /// (tid, reason) → (process, thread, reason): blocked time of event loops.
@@ -161,6 +164,8 @@ pub struct Collector {
 
 impl Collector {
     pub fn new(probes: Probes, specs: Vec<TargetSpec>, event_loop: EventLoopConfig) -> Self {
+        let detect = crate::detect::Config::new(event_loop);
+        let memory = ThreadMemory::new(detect.history_kept(), JvmPauses::new(detect.jvm.threshold, detect.jvm.window));
         Self {
             probes,
             specs,
@@ -185,7 +190,8 @@ impl Collector {
             specs_waiting: 0,
             collections: 0,
             tick: Tick::now(),
-            detectors: Detectors::new(event_loop),
+            detect,
+            memory,
             loops: Vec::new(),
             blocked_loops: Vec::new(),
             saturated_pools: Vec::new(),
@@ -214,7 +220,7 @@ impl Collector {
 
     /// Requests whose bytes wait unread this long are queued (RequestQueueing).
     pub fn set_request_queueing_threshold(&mut self, threshold: std::time::Duration) {
-        self.detectors.queueing.threshold = threshold;
+        self.detect.queueing.threshold = threshold;
     }
 
     /// Whether alerts on JVMs may take thread dumps for their Java frames (`[jvm] thread_dumps`).
@@ -224,7 +230,7 @@ impl Collector {
 
     /// When in-flight requests count as stalled (RequestsStalled).
     pub fn set_requests_stalled(&mut self, config: crate::detect::stalled::StalledConfig) {
-        self.detectors.stalled = config;
+        self.detect.stalled = config;
     }
 
     /// After each drain of the socket ring: if the kernel lost records since the last one,
@@ -357,10 +363,10 @@ impl Collector {
         self.names.retain_processes(&owners);
         self.requests.retain_processes(&owners);
         self.measure_cpu(&live_targets, now);
-        self.jvm.tick(&live_targets, self.collections, now, &mut self.names, &mut self.detectors);
+        self.jvm.tick(&live_targets, self.collections, now, &mut self.names, &mut self.memory);
         self.requests.expire(now_mono);
-        let window = u64::try_from(self.detectors.event_loop.window.as_nanos()).unwrap_or(u64::MAX);
-        let threshold = u64::try_from(self.detectors.queueing.threshold.as_nanos()).unwrap_or(u64::MAX);
+        let window = u64::try_from(self.detect.event_loop.window.as_nanos()).unwrap_or(u64::MAX);
+        let threshold = u64::try_from(self.detect.queueing.threshold.as_nanos()).unwrap_or(u64::MAX);
         self.request_queues.gather(&mut self.requests, &self.probes, now_mono, window, threshold)?;
         self.renew_budgets(&threads_held)?;
         self.run_detectors(now, &latest);
@@ -446,9 +452,21 @@ impl Collector {
     }
 
     /// Adds the loops' untimed waits judged blocking since the last tick to their blocked time
-    /// (reason `futex`): the totals cannot tell them from idle parking.
+    /// (reason `futex`): the totals cannot tell them from idle parking. After the baselines
+    /// learned from this tick (`learn_loops`), which they are judged by.
     fn count_untimed_loop_blocks(&mut self, blocks: &[Block], now: Instant) {
-        for (tid, ns) in self.detectors.new_untimed_blocks(blocks, now) {
+        let since = self.memory.untimed_counted_until_ns;
+        let memory = &self.memory;
+        let found = crate::detect::event_loop::untimed_blocks(
+            &memory.history,
+            blocks,
+            now,
+            since,
+            &self.detect.event_loop,
+            &memory.baselines,
+        );
+        self.memory.untimed_counted_until_ns = blocks.iter().map(|b| b.timestamp_ns).fold(since, u64::max);
+        for (tid, ns) in found {
             let Some(status) = self.loops.iter().find(|l| l.thread.tid == tid) else { continue };
             let total = self.untimed_loop_ns.entry(tid).or_insert(0);
             *total += ns;
@@ -457,9 +475,19 @@ impl Collector {
         }
     }
 
-    /// Event loops, their utilization and blocked time, and which are blocked now.
+    /// State phase of the event loops: learns how each loop idles from the tick just recorded
+    /// and the long blocks not seen yet, before the detectors judge them.
+    fn learn_loops(&mut self, blocks: &[Block], now: Instant) {
+        let memory = &mut self.memory;
+        let loops = crate::detect::event_loop::event_loops(&memory.history, now, &self.detect.event_loop)
+            .map(|t| (t.tid, t))
+            .collect();
+        memory.baselines.learn(&memory.history, &loops, blocks);
+    }
+
+    /// Event loops, their utilization and blocked time, and what each thread detector finds now.
     fn run_detectors(&mut self, now: Instant, latest: &HashMap<u32, [u64; reason::COUNT as usize]>) {
-        self.loops = self.detectors.loops(now);
+        self.loops = crate::detect::loop_statuses(&self.memory.history, &self.detect.event_loop, now);
         for status in &self.loops {
             let Some(totals) = latest.get(&status.thread.tid) else { continue };
             for code in BLOCKING_REASONS {
@@ -470,23 +498,27 @@ impl Collector {
         // Borrowed in place rather than copied (16k blocks a tick when many threads nap).
         let mut blocks = std::mem::take(&mut self.recent_blocks);
         let recent: &[Block] = blocks.make_contiguous();
-        let now_mono = self.tick.mono_ns;
-        self.blocked_loops = self.detectors.blocked_loops(recent, now, now_mono);
-        self.count_untimed_loop_blocks(recent, now);
+        let tick = self.tick;
+        let now_mono = tick.mono_ns;
+        self.learn_loops(recent, now);
         let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let (min_age, all_along) = (ns(self.detectors.pool.sleep_pressure_age), ns(self.detectors.pool.confirm));
-        let pressure = crate::detect::pool::RequestPressure {
+        let (min_age, all_along) = (ns(self.detect.pool.sleep_pressure_age), ns(self.detect.pool.confirm));
+        let pressure = RequestPressure {
             waiting: self.requests.waiting_inbound(now_mono, min_age),
             held: self.requests.waiting_inbound_by_thread(now_mono, min_age),
             queued: crate::detect::queueing::queued_by_process(&self.request_queues.last),
             waiting_all_along: self.requests.waiting_inbound(now_mono, all_along),
             held_all_along: self.requests.waiting_inbound_by_thread(now_mono, all_along),
         };
-        self.saturated_pools = self.detectors.saturated_pools(recent, now, now_mono, &pressure);
         let iterations: Vec<LongIteration> =
             self.recent_iterations.iter().chain(&self.open_iterations).cloned().collect();
-        self.busy_loops = self.detectors.busy_loops(&iterations, now, now_mono);
-        self.paused_jvms = self.detectors.jvm_pauses(recent, now, now_mono);
+        let state = ThreadsNow { memory: &self.memory, blocks: recent, iterations: &iterations, requests: &pressure };
+        let config = &self.detect;
+        self.blocked_loops = crate::detect::event_loop::detect(&state, config, tick);
+        self.saturated_pools = crate::detect::pool::detect(&state, config, tick);
+        self.busy_loops = crate::detect::busy::detect(&state, config, tick);
+        self.paused_jvms = crate::detect::jvm_pause::detect(&state, config, tick);
+        self.count_untimed_loop_blocks(recent, now);
         self.recent_blocks = blocks;
     }
 

@@ -146,8 +146,8 @@ impl Collector {
 impl Collector {
     /// How long blocks and iterations stay evidence: twice the longest window a detector judges.
     fn evidence_keep_ns(&self) -> u64 {
-        let d = &self.detectors;
-        let longest = d.event_loop.window.max(d.pool.window).max(d.jvm.config.window);
+        let d = &self.detect;
+        let longest = d.event_loop.window.max(d.pool.window).max(d.jvm.window);
         u64::try_from((longest * 2).max(MIN_EVIDENCE_KEEP).as_nanos()).unwrap_or(u64::MAX)
     }
 }

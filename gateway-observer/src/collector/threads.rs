@@ -39,9 +39,9 @@ impl Collector {
             }
         }
         let info = ThreadInfo { tid, tgid: state.tgid, comm: process.clone(), name: thread_name, group: group.clone() };
-        self.detectors.note_process(state.tgid, || procfs::process_age(state.tgid), now);
-        self.detectors.record(now, info, totals);
-        self.detectors.note_timed_waits(tid, state.futex_timeout_ns, state.futex_woken_ns, now);
+        self.memory.note_process(state.tgid, || procfs::process_age(state.tgid), now);
+        self.memory.record(now, info, totals);
+        self.memory.note_timed_waits(tid, state.futex_timeout_ns, state.futex_woken_ns, now);
         self.note_open_iteration(state, &totals, now, now_mono);
         // An exit the hook saw, or a thread gone without it (exited before it had a slot: rare,
         // so looked for every few ticks only; a stat per thread per tick showed in profiles).
@@ -68,7 +68,7 @@ impl Collector {
         self.untimed_loop_ns.remove(&tid);
         crate::heap::shrink_sparse_map(&mut self.untimed_loop_ns);
         self.names.forget_thread(tid);
-        self.detectors.forget(tid);
+        self.memory.forget(tid);
         self.probes.release_thread(slot, tid)
     }
 
@@ -76,7 +76,7 @@ impl Collector {
     /// ends (a loop spinning forever never ends it).
     fn note_open_iteration(&mut self, state: &ThreadState, totals: &[u64], now: Instant, now_mono: u64) {
         let offcpu: u64 = totals.iter().fold(0u64, |sum, ns| sum.wrapping_add(*ns));
-        let busy_ns = u64::try_from(self.detectors.event_loop.busy_iteration.as_nanos()).unwrap_or(u64::MAX);
+        let busy_ns = u64::try_from(self.detect.event_loop.busy_iteration.as_nanos()).unwrap_or(u64::MAX);
         let completed: u64 = state.iter_hist.iter().map(|n| u64::from(*n)).sum();
         if completed < MIN_ITERATIONS_BEFORE_OPEN || state.exited != 0 {
             return;
@@ -84,7 +84,7 @@ impl Collector {
         let open =
             open_iteration(state.tid, state.tgid, state.iter_start_ns, state.iter_offcpu_base_ns, offcpu, now_mono);
         if let Some(open) = open.filter(|it| it.on_cpu_ns >= busy_ns) {
-            self.detectors.keep_as_loop(state.tid, now);
+            self.memory.keep_as_loop(state.tid, now, self.detect.event_loop.loop_memory);
             self.open_iterations.push(open);
         }
     }

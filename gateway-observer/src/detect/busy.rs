@@ -8,8 +8,13 @@
 use std::time::Duration;
 
 use super::event_loop::EventLoopConfig;
-use crate::events::LongIteration;
-use crate::state::history::History;
+use crate::{
+    api::v1,
+    clock::Tick,
+    detect::{Config, finding::Finding},
+    events::LongIteration,
+    state::{history::History, thread_memory::ThreadsNow},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BusyLoop {
@@ -53,6 +58,43 @@ pub fn open_iteration(
     let iteration_ns = now_ns - iter_start_ns;
     let on_cpu_ns = iteration_ns.saturating_sub(offcpu_total_ns.wrapping_sub(offcpu_base_ns));
     Some(LongIteration { tid, tgid, on_cpu_ns, iteration_ns, timestamp_ns: now_ns, ongoing: true })
+}
+
+/// `EventLoopBusy` findings now: event loops with repeated long iterations in the window, or one
+/// still running past `busy_stuck`.
+pub fn detect(state: &ThreadsNow, config: &Config, tick: Tick) -> Vec<Finding> {
+    let found = busy_loops(&state.memory.history, state.iterations, tick.at, tick.mono_ns, &config.event_loop);
+    found.iter().map(|found| finding(found, &config.event_loop)).collect()
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// The finding of a busy loop, with its evidence.
+pub(crate) fn finding(found: &BusyLoop, config: &EventLoopConfig) -> Finding {
+    let evidence = v1::EventLoopBusy {
+        thread: found.thread.clone(),
+        tid: found.tid,
+        long_iterations: found.iterations,
+        longest_on_cpu_seconds: secs(found.longest_on_cpu_ns),
+        ongoing: found.ongoing,
+        on_cpu_seconds_in_long_iterations: secs(found.total_on_cpu_ns),
+        busy_iteration_threshold_seconds: config.busy_iteration.as_secs_f64(),
+        window_seconds: found.window.as_secs_f64(),
+        requests: None,
+        refusals: None,
+    };
+    Finding {
+        pid: found.pid,
+        comm: found.comm.clone(),
+        subject: found.thread.clone(),
+        summary: found.summary(config),
+        evidence: v1::Evidence::EventLoopBusy(evidence),
+        active: found.active,
+        held_for: Duration::from_nanos(found.ongoing_on_cpu_ns),
+        stack_id: None,
+    }
 }
 
 /// Event loops with long on-CPU iterations in the last window. `now_mono_ns` is the clock of the

@@ -12,9 +12,20 @@ use gateway_observer_common::reason;
 
 use std::collections::{HashMap, HashSet};
 
-use super::untimed::{self, LoopBaselines, UntimedWait};
-use crate::state::history::{History, ThreadInfo, WindowDelta};
-use crate::{events::Block, reason::reason_label, syscalls};
+use super::untimed::{self, UntimedWait};
+use crate::state::{
+    history::{History, ThreadInfo, WindowDelta},
+    loop_baselines::LoopBaselines,
+    thread_memory::ThreadsNow,
+};
+use crate::{
+    api::v1,
+    clock::Tick,
+    detect::{Config, finding::Finding},
+    events::Block,
+    reason::reason_label,
+    syscalls,
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventLoopConfig {
@@ -115,6 +126,53 @@ pub struct BlockStats {
     pub syscall: Option<&'static str>,
     /// The user stack of the longest block that has one.
     pub stack_id: Option<u32>,
+}
+
+/// `EventLoopBlocked` findings now: event loops blocked over the window, or by one long block.
+pub fn detect(state: &ThreadsNow, config: &Config, tick: Tick) -> Vec<Finding> {
+    let memory = state.memory;
+    let found =
+        blocked_loops(&memory.history, state.blocks, tick.at, tick.mono_ns, &config.event_loop, &memory.baselines);
+    found.iter().map(|found| finding(found, &config.event_loop)).collect()
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// The finding of a blocked loop, with its evidence; the tick adds its stacks.
+pub(crate) fn finding(found: &BlockedLoop, config: &EventLoopConfig) -> Finding {
+    let evidence = v1::EventLoopBlocked {
+        reason: reason_label(found.reason).into(),
+        thread: found.thread.name.clone(),
+        tid: found.thread.tid,
+        window_seconds: found.window.as_secs_f64(),
+        blocked_seconds: secs(found.blocked_ns),
+        blocked_share: found.share,
+        blocked_seconds_by_reason: found.by_reason.iter().map(|(reason, ns)| ((*reason).into(), secs(*ns))).collect(),
+        blocks_over_event_threshold: found.blocks.count,
+        blocks_over_single_threshold: found.blocks.over_single_threshold,
+        single_block_threshold_seconds: config.single_block.as_secs_f64(),
+        longest_block_seconds: secs(found.blocks.longest_ns),
+        syscall: found.blocks.syscall.map(Into::into),
+        futex_word: found.blocks.futex_uaddr.map(crate::opaque::futex_word),
+        stack: None,
+        stack_source: None,
+        java_stack: None,
+        java_stack_unavailable: None,
+        requests: None,
+        refusals: None,
+    };
+    Finding {
+        pid: found.thread.tgid,
+        comm: found.thread.comm.clone(),
+        subject: found.thread.name.clone(),
+        summary: found.summary(config),
+        evidence: v1::Evidence::EventLoopBlocked(evidence),
+        active: found.active,
+        held_for: Duration::ZERO,
+        stack_id: found.blocks.stack_id,
+    }
 }
 
 /// Blocked event loops now. `now_mono_ns` is CLOCK_MONOTONIC, the clock of `blocks`. Untimed
@@ -540,5 +598,17 @@ mod tests {
         assert!(!name_matches("gw-*-x", "gw-worker-1"));
         assert!(name_matches("gw-*-1", "gw-worker-1"));
         assert!(name_matches("*", "anything"));
+    }
+
+    #[test]
+    fn evidence_names_the_thread_reason_and_futex() {
+        let found = crate::detect::evidence_golden::blocked(Some("futex"), Some(0x7f00_1234));
+        let f = finding(&found, &EventLoopConfig::default());
+        assert_eq!(f.id(), "EventLoopBlocked/10/reactor-http-nio-2");
+        let v1::Evidence::EventLoopBlocked(evidence) = &f.evidence else { panic!("{f:?}") };
+        assert_eq!(evidence.reason, "futex_timed");
+        assert_eq!(evidence.futex_word, Some(crate::opaque::futex_word(0x7f00_1234)), "no raw address");
+        assert_eq!(evidence.blocked_share, 0.71);
+        assert!(f.summary.contains("71%"), "{}", f.summary);
     }
 }

@@ -11,17 +11,16 @@ use gateway_observer_common::reason;
 use serde_json::Value;
 
 use super::{
-    busy::BusyLoop,
-    event_loop::{BlockStats, BlockedLoop, EventLoopConfig},
-    evidence::{ClientRequests, Evidence, JavaDump, StackSource},
-    findings,
-    jvm_pause::{Collections, JvmPauseConfig, KernelView, PausedJvm},
-    pool::SaturatedPool,
+    busy::{self, BusyLoop},
+    event_loop::{self, BlockStats, BlockedLoop, EventLoopConfig},
+    jvm_pause::{self, Collections, JvmPauseConfig, KernelView, PausedJvm},
+    pool::{self, SaturatedPool},
     queueing::{self, ListenerFacts, QueueFacts, QueueingConfig},
     stalled::{self, StallFacts, StalledConfig, WaitingRequest},
     upstream::{self, UpstreamConfig},
 };
 use crate::{
+    api::v1::{ClientRequests, Evidence, JavaDump, StackSource, WaitingGroup},
     detect::finding::{AlertKind, Finding},
     state::history::ThreadInfo,
     state::requests::flows::PeerFacts,
@@ -72,8 +71,8 @@ pub(crate) fn blocked(syscall: Option<&'static str>, futex: Option<u64>) -> Bloc
 }
 
 /// A blocked loop's evidence, for tests that need some finding's.
-pub(crate) fn blocked_evidence(syscall: Option<&'static str>) -> super::evidence::Evidence {
-    findings::event_loop_blocked(&blocked(syscall, None), &EventLoopConfig::default()).evidence
+pub(crate) fn blocked_evidence(syscall: Option<&'static str>) -> Evidence {
+    event_loop::finding(&blocked(syscall, None), &EventLoopConfig::default()).evidence
 }
 
 fn busy() -> BusyLoop {
@@ -201,7 +200,7 @@ fn stall_facts() -> StallFacts {
 
 /// Another finding of `pid`, as likely causes and other alerts name them.
 pub(crate) fn other(pid: u32) -> Finding {
-    findings::event_loop_busy(&BusyLoop { pid, thread: format!("loop-{pid}"), ..busy() }, &EventLoopConfig::default())
+    busy::finding(&BusyLoop { pid, thread: format!("loop-{pid}"), ..busy() }, &EventLoopConfig::default())
 }
 
 /// What the tick adds about the process's clients (`collector::findings`).
@@ -228,10 +227,10 @@ pub(crate) fn bare(kind: AlertKind) -> Finding {
     let first = |found: Vec<Finding>| found.into_iter().next().unwrap_or_else(|| panic!("{kind}: no finding"));
     let peers = [peer("10.0.0.2:8081", false)];
     match kind {
-        AlertKind::EventLoopBlocked => findings::event_loop_blocked(&blocked(None, None), &EventLoopConfig::default()),
-        AlertKind::EventLoopBusy => findings::event_loop_busy(&busy(), &EventLoopConfig::default()),
-        AlertKind::PoolSaturated => findings::pool_saturated(&pool(Vec::new())),
-        AlertKind::JvmPause => findings::jvm_pause(&paused(Vec::new(), None), &JvmPauseConfig::default()),
+        AlertKind::EventLoopBlocked => event_loop::finding(&blocked(None, None), &EventLoopConfig::default()),
+        AlertKind::EventLoopBusy => busy::finding(&busy(), &EventLoopConfig::default()),
+        AlertKind::PoolSaturated => pool::finding(&pool(Vec::new())),
+        AlertKind::JvmPause => jvm_pause::finding(&paused(Vec::new(), None), &JvmPauseConfig::default()),
         AlertKind::UpstreamNoResponse => first(upstream::upstream_no_response(&peers, &UpstreamConfig::default())),
         AlertKind::OneWayStall => first(upstream::one_way_stall(&peers, &UpstreamConfig::default())),
         AlertKind::RequestQueueing => {
@@ -251,7 +250,7 @@ fn recorded() -> BTreeMap<String, Value> {
         out.insert(format!("{kind} bare"), bare(kind));
     }
 
-    let mut f = findings::event_loop_blocked(&blocked(Some("futex"), Some(0x7f00_1234)), &loops);
+    let mut f = event_loop::finding(&blocked(Some("futex"), Some(0x7f00_1234)), &loops);
     f.evidence.add_stack(frames(&["futex_wait+0x1 (libc.so.6)", "lock+0x10 (gw)"]), StackSource::Live);
     f.evidence.add_java_dump(JavaDump {
         stack: Some(frames(&["Handler.channelRead0(Handler.java:181)", "- waiting to lock Object"])),
@@ -261,15 +260,16 @@ fn recorded() -> BTreeMap<String, Value> {
     add_client_impact(&mut f);
     out.insert("EventLoopBlocked full".into(), f);
 
-    let mut f = findings::event_loop_busy(&BusyLoop { ongoing: false, ..busy() }, &loops);
+    let mut f = busy::finding(&BusyLoop { ongoing: false, ..busy() }, &loops);
     add_client_impact(&mut f);
     out.insert("EventLoopBusy full".into(), f);
 
-    let mut f = findings::pool_saturated(&pool(vec![(0x7f00_1000, 6), (0x7f00_2000, 2)]));
+    let mut f = pool::finding(&pool(vec![(0x7f00_1000, 6), (0x7f00_2000, 2)]));
     let limiter = frames(&["futex_wait+0x1 (libc.so.6)", "acquire+0x10 (libgw.so)"]);
     let socket = frames(&["recv+0x2 (libc.so.6)"]);
-    let stacks = [limiter.clone(), socket, limiter];
-    f.evidence.add_waiting_at(crate::stacks::waiting_at(stacks.iter().map(Vec::as_slice)));
+    // As `stacks::waiting_at` groups three threads' stacks, two of them in the limiter.
+    let groups = vec![WaitingGroup { threads: 2, frames: limiter }, WaitingGroup { threads: 1, frames: socket }];
+    f.evidence.add_waiting_at(groups);
     f.evidence.add_java_dump(JavaDump { unavailable: Some("attach refused".into()), ..JavaDump::default() });
     add_client_impact(&mut f);
     out.insert("PoolSaturated full".into(), f);
@@ -279,7 +279,7 @@ fn recorded() -> BTreeMap<String, Value> {
         Collections { collector: "G1 Young Generation".into(), count: 3, ns: 500 * MS },
         Collections { collector: "G1 Old Generation".into(), count: 1, ns: 200 * MS },
     ];
-    let mut f = findings::jvm_pause(&paused(collections, Some("G1 Evacuation Pause".into())), &jvm);
+    let mut f = jvm_pause::finding(&paused(collections, Some("G1 Evacuation Pause".into())), &jvm);
     add_client_impact(&mut f);
     out.insert("JvmPause full".into(), f);
 

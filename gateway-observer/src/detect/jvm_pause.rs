@@ -17,11 +17,19 @@
 //! one slow young collection).
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet, VecDeque},
+    collections::BTreeMap,
     time::{Duration, Instant},
 };
 
-use crate::host::hsperfdata::JvmCounters;
+use gateway_observer_common::reason;
+
+pub use crate::state::jvm_pauses::{Collections, JvmPauses, PauseTotals};
+use crate::{
+    api::v1,
+    clock::Tick,
+    detect::{Config, finding::Finding, untimed},
+    state::{jvm_pauses::Interval, thread_memory::ThreadsNow},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct JvmPauseConfig {
@@ -35,45 +43,6 @@ impl Default for JvmPauseConfig {
     fn default() -> Self {
         Self { threshold: Duration::from_millis(100), window: Duration::from_secs(10) }
     }
-}
-
-/// Runs of one collector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Collections {
-    pub collector: String,
-    pub count: u64,
-    pub ns: u64,
-}
-
-/// What the counters say happened between two readings.
-#[derive(Debug, Clone)]
-struct Interval {
-    start: Instant,
-    end: Instant,
-    stopped_ns: u64,
-    safepoints: u64,
-    /// The longest pause the counters prove: it lasted at least this long.
-    longest_ns: u64,
-    collections: Vec<Collections>,
-}
-
-#[derive(Debug)]
-struct Jvm {
-    comm: String,
-    last: JvmCounters,
-    last_at: Instant,
-    intervals: VecDeque<Interval>,
-    /// Since the observer first read this JVM.
-    totals: PauseTotals,
-}
-
-/// A JVM's pauses since the observer first read its counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PauseTotals {
-    pub stopped_ns: u64,
-    pub safepoints: u64,
-    /// Readings whose interval held a pause of `threshold` or more.
-    pub long_pauses: u64,
 }
 
 /// How the kernel saw a process's pauses in the window: HotSpot's VM thread releasing threads
@@ -105,129 +74,66 @@ pub struct PausedJvm {
     pub active: bool,
 }
 
-/// Every JVM target's recent pauses.
-#[derive(Debug, Default)]
-pub struct JvmPauses {
-    pub config: JvmPauseConfig,
-    jvms: HashMap<u32, Jvm>,
+/// JVMs pausing now, each with how the kernel saw its pauses in the window: HotSpot's VM thread
+/// ending untimed waits among the blocks (`untimed::pause_releases`).
+pub fn detect(state: &ThreadsNow, config: &Config, tick: Tick) -> Vec<Finding> {
+    let history = &state.memory.history;
+    let window_ns = u64::try_from(config.jvm.window.as_nanos()).unwrap_or(u64::MAX);
+    let since = tick.mono_ns.saturating_sub(window_ns);
+    // Threads stopped at a safepoint wait for its end untimed. A timer that expires while a
+    // thread of the process runs is reported as woken by it: timed waits would add noise.
+    let untimed = state.blocks.iter().filter(|b| b.reason == reason::FUTEX);
+    let releases = untimed::pause_releases(untimed, |tgid, tid| history.thread(tgid, tid).map(|t| t.name.as_str()));
+    let found = paused(&state.memory.jvm, &config.jvm, tick.at, |pid| {
+        let mine = releases.iter().filter(|r| r.tgid == pid && r.blocks.iter().any(|b| b.timestamp_ns >= since));
+        mine.fold(KernelView::default(), |view, r| KernelView {
+            releases: view.releases + 1,
+            most_threads_released: view.most_threads_released.max(r.threads()),
+        })
+    });
+    found.iter().map(|found| finding(found, &config.jvm)).collect()
 }
 
-impl JvmPauses {
-    /// Records a reading of process `pid`'s counters taken at `now`.
-    pub fn record(&mut self, pid: u32, comm: &str, counters: JvmCounters, now: Instant) {
-        let threshold_ns = u64::try_from(self.config.threshold.as_nanos()).unwrap_or(u64::MAX);
-        let window = self.config.window;
-        let Some(jvm) = self.jvms.get_mut(&pid) else {
-            let jvm = Jvm {
-                comm: comm.to_owned(),
-                last: counters,
-                last_at: now,
-                intervals: VecDeque::new(),
-                totals: PauseTotals::default(),
-            };
-            self.jvms.insert(pid, jvm);
-            return;
-        };
-        jvm.comm = comm.to_owned();
-        if let Some(interval) = interval(&jvm.last, &counters, jvm.last_at, now) {
-            jvm.totals.stopped_ns += interval.stopped_ns;
-            jvm.totals.safepoints += interval.safepoints;
-            if interval.longest_ns >= threshold_ns {
-                jvm.totals.long_pauses += 1;
+/// JVMs with a long pause in the window; `kernel` gives each process's kernel view.
+pub fn paused(
+    jvms: &JvmPauses,
+    config: &JvmPauseConfig,
+    now: Instant,
+    kernel: impl Fn(u32) -> KernelView,
+) -> Vec<PausedJvm> {
+    let threshold_ns = u64::try_from(config.threshold.as_nanos()).unwrap_or(u64::MAX);
+    let mut found: Vec<PausedJvm> = jvms
+        .jvms()
+        .filter_map(|(pid, jvm)| {
+            let long: Vec<&Interval> = jvm.intervals.iter().filter(|i| i.longest_ns >= threshold_ns).collect();
+            let first = jvm.intervals.front()?;
+            let newest = long.last()?;
+            let mut collections: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+            for c in jvm.intervals.iter().flat_map(|i| &i.collections) {
+                let entry = collections.entry(c.collector.as_str()).or_default();
+                entry.0 += c.count;
+                entry.1 += c.ns;
             }
-            jvm.intervals.push_back(interval);
-        } else {
-            // Counters went back: another JVM under this pid. Its history starts now.
-            jvm.intervals.clear();
-        }
-        jvm.last = counters;
-        jvm.last_at = now;
-        while jvm.intervals.front().is_some_and(|i| now.duration_since(i.end) > window) {
-            jvm.intervals.pop_front();
-        }
-    }
-
-    /// Forgets processes that are no longer targets or no longer have a file.
-    pub fn retain(&mut self, read_now: &HashSet<u32>) {
-        self.jvms.retain(|pid, _| read_now.contains(pid));
-    }
-
-    /// JVMs with a long pause in the window; `kernel` gives each process's kernel view.
-    pub fn paused(&self, now: Instant, kernel: impl Fn(u32) -> KernelView) -> Vec<PausedJvm> {
-        let threshold_ns = u64::try_from(self.config.threshold.as_nanos()).unwrap_or(u64::MAX);
-        let mut found: Vec<PausedJvm> = self
-            .jvms
-            .iter()
-            .filter_map(|(&pid, jvm)| {
-                let long: Vec<&Interval> = jvm.intervals.iter().filter(|i| i.longest_ns >= threshold_ns).collect();
-                let first = jvm.intervals.front()?;
-                let newest = long.last()?;
-                let mut collections: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-                for c in jvm.intervals.iter().flat_map(|i| &i.collections) {
-                    let entry = collections.entry(c.collector.as_str()).or_default();
-                    entry.0 += c.count;
-                    entry.1 += c.ns;
-                }
-                Some(PausedJvm {
-                    pid,
-                    comm: jvm.comm.clone(),
-                    window: jvm.last_at.duration_since(first.start),
-                    long_pauses: long.len(),
-                    longest_ns: long.iter().map(|i| i.longest_ns).max().unwrap_or(0),
-                    stopped_ns: jvm.intervals.iter().map(|i| i.stopped_ns).sum(),
-                    safepoints: jvm.intervals.iter().map(|i| i.safepoints).sum(),
-                    collections: collections
-                        .into_iter()
-                        .map(|(name, (count, ns))| Collections { collector: name.to_owned(), count, ns })
-                        .collect(),
-                    last_cause: jvm.last.last_cause.clone(),
-                    kernel: kernel(pid),
-                    active: newest.end == now,
-                })
+            Some(PausedJvm {
+                pid,
+                comm: jvm.comm.clone(),
+                window: jvm.last_at.duration_since(first.start),
+                long_pauses: long.len(),
+                longest_ns: long.iter().map(|i| i.longest_ns).max().unwrap_or(0),
+                stopped_ns: jvm.intervals.iter().map(|i| i.stopped_ns).sum(),
+                safepoints: jvm.intervals.iter().map(|i| i.safepoints).sum(),
+                collections: collections
+                    .into_iter()
+                    .map(|(name, (count, ns))| Collections { collector: name.to_owned(), count, ns })
+                    .collect(),
+                last_cause: jvm.last.last_cause.clone(),
+                kernel: kernel(pid),
+                active: newest.end == now,
             })
-            .collect();
-        found.sort_by_key(|f| f.pid);
-        found
-    }
-
-    /// Every JVM's totals since it was first read, with its comm.
-    pub fn totals(&self) -> impl Iterator<Item = (u32, &str, PauseTotals)> {
-        self.jvms.iter().map(|(pid, jvm)| (*pid, jvm.comm.as_str(), jvm.totals))
-    }
-}
-
-/// The pauses between readings `before` and `after`, or None if a counter went back.
-fn interval(before: &JvmCounters, after: &JvmCounters, start: Instant, end: Instant) -> Option<Interval> {
-    let stopped_ticks = after.safepoint_ticks.checked_sub(before.safepoint_ticks)?;
-    let safepoints = after.safepoints.checked_sub(before.safepoints)?;
-    if after.frequency != before.frequency {
-        return None;
-    }
-    let mut collections = Vec::new();
-    let mut longest_collection_ns = 0;
-    for (was, now) in before.collectors.iter().zip(&after.collectors) {
-        // Counted as a run begins, timed as it ends: a run that spans a reading shows in both.
-        let count = now.invocations.checked_sub(was.invocations)?;
-        let ns = after.ns(now.time_ticks.checked_sub(was.time_ticks)?);
-        if count > 0 || ns > 0 {
-            collections.push(Collections { collector: now.name.clone(), count, ns });
-        }
-        if now.last_exit_ticks > was.last_exit_ticks && now.last_exit_ticks >= now.last_entry_ticks {
-            longest_collection_ns = longest_collection_ns.max(after.ns(now.last_exit_ticks - now.last_entry_ticks));
-        }
-    }
-    let stopped_ns = after.ns(stopped_ticks);
-    // A safepoint is counted when it begins and timed when it ends: one that spans a reading is
-    // counted in one interval and timed in the next, hence at least one.
-    let mean_ns = stopped_ns / safepoints.max(1);
-    Some(Interval {
-        start,
-        end,
-        stopped_ns,
-        safepoints,
-        longest_ns: mean_ns.max(longest_collection_ns).min(stopped_ns),
-        collections,
-    })
+        })
+        .collect();
+    found.sort_by_key(|f| f.pid);
+    found
 }
 
 impl PausedJvm {
@@ -246,10 +152,53 @@ impl PausedJvm {
     }
 }
 
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// The finding of a paused JVM, with its evidence.
+pub(crate) fn finding(found: &PausedJvm, config: &JvmPauseConfig) -> Finding {
+    let collections = found.collections.iter().map(|c| v1::GcCollections {
+        collector: c.collector.clone(),
+        count: c.count,
+        seconds: secs(c.ns),
+    });
+    let evidence = v1::JvmPause {
+        source: "hsperfdata".into(),
+        threshold_seconds: config.threshold.as_secs_f64(),
+        window_seconds: found.window.as_secs_f64(),
+        long_pauses: found.long_pauses,
+        longest_pause_seconds: secs(found.longest_ns),
+        stopped_seconds: secs(found.stopped_ns),
+        stopped_share: found.stopped_ns as f64 / found.window.as_nanos().max(1) as f64,
+        safepoints: found.safepoints,
+        collections: collections.collect(),
+        last_gc_cause: found.last_cause.clone(),
+        kernel: v1::PauseReleases {
+            vm_thread_releases: found.kernel.releases,
+            most_threads_released_together: found.kernel.most_threads_released,
+        },
+        requests: None,
+        refusals: None,
+    };
+    Finding {
+        pid: found.pid,
+        comm: found.comm.clone(),
+        subject: found.comm.clone(),
+        summary: found.summary(config),
+        evidence: v1::Evidence::JvmPause(evidence),
+        active: found.active,
+        held_for: std::time::Duration::ZERO,
+        stack_id: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
-    use crate::host::hsperfdata::counters::CollectorCounters;
+    use crate::state::jvm_pauses::{CollectorCounters, JvmCounters};
 
     const MS: u64 = 1_000_000;
 
@@ -303,7 +252,9 @@ mod tests {
 
     impl Run {
         fn new() -> Self {
-            let mut run = Run { t0: Instant::now(), jvm: Fake::new(), pauses: JvmPauses::default() };
+            let config = JvmPauseConfig::default();
+            let pauses = JvmPauses::new(config.threshold, config.window);
+            let mut run = Run { t0: Instant::now(), jvm: Fake::new(), pauses };
             run.pauses.record(7, "java", run.jvm.counters.clone(), run.t0);
             run
         }
@@ -315,7 +266,7 @@ mod tests {
         /// Reads JVM 7 at second `s`; what is found then.
         fn read(&mut self, s: u64) -> Vec<PausedJvm> {
             self.pauses.record(7, "java", self.jvm.counters.clone(), self.at(s));
-            self.pauses.paused(self.at(s), |_| KernelView::default())
+            paused(&self.pauses, &JvmPauseConfig::default(), self.at(s), |_| KernelView::default())
         }
     }
 
@@ -335,7 +286,7 @@ mod tests {
             active,
             [None, Some(true), Some(false), Some(true), Some(false), Some(true), Some(false), Some(true)]
         );
-        let found = &run.pauses.paused(run.at(8), |_| KernelView::default())[0];
+        let found = &paused(&run.pauses, &JvmPauseConfig::default(), run.at(8), |_| KernelView::default())[0];
         assert_eq!(found.long_pauses, 4);
         // Two safepoints in each pausing second: 262 ms over 2 is 131, the full GC 240: at least 240.
         assert_eq!(found.longest_ns, 240 * MS);

@@ -41,9 +41,19 @@ use std::{
 
 use gateway_observer_common::reason;
 
-use super::timed_waits::TimedWaits;
-use crate::state::history::{History, WindowDelta};
-use crate::{events::Block, reason::reason_label};
+pub use crate::state::thread_memory::RequestPressure;
+use crate::state::{
+    history::{History, WindowDelta},
+    thread_memory::ThreadsNow,
+    timed_waits::{self, TimedWaits},
+};
+use crate::{
+    api::v1,
+    clock::Tick,
+    detect::{Config, finding::Finding},
+    events::Block,
+    reason::reason_label,
+};
 
 /// Off-CPU reasons that mean a pool thread is occupied by work.
 const POOL_BLOCKING_REASONS: [u32; 6] =
@@ -135,7 +145,7 @@ struct GroupTotals {
     recent: Period,
     last: Period,
     /// How the group's timed waits ended lately.
-    timed_waits: super::timed_waits::Outcomes,
+    timed_waits: timed_waits::Outcomes,
 }
 
 /// A group's thread time over one stretch: its threads' summed lengths and off-CPU time by reason.
@@ -203,26 +213,66 @@ impl WaitsAsWork {
     }
 }
 
-/// The request side of [`SleepSignals`], as the collector gathers it.
-#[derive(Debug, Default, Clone)]
-pub struct RequestPressure {
-    /// Per process, inbound requests in flight for `sleep_pressure_age` or more.
-    pub waiting: HashMap<u32, usize>,
-    /// The same per thread that read them.
-    pub held: HashMap<u32, usize>,
-    /// Per process, requests that waited unread in its sockets lately.
-    pub queued: HashMap<u32, usize>,
-    /// `waiting` and `held` counting only requests in flight for all of `confirm`: a share
-    /// reached with these dates the saturation back over the whole stretch.
-    pub waiting_all_along: HashMap<u32, usize>,
-    pub held_all_along: HashMap<u32, usize>,
-}
-
 /// What tells sleeping or waiting in work from idling, besides the threads' own time.
 pub struct SleepSignals<'a> {
     pub requests: &'a RequestPressure,
     /// How each thread's timed waits ended lately.
     pub timed_waits: &'a TimedWaits,
+}
+
+/// `PoolSaturated` findings now: thread groups (event loops left out) nearly all busy or blocked
+/// in work over `confirm`, or growing fast.
+pub fn detect(state: &ThreadsNow, config: &Config, tick: Tick) -> Vec<Finding> {
+    let memory = state.memory;
+    let signals = SleepSignals { requests: state.requests, timed_waits: &memory.timed_waits };
+    let found = saturated_pools(
+        &memory.history,
+        state.blocks,
+        tick.at,
+        tick.mono_ns,
+        &config.pool,
+        &config.event_loop,
+        &signals,
+    );
+    found.iter().map(finding).collect()
+}
+
+/// The finding of a saturated pool, with its evidence; the tick adds where its threads wait.
+pub(crate) fn finding(found: &SaturatedPool) -> Finding {
+    let hot_futexes = found
+        .hot_futexes
+        .iter()
+        .map(|(addr, waiters)| v1::HotFutex { word: crate::opaque::futex_word(*addr), waiters: *waiters });
+    let evidence = v1::PoolSaturated {
+        thread_group: found.group.clone(),
+        threads: found.threads,
+        created_in_window: found.created_in_window,
+        window_seconds: found.window.as_secs_f64(),
+        busy_share: found.busy_share,
+        blocked_share: found.blocked_share,
+        runqueue_share: found.runqueue_share,
+        idle_share: found.idle_share,
+        blocked_seconds_by_reason: found.blocked_by_reason.iter().map(|(reason, s)| ((*reason).into(), *s)).collect(),
+        hot_futexes: hot_futexes.collect(),
+        cpu_cores: found.cpu_cores,
+        waiting_requests: found.waiting_requests,
+        held_requests: found.held_requests,
+        queued_requests: found.queued_requests,
+        refusals: None,
+        waiting_at: None,
+        java_stack_unavailable: None,
+        requests: None,
+    };
+    Finding {
+        pid: found.pid,
+        comm: found.comm.clone(),
+        subject: found.group.clone(),
+        summary: found.summary(),
+        evidence: v1::Evidence::PoolSaturated(evidence),
+        active: found.active,
+        held_for: found.saturated_for,
+        stack_id: None,
+    }
 }
 
 /// Saturated pools now. `now_mono_ns` is CLOCK_MONOTONIC, the clock of `blocks`.

@@ -12,10 +12,7 @@ use std::time::Duration;
 pub use crate::state::request_queues::{ListenerFacts, QueueFacts};
 use crate::{
     api::v1,
-    detect::{
-        evidence::{self, Evidence},
-        finding::{AlertKind, Finding},
-    },
+    detect::finding::{AlertKind, Finding},
 };
 
 #[derive(Debug, Clone)]
@@ -112,7 +109,7 @@ fn finding(facts: &QueueFacts, likely_causes: Vec<String>, config: &QueueingConf
         comm: facts.comm.clone(),
         subject: "inbound".to_owned(),
         summary,
-        evidence: Evidence::RequestQueueing(evidence::RequestQueueing {
+        evidence: v1::Evidence::RequestQueueing(v1::RequestQueueing {
             threshold_seconds: config.threshold.as_secs_f64(),
             window_seconds: secs(facts.window_ns),
             waiting_now: facts.waiting(),
@@ -129,6 +126,7 @@ fn finding(facts: &QueueFacts, likely_causes: Vec<String>, config: &QueueingConf
         // holds a burst which ended (a warm-up) is not a queue.
         active: facts.waiting() > 0 || facts.delayed_last_tick > 0,
         held_for: std::time::Duration::ZERO,
+        stack_id: None,
     }
 }
 
@@ -159,8 +157,8 @@ mod tests {
         request_queueing(&[facts], &[], &QueueingConfig::default())
     }
 
-    fn evidence(f: &Finding) -> &evidence::RequestQueueing {
-        let Evidence::RequestQueueing(evidence) = &f.evidence else { panic!("{f:?}") };
+    fn evidence(f: &Finding) -> &v1::RequestQueueing {
+        let v1::Evidence::RequestQueueing(evidence) = &f.evidence else { panic!("{f:?}") };
         evidence
     }
 

@@ -35,11 +35,11 @@ use std::{collections::BTreeSet, time::Duration};
 
 use serde::Deserialize;
 
-use crate::detect::{
-    evidence::{self, Evidence},
-    finding::{AlertKind, Finding},
-};
 pub use crate::state::requests::stalled::{StallFacts, WaitingRequest};
+use crate::{
+    api::v1,
+    detect::finding::{AlertKind, Finding},
+};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -141,7 +141,7 @@ fn finding(facts: &StallFacts, other_alerts: Vec<String>, config: &StalledConfig
         comm: facts.comm.clone(),
         subject: "inbound".to_owned(),
         summary,
-        evidence: Evidence::RequestsStalled(evidence::RequestsStalled {
+        evidence: v1::Evidence::RequestsStalled(v1::RequestsStalled {
             waiting: held.len(),
             oldest_waiting_seconds: secs(oldest),
             age_threshold_seconds: config.age.as_secs_f64(),
@@ -158,6 +158,7 @@ fn finding(facts: &StallFacts, other_alerts: Vec<String>, config: &StalledConfig
         // Waiting requests and their ages are facts of now.
         active: true,
         held_for: std::time::Duration::ZERO,
+        stack_id: None,
     }
 }
 

@@ -29,19 +29,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use gateway_observer_common::reason;
-
-use super::event_loop::EventLoopConfig;
 use crate::events::Block;
-use crate::state::history::{History, ThreadInfo};
+use crate::state::{
+    history::ThreadInfo,
+    loop_baselines::{LoopBaselines, woken_by_sibling_loop},
+};
 
-/// Ticks idling in poll without untimed waits that make a thread a poll-only loop.
-const POLL_ONLY_TICKS: u32 = 3;
-/// A tick counts when at least this share of it was idle in poll...
-const POLL_ONLY_MIN_POLL_SHARE: f64 = 0.10;
-/// ...and at most this share in untimed futex waits (a JVM safepoint parks a running Java thread
-/// for well under a millisecond).
-const POLL_ONLY_MAX_UNTIMED_SHARE: f64 = 0.02;
 /// Threads the VM thread released within this long of each other were stopped by one pause.
 const PAUSE_RELEASE_SPREAD_NS: u64 = 2_000_000;
 
@@ -54,70 +47,6 @@ pub enum UntimedWait {
     Blocking,
     /// Stopped with the rest of its process (a JVM safepoint or GC).
     Pause,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Baseline {
-    poll_only_ticks: u32,
-    parks_for_work: bool,
-}
-
-/// What the detectors learn about each event loop's idling, tick after tick.
-#[derive(Debug, Default)]
-pub struct LoopBaselines {
-    threads: HashMap<u32, Baseline>,
-    /// (tgid, thread group) of loops seen parking for work.
-    groups_parking: HashSet<(u32, String)>,
-    /// Blocks up to this timestamp were learned from.
-    learned_until_ns: u64,
-}
-
-impl LoopBaselines {
-    /// Learns from the last tick of every event loop and from the blocks not seen yet.
-    pub fn learn(&mut self, history: &History, blocks: &[Block], now: std::time::Instant, config: &EventLoopConfig) {
-        let loops: HashMap<u32, &ThreadInfo> =
-            super::event_loop::event_loops(history, now, config).map(|t| (t.tid, t)).collect();
-        for &tid in loops.keys() {
-            let Some(last) = history.last_delta(tid) else { continue };
-            if last.share(&[reason::POLL]) >= POLL_ONLY_MIN_POLL_SHARE
-                && last.share(&[reason::FUTEX]) <= POLL_ONLY_MAX_UNTIMED_SHARE
-            {
-                let baseline = self.threads.entry(tid).or_default();
-                baseline.poll_only_ticks = baseline.poll_only_ticks.saturating_add(1);
-            }
-        }
-        let mut newest = self.learned_until_ns;
-        for block in blocks.iter().filter(|b| b.timestamp_ns > self.learned_until_ns && b.reason == reason::FUTEX) {
-            newest = newest.max(block.timestamp_ns);
-            if let Some(thread) = loops.get(&block.tid)
-                && woken_by_sibling_loop(thread, block.waker_tid, &loops)
-            {
-                self.threads.entry(block.tid).or_default().parks_for_work = true;
-                self.groups_parking.insert((thread.tgid, thread.group.clone()));
-            }
-        }
-        self.learned_until_ns = newest;
-    }
-
-    /// Whether the thread's untimed waits too short to be reported one by one count as blocking.
-    pub fn short_waits_block(&self, tid: u32) -> bool {
-        self.threads.get(&tid).is_some_and(|b| !b.parks_for_work && b.poll_only_ticks >= POLL_ONLY_TICKS)
-    }
-
-    /// Whether loops of this thread's group have been seen parking for work.
-    pub fn group_parks_for_work(&self, thread: &ThreadInfo) -> bool {
-        self.groups_parking.contains(&(thread.tgid, thread.group.clone()))
-    }
-
-    pub fn forget(&mut self, tid: u32) {
-        self.threads.remove(&tid);
-        crate::heap::shrink_sparse_map(&mut self.threads);
-    }
-
-    /// Keeps only the groups of processes still followed.
-    pub fn retain_processes(&mut self, alive: impl Fn(u32) -> bool) {
-        self.groups_parking.retain(|(tgid, _)| alive(*tgid));
-    }
 }
 
 /// What a long untimed wait of `thread`, an event loop, was; `loops` are the event loops now and
@@ -142,10 +71,6 @@ pub fn classify<'a>(
     } else {
         UntimedWait::Blocking
     }
-}
-
-fn woken_by_sibling_loop(thread: &ThreadInfo, waker: u32, loops: &HashMap<u32, &ThreadInfo>) -> bool {
-    loops.get(&waker).is_some_and(|w| w.tid != thread.tid && w.tgid == thread.tgid && w.group == thread.group)
 }
 
 /// HotSpot's thread that runs every safepoint and stop-the-world collection: what it wakes was
@@ -272,25 +197,13 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
+    use crate::{detect::event_loop::EventLoopConfig, state::history::History};
 
     fn info(tid: u32, name: &str) -> ThreadInfo {
         ThreadInfo::new(tid, 100, "java".into(), name.into())
     }
 
-    fn untimed(tid: u32, waker: u32, at_ns: u64) -> Block {
-        Block {
-            tid,
-            tgid: 100,
-            reason: reason::FUTEX,
-            syscall_nr: Some(202),
-            waker_tid: waker,
-            wait_ns: 50_000_000,
-            runqueue_ns: 0,
-            futex_uaddr: 0x10,
-            timestamp_ns: at_ns,
-            stack_id: None,
-        }
-    }
+    use crate::state::loop_baselines::tests::untimed;
 
     /// An untimed wait of `tid` from `start_ms` to `end_ms`, ended by `waker`.
     fn wait(tid: u32, waker: u32, start_ms: u64, end_ms: u64) -> Block {
@@ -332,12 +245,11 @@ mod tests {
             _ => None,
         };
         // A loop seen idling in poll alone for a few ticks: a sibling's wake is blocking it.
-        baselines.threads.entry(1).or_default().poll_only_ticks = POLL_ONLY_TICKS;
+        baselines.seen_polling_alone(1);
         let before = classify(&threads[0], &untimed(1, 77, 5), &loops, &HashSet::new(), &baselines, name_of);
         assert_eq!(before, UntimedWait::Blocking);
         // What `learn` records once a sibling loop woke thread 1.
-        baselines.threads.entry(1).or_default().parks_for_work = true;
-        baselines.groups_parking.insert((100, "go-gateway".into()));
+        baselines.seen_parking_for_work(&threads[0]);
         let after = classify(&threads[0], &untimed(1, 77, 5), &loops, &HashSet::new(), &baselines, name_of);
         assert_eq!(after, UntimedWait::Idle);
         let other = classify(&threads[0], &untimed(1, 78, 5), &loops, &HashSet::new(), &baselines, name_of);
@@ -439,7 +351,7 @@ mod tests {
         let loops = loops(&threads);
         let mut baselines = LoopBaselines::default();
         for t in 1..=4 {
-            baselines.threads.entry(t).or_default().poll_only_ticks = POLL_ONLY_TICKS;
+            baselines.seen_polling_alone(t);
         }
         let released: Vec<Block> = (1..=4u32).map(|tid| untimed(tid, 7, 100 * ms + u64::from(tid) * 100_000)).collect();
         let name_of = |_: u32, tid: u32| threads.iter().find(|t| t.tid == tid).map(|t| t.name.as_str());
@@ -451,30 +363,9 @@ mod tests {
         }
         // Learning from them marks no loop, and no group, as parking for work.
         let history = History::new(Duration::from_secs(60));
-        baselines.learn(&history, &released, Instant::now(), &EventLoopConfig::default());
-        assert!(baselines.groups_parking.is_empty());
-    }
-
-    #[test]
-    fn short_waits_block_only_in_a_loop_seen_idling_in_poll_alone() {
         let config = EventLoopConfig::default();
-        let t0 = Instant::now();
-        let mut history = History::new(Duration::from_secs(60));
-        let mut baselines = LoopBaselines::default();
-        let mut totals = [0u64; reason::COUNT as usize];
-        for s in 0..=4u64 {
-            totals[reason::POLL as usize] += 600_000_000;
-            history.record(t0 + Duration::from_secs(s), info(1, "nioEventLoopGro"), totals);
-            history.record(t0 + Duration::from_secs(s), info(2, "tokio-runtime-w"), totals);
-            history.record(t0 + Duration::from_secs(s), info(3, "tokio-runtime-w"), totals);
-            baselines.learn(&history, &[], t0 + Duration::from_secs(s), &config);
-        }
-        assert!(baselines.short_waits_block(1), "idled in poll alone for four ticks");
-        // A worker handed work by a sibling parks for work: its short waits are idling too.
-        baselines.learn(&history, &[untimed(2, 3, 10)], t0 + Duration::from_secs(4), &config);
-        assert!(!baselines.short_waits_block(2));
-        assert!(baselines.short_waits_block(3));
-        baselines.forget(3);
-        assert!(!baselines.short_waits_block(3));
+        let loops_now = crate::detect::event_loop::event_loops(&history, Instant::now(), &config).map(|t| (t.tid, t));
+        baselines.learn(&history, &loops_now.collect(), &released);
+        assert!(!baselines.knows_a_group_parking());
     }
 }

@@ -14,11 +14,8 @@
 
 use std::time::Duration;
 
-use crate::detect::{
-    evidence::{self, Evidence},
-    finding::Finding,
-};
 use crate::state::requests::flows::PeerFacts;
+use crate::{api::v1, detect::finding::Finding};
 
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
@@ -74,14 +71,14 @@ fn gone_silent_for(facts: &PeerFacts, config: &UpstreamConfig) -> Option<u64> {
 
 /// Other peers of the same process and whether each answers: one bad upstream is told apart from
 /// a gateway that is down (then every peer is silent).
-fn other_peers(facts: &PeerFacts, all: &[PeerFacts], config: &UpstreamConfig) -> Vec<evidence::OtherPeer> {
+fn other_peers(facts: &PeerFacts, all: &[PeerFacts], config: &UpstreamConfig) -> Vec<v1::OtherPeer> {
     all.iter()
         .filter(|o| o.pid == facts.pid && o.peer != facts.peer)
         .map(|o| {
             let stuck = o.oldest_age_ns.is_some_and(|age| age >= no_response_threshold_ns(o, config))
                 || gone_silent_for(o, config).is_some();
             let healthy = o.answered_recently > 0 && !stuck;
-            evidence::OtherPeer { peer: o.peer.clone(), answered_recently: o.answered_recently, healthy }
+            v1::OtherPeer { peer: o.peer.clone(), answered_recently: o.answered_recently, healthy }
         })
         .collect()
 }
@@ -110,7 +107,7 @@ pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<F
                 comm: facts.comm.clone(),
                 subject: facts.peer.clone(),
                 summary,
-                evidence: Evidence::UpstreamNoResponse(evidence::UpstreamNoResponse {
+                evidence: v1::Evidence::UpstreamNoResponse(v1::UpstreamNoResponse {
                     peer: facts.peer.clone(),
                     outstanding: facts.outstanding,
                     oldest_age_seconds: secs(oldest),
@@ -131,6 +128,7 @@ pub fn upstream_no_response(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<F
                 // Outstanding requests and their age are facts of now.
                 active: true,
                 held_for: std::time::Duration::ZERO,
+                stack_id: None,
             })
         })
         .collect()
@@ -152,7 +150,7 @@ pub fn one_way_stall(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<Finding>
                 facts.stall_retransmits,
                 facts.unacked_bytes
             ),
-            evidence: Evidence::OneWayStall(evidence::OneWayStall {
+            evidence: v1::Evidence::OneWayStall(v1::OneWayStall {
                 peer: facts.peer.clone(),
                 one_way_flows: facts.one_way_flows,
                 stalled_seconds: secs(facts.longest_one_way_ns),
@@ -166,6 +164,7 @@ pub fn one_way_stall(all: &[PeerFacts], config: &UpstreamConfig) -> Vec<Finding>
             // The stalled flows are those of now.
             active: true,
             held_for: std::time::Duration::ZERO,
+            stack_id: None,
         })
         .collect()
 }

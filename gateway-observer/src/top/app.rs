@@ -342,7 +342,7 @@ mod tests {
 
     fn alert(pid: u32, kind: &str, subject: &str, state: &str) -> Alert {
         Alert {
-            kind: kind.into(),
+            evidence: crate::api::v1::AlertEvidence::from_wire(kind.into(), serde_json::Value::Null),
             subject: subject.into(),
             state: state.into(),
             process: AlertProcess { pid, comm: "gw".into() },

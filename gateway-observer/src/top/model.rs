@@ -1,13 +1,13 @@
 //! What `top` reads from the daemon: the API's own types ([`crate::api::v1`]), which take an
 //! absent value as unknown ("-") and ignore fields they do not know, so an older or a newer
-//! daemon still renders; and the evidence of an alert as `key: value` lines, read through the
-//! daemon's own evidence types.
+//! daemon still renders; and the evidence of an alert, typed by its kind on the wire
+//! ([`AlertEvidence`]), as `key: value` lines.
 
 pub use crate::api::v1::{
-    Alert, AlertProcess, Alerts, Breakdown, EventLoop, InFlight, Listener, Process, SlowRequest, Snapshot, ThreadGroup,
-    Upstream, UpstreamCall, WaitingGroup, Window,
+    Alert, AlertEvidence, AlertProcess, Alerts, Breakdown, EventLoop, InFlight, Listener, Process, SlowRequest,
+    Snapshot, ThreadGroup, Upstream, UpstreamCall, WaitingGroup, Window,
 };
-use crate::detect::evidence::{Evidence, OneWayStall, UpstreamNoResponse};
+use crate::api::v1::{Evidence, OneWayStall, UpstreamNoResponse};
 use serde::Deserialize;
 
 /// One refresh: what the daemon said at one instant.
@@ -39,18 +39,19 @@ impl Data {
 }
 
 /// Evidence as `key: value` lines. The keys that say most about an alert come first, read through
-/// its kind's type ([`Evidence::from_json`]): a blocked loop's reason and stack, a pool's
+/// its kind's type ([`AlertEvidence::typed`]): a blocked loop's reason and stack, a pool's
 /// `waiting_at`, a peer. The rest follow in name order, flattened from the JSON so that keys of a
 /// newer daemon show too: nested objects as dotted keys, arrays of scalars on one line, arrays of
 /// strings (stacks) one element per line, indented. Evidence this build cannot type (an unknown
 /// kind, an older daemon's) shows every key in name order.
-pub fn evidence_lines(kind: &str, evidence: &serde_json::Value) -> Vec<(String, String)> {
+pub fn evidence_lines(evidence: &AlertEvidence) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    let Some(map) = evidence.as_object() else {
-        flatten("evidence", evidence, &mut out);
+    let json = evidence.to_json();
+    let Some(map) = json.as_object() else {
+        flatten("evidence", &json, &mut out);
         return out;
     };
-    let shown = Evidence::from_json(kind, evidence).map_or(&[][..], |typed| headline(&typed, &mut out));
+    let shown = evidence.typed().map_or(&[][..], |typed| headline(&typed, &mut out));
     for (key, value) in map.iter().filter(|(k, _)| !shown.contains(&k.as_str())) {
         flatten(key, value, &mut out);
     }
@@ -169,7 +170,7 @@ mod tests {
         assert_eq!((p.pid, p.comm.as_str(), p.inbound.per_second), (7, "nginx", Some(3.5)));
         assert_eq!(p.inbound.p99_seconds, None);
         assert_eq!(p.in_flight, None);
-        assert_eq!(data.alerts[0].kind, "PoolSaturated");
+        assert_eq!(data.alerts[0].kind(), "PoolSaturated");
         assert_eq!(data.snapshot.version, None);
     }
 
@@ -205,7 +206,7 @@ mod tests {
                 {"threads": 10, "frames": ["futex_wait+0x1 (libc.so.6)"]},
             ],
         });
-        let lines = evidence_lines("PoolSaturated", &evidence);
+        let lines = evidence_lines(&AlertEvidence::from_wire("PoolSaturated".into(), evidence));
         assert_eq!(
             shown(&lines),
             vec![
@@ -226,7 +227,7 @@ mod tests {
             "blocked_seconds_by_reason": {"socket": 1.35}, "stack": ["recv+0x64 (libc.so.6)", "main"],
             "hot": [1, 2],
         });
-        let lines = evidence_lines("NewKind", &evidence);
+        let lines = evidence_lines(&AlertEvidence::from_wire("NewKind".into(), evidence));
         assert_eq!(lines[0], ("blocked_seconds_by_reason.socket".to_owned(), "1.35".to_owned()), "name order");
         let find = |k: &str| lines.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
         assert_eq!(find("reason"), Some("socket"));
@@ -270,7 +271,7 @@ mod tests {
         ];
         for (name, first) in cases {
             let kind = name.split(' ').next().unwrap_or_default();
-            let lines = evidence_lines(kind, &golden(name));
+            let lines = evidence_lines(&AlertEvidence::from_wire(kind.into(), golden(name)));
             assert_eq!(shown(&lines)[..first.len()], *first, "{name}");
             // The headline (all but the last line) is not repeated among the rest.
             for (key, _) in first[..first.len() - 1].iter().filter(|(k, _)| !k.is_empty()) {
@@ -286,6 +287,6 @@ mod tests {
         let data = Data::parse(&read("blocked_snapshot.json"), &read("blocked_alerts.json")).expect("parses");
         assert_eq!(data.snapshot.processes[0].comm, "reference-gatew");
         assert!(data.snapshot.event_loops.iter().any(|l| l.thread == "gw-worker-0"));
-        assert!(data.alerts.iter().any(|a| a.kind == "EventLoopBlocked" && a.subject == "gw-worker-0"));
+        assert!(data.alerts.iter().any(|a| a.kind() == "EventLoopBlocked" && a.subject == "gw-worker-0"));
     }
 }

@@ -71,7 +71,7 @@ pub fn text(data: &Data) -> String {
                 out,
                 "{:<8} {:<18} {:<16} {:<24} {:<8}  {}",
                 a.state,
-                a.kind,
+                a.kind(),
                 a.subject,
                 process,
                 clock(a.since.as_deref()),

@@ -186,11 +186,11 @@ impl App {
             .data
             .alerts
             .iter()
-            .filter(|a| self.matches(&[&a.kind, &a.subject, &a.summary, &a.process.comm, &a.state]))
+            .filter(|a| self.matches(&[a.kind(), &a.subject, &a.summary, &a.process.comm, &a.state]))
             .collect();
         match self.sort_key(Screen::Alerts) {
             "since" => rows.sort_by(|a, b| b.since.cmp(&a.since)),
-            "kind" => rows.sort_by(|a, b| a.kind.cmp(&b.kind).then(a.subject.cmp(&b.subject))),
+            "kind" => rows.sort_by(|a, b| a.kind().cmp(b.kind()).then(a.subject.cmp(&b.subject))),
             _ => rows.sort_by(|a, b| a.state_rank().cmp(&b.state_rank()).then(b.since.cmp(&a.since))),
         }
         rows

@@ -44,7 +44,7 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
         .map(|a| {
             Row::new(vec![
                 Cell::from(a.state.clone()).style(alert_state_style(&a.state)),
-                Cell::from(a.kind.clone()),
+                Cell::from(a.kind().to_owned()),
                 Cell::from(a.subject.clone()),
                 Cell::from(format!("{} ({})", a.process.comm, a.process.pid)),
                 Cell::from(clock(a.since.as_deref())),
@@ -71,7 +71,7 @@ fn draw_evidence(frame: &mut Frame, alert: &Alert, area: Rect) {
     let bold = Style::new().add_modifier(Modifier::BOLD);
     let mut lines = vec![Line::from(vec![
         Span::styled(format!("{} ", alert.state), alert_state_style(&alert.state)),
-        Span::styled(format!("{} {}: ", alert.kind, alert.subject), bold),
+        Span::styled(format!("{} {}: ", alert.kind(), alert.subject), bold),
         Span::raw(alert.summary.clone()),
     ])];
     let times = match alert.resolved_at.as_deref() {
@@ -79,7 +79,7 @@ fn draw_evidence(frame: &mut Frame, alert: &Alert, area: Rect) {
         None => format!("since {} UTC", clock(alert.since.as_deref())),
     };
     lines.push(Line::styled(times, Style::new().add_modifier(Modifier::DIM)));
-    for (key, value) in evidence_lines(&alert.kind, &alert.evidence) {
+    for (key, value) in evidence_lines(&alert.evidence) {
         lines.push(if key.is_empty() {
             Line::raw(format!("    {value}"))
         } else if value.is_empty() {

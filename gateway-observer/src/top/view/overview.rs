@@ -110,7 +110,7 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
         let lines: Vec<Line<'_>> = open
             .iter()
             .map(|a| {
-                let head = format!("{:<8} {} {} ", a.state, a.kind, a.subject);
+                let head = format!("{:<8} {} {} ", a.state, a.kind(), a.subject);
                 let rest = format!("{} · {}", a.process.comm, a.summary);
                 Line::from(vec![
                     Span::styled(fit(&head, width), alert_state_style(&a.state)),
@@ -145,7 +145,7 @@ fn draw_busiest_loops(frame: &mut Frame, app: &App, area: Rect) {
                 .filter(|a| a.is_open() && a.process.pid == l.pid && a.subject == l.thread)
                 .min_by_key(|a| a.state_rank());
             let (text, style) = alert.map_or((String::new(), Style::new()), |a| {
-                (format!("{} ({})", a.kind, a.state), alert_state_style(&a.state))
+                (format!("{} ({})", a.kind(), a.state), alert_state_style(&a.state))
             });
             Row::new(vec![
                 Cell::from(l.thread.clone()),

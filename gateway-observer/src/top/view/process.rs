@@ -79,7 +79,7 @@ pub fn draw(frame: &mut Frame, app: &App, area: Rect) {
                     .filter(|a| a.is_open() && a.process.pid == l.pid && a.subject == l.thread)
                     .min_by_key(|a| a.state_rank());
                 let (alert_text, alert_style) =
-                    alert.map_or((String::new(), Style::new()), |a| (a.kind.clone(), alert_state_style(&a.state)));
+                    alert.map_or((String::new(), Style::new()), |a| (a.kind().to_owned(), alert_state_style(&a.state)));
                 Row::new(vec![
                     Cell::from(l.thread.clone()),
                     Cell::from(l.tid.map_or_else(|| "-".into(), |t| t.to_string())),

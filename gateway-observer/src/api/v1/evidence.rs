@@ -1,9 +1,10 @@
-//! What each alert kind shows as evidence: one serde type per kind, built by its detector, with
-//! the parts the tick adds afterwards (stacks, Java frames, what clients went through) as optional
-//! fields the collector fills. Alerts keep the JSON object these serialize to ([`Evidence::to_json`]):
-//! its keys come out sorted, as before they were typed; `top`, the alert log and Alertmanager
-//! read them (`top` through these types again, [`Evidence::from_json`]), and `evidence_golden`
-//! holds every kind to its recorded shape, and to reading back as it was written.
+//! What each alert kind shows as evidence: one serde type per kind, built by its detector
+//! (`detect/`), with the parts the tick adds afterwards (stacks, Java frames, what clients went
+//! through) as optional fields the collector fills. On the wire an alert's evidence is an
+//! [`AlertEvidence`], tagged by the alert's `kind` key; its object is written through
+//! `serde_json::Value` ([`Evidence::to_json`]), so its keys come out sorted, as before they were
+//! typed. `top` reads alerts back through these types, and `evidence_golden` holds every kind to
+//! its recorded shape, and to reading back as it was written.
 //!
 //! Fields that are absent until the tick adds them skip serializing when `None`; fields every
 //! finding of the kind carries serialize as `null` when unknown.
@@ -11,12 +12,54 @@
 use std::{
     borrow::Cow,
     collections::{BTreeMap, BTreeSet},
+    fmt,
 };
 
 use serde::{Deserialize, Serialize};
 
-use super::finding::AlertKind;
 use crate::api::v1;
+
+/// The detector that raised an alert. Its name (the variant name) appears in ids, JSON and metric
+/// labels, so renaming a variant is an API change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum AlertKind {
+    EventLoopBlocked,
+    EventLoopBusy,
+    PoolSaturated,
+    UpstreamNoResponse,
+    OneWayStall,
+    RequestQueueing,
+    RequestsStalled,
+    JvmPause,
+}
+
+impl AlertKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EventLoopBlocked => "EventLoopBlocked",
+            Self::EventLoopBusy => "EventLoopBusy",
+            Self::PoolSaturated => "PoolSaturated",
+            Self::UpstreamNoResponse => "UpstreamNoResponse",
+            Self::OneWayStall => "OneWayStall",
+            Self::RequestQueueing => "RequestQueueing",
+            Self::RequestsStalled => "RequestsStalled",
+            Self::JvmPause => "JvmPause",
+        }
+    }
+
+    /// Kinds whose condition is itself a duration held, measured from the events (a request's
+    /// age, how long a flow has retransmitted into silence): the detector's threshold has
+    /// already shown it ongoing for that long, so they fire without a pending time of their own.
+    pub fn holds_its_own_duration(self) -> bool {
+        matches!(self, Self::UpstreamNoResponse | Self::OneWayStall)
+    }
+}
+
+impl fmt::Display for AlertKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One finding's evidence, by alert kind; serialized as the kind's object alone.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -117,6 +160,61 @@ impl Evidence {
         };
         *slot = Some(requests);
         *refusals = Some(refused);
+    }
+}
+
+/// An alert's evidence on the wire, tagged by the alert's kind: written as the alert's `kind` and
+/// `evidence` keys. Typed when this build knows the kind and the object reads back whole as its
+/// type; kept as sent otherwise, so that a reader shows, and writes back, what a daemon older or
+/// newer than itself sent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AlertEvidence {
+    Typed(Box<Evidence>),
+    /// A kind this build does not know, or an object its kind's type does not hold whole.
+    Untyped {
+        kind: String,
+        evidence: serde_json::Value,
+    },
+}
+
+impl Default for AlertEvidence {
+    fn default() -> Self {
+        Self::Untyped { kind: String::new(), evidence: serde_json::Value::Null }
+    }
+}
+
+impl AlertEvidence {
+    /// Evidence as read from the wire: typed only if the type gives the object back unchanged.
+    pub fn from_wire(kind: String, evidence: serde_json::Value) -> Self {
+        match Evidence::from_json(&kind, &evidence) {
+            Some(typed) if typed.to_json() == evidence => Self::Typed(Box::new(typed)),
+            _ => Self::Untyped { kind, evidence },
+        }
+    }
+
+    /// The alert's kind, as written in its `kind` key.
+    pub fn kind(&self) -> &str {
+        match self {
+            Self::Typed(evidence) => evidence.kind().as_str(),
+            Self::Untyped { kind, .. } => kind,
+        }
+    }
+
+    /// The `evidence` object as written.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Self::Typed(evidence) => evidence.to_json(),
+            Self::Untyped { evidence, .. } => evidence.clone(),
+        }
+    }
+
+    /// The evidence as its kind's type, where it reads as one: also when it holds keys the type
+    /// does not know (a newer daemon's), which [`Self::to_json`] still shows.
+    pub fn typed(&self) -> Option<Cow<'_, Evidence>> {
+        match self {
+            Self::Typed(evidence) => Some(Cow::Borrowed(&**evidence)),
+            Self::Untyped { kind, evidence } => Evidence::from_json(kind, evidence).map(Cow::Owned),
+        }
     }
 }
 

@@ -1,0 +1,160 @@
+//! What is learned about each event loop's idling, tick after tick, for `detect::untimed` to tell
+//! an untimed futex wait that blocks a loop from one that is how its runtime idles: whether a loop
+//! has been seen idling in poll alone for a few ticks (a poll-only loop: its short untimed waits
+//! block it), and whether a sibling loop has handed it work from a parked wait (it parks for work,
+//! and so does its thread group). The collector updates it in its state phase, before the
+//! detectors run; the detectors only read it.
+
+use std::collections::{HashMap, HashSet};
+
+use gateway_observer_common::reason;
+
+use crate::events::Block;
+use crate::state::history::{History, ThreadInfo};
+
+/// Ticks idling in poll without untimed waits that make a thread a poll-only loop.
+const POLL_ONLY_TICKS: u32 = 3;
+/// A tick counts when at least this share of it was idle in poll...
+const POLL_ONLY_MIN_POLL_SHARE: f64 = 0.10;
+/// ...and at most this share in untimed futex waits (a JVM safepoint parks a running Java thread
+/// for well under a millisecond).
+const POLL_ONLY_MAX_UNTIMED_SHARE: f64 = 0.02;
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Baseline {
+    poll_only_ticks: u32,
+    parks_for_work: bool,
+}
+
+/// What is learned about each event loop's idling, tick after tick.
+#[derive(Debug, Default)]
+pub struct LoopBaselines {
+    threads: HashMap<u32, Baseline>,
+    /// (tgid, thread group) of loops seen parking for work.
+    groups_parking: HashSet<(u32, String)>,
+    /// Blocks up to this timestamp were learned from.
+    learned_until_ns: u64,
+}
+
+impl LoopBaselines {
+    /// Learns from the last tick of every event loop (`loops`, the event loops now, by tid) and
+    /// from the blocks not seen yet.
+    pub fn learn(&mut self, history: &History, loops: &HashMap<u32, &ThreadInfo>, blocks: &[Block]) {
+        for &tid in loops.keys() {
+            let Some(last) = history.last_delta(tid) else { continue };
+            if last.share(&[reason::POLL]) >= POLL_ONLY_MIN_POLL_SHARE
+                && last.share(&[reason::FUTEX]) <= POLL_ONLY_MAX_UNTIMED_SHARE
+            {
+                let baseline = self.threads.entry(tid).or_default();
+                baseline.poll_only_ticks = baseline.poll_only_ticks.saturating_add(1);
+            }
+        }
+        let mut newest = self.learned_until_ns;
+        for block in blocks.iter().filter(|b| b.timestamp_ns > self.learned_until_ns && b.reason == reason::FUTEX) {
+            newest = newest.max(block.timestamp_ns);
+            if let Some(thread) = loops.get(&block.tid)
+                && woken_by_sibling_loop(thread, block.waker_tid, loops)
+            {
+                self.threads.entry(block.tid).or_default().parks_for_work = true;
+                self.groups_parking.insert((thread.tgid, thread.group.clone()));
+            }
+        }
+        self.learned_until_ns = newest;
+    }
+
+    /// Whether the thread's untimed waits too short to be reported one by one count as blocking.
+    pub fn short_waits_block(&self, tid: u32) -> bool {
+        self.threads.get(&tid).is_some_and(|b| !b.parks_for_work && b.poll_only_ticks >= POLL_ONLY_TICKS)
+    }
+
+    /// Whether loops of this thread's group have been seen parking for work.
+    pub fn group_parks_for_work(&self, thread: &ThreadInfo) -> bool {
+        self.groups_parking.contains(&(thread.tgid, thread.group.clone()))
+    }
+
+    pub fn forget(&mut self, tid: u32) {
+        self.threads.remove(&tid);
+        crate::heap::shrink_sparse_map(&mut self.threads);
+    }
+
+    /// Keeps only the groups of processes still followed.
+    pub fn retain_processes(&mut self, alive: impl Fn(u32) -> bool) {
+        self.groups_parking.retain(|(tgid, _)| alive(*tgid));
+    }
+
+    /// As if `tid` had been seen idling in poll alone for enough ticks.
+    #[cfg(test)]
+    pub(crate) fn seen_polling_alone(&mut self, tid: u32) {
+        self.threads.entry(tid).or_default().poll_only_ticks = POLL_ONLY_TICKS;
+    }
+
+    /// What `learn` records once a sibling loop woke `thread`.
+    #[cfg(test)]
+    pub(crate) fn seen_parking_for_work(&mut self, thread: &ThreadInfo) {
+        self.threads.entry(thread.tid).or_default().parks_for_work = true;
+        self.groups_parking.insert((thread.tgid, thread.group.clone()));
+    }
+
+    #[cfg(test)]
+    pub(crate) fn knows_a_group_parking(&self) -> bool {
+        !self.groups_parking.is_empty()
+    }
+}
+
+/// Whether `waker` is another event loop (among `loops`) of `thread`'s process and thread group:
+/// one loop handing another work.
+pub fn woken_by_sibling_loop(thread: &ThreadInfo, waker: u32, loops: &HashMap<u32, &ThreadInfo>) -> bool {
+    loops.get(&waker).is_some_and(|w| w.tid != thread.tid && w.tgid == thread.tgid && w.group == thread.group)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn info(tid: u32, name: &str) -> ThreadInfo {
+        ThreadInfo::new(tid, 100, "java".into(), name.into())
+    }
+
+    /// A 50 ms untimed futex wait of `tid` (process 100) ended by `waker` at `at_ns`.
+    pub(crate) fn untimed(tid: u32, waker: u32, at_ns: u64) -> Block {
+        Block {
+            tid,
+            tgid: 100,
+            reason: reason::FUTEX,
+            syscall_nr: Some(202),
+            waker_tid: waker,
+            wait_ns: 50_000_000,
+            runqueue_ns: 0,
+            futex_uaddr: 0x10,
+            timestamp_ns: at_ns,
+            stack_id: None,
+        }
+    }
+
+    #[test]
+    fn short_waits_block_only_in_a_loop_seen_idling_in_poll_alone() {
+        let t0 = Instant::now();
+        let mut history = History::new(Duration::from_secs(60));
+        let mut baselines = LoopBaselines::default();
+        let mut totals = [0u64; reason::COUNT as usize];
+        let threads = [info(1, "nioEventLoopGro"), info(2, "tokio-runtime-w"), info(3, "tokio-runtime-w")];
+        // All three idle in poll: the event loops.
+        let loops: HashMap<u32, &ThreadInfo> = threads.iter().map(|t| (t.tid, t)).collect();
+        for s in 0..=4u64 {
+            totals[reason::POLL as usize] += 600_000_000;
+            for thread in &threads {
+                history.record(t0 + Duration::from_secs(s), thread.clone(), totals);
+            }
+            baselines.learn(&history, &loops, &[]);
+        }
+        assert!(baselines.short_waits_block(1), "idled in poll alone for four ticks");
+        // A worker handed work by a sibling parks for work: its short waits are idling too.
+        baselines.learn(&history, &loops, &[untimed(2, 3, 10)]);
+        assert!(!baselines.short_waits_block(2));
+        assert!(baselines.short_waits_block(3));
+        baselines.forget(3);
+        assert!(!baselines.short_waits_block(3));
+    }
+}
