@@ -166,6 +166,8 @@ fn emit_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk: u6
     state.data_fd = fd;
     state.data_queued_ns = state.tls_queued_ns;
     state.data_sock_lost = lost;
+    // Plaintext is never a TLS record to silence the connection on.
+    state.data_first = 0;
     emit_data(state, tid, len, now_ns());
     state.data_shape = data_shape::NONE;
     state.data_sk = 0;
