@@ -121,10 +121,11 @@ fn tls_call_returns(ctx: &RetProbeContext) {
         return;
     }
     state.tls_shape = data_shape::NONE;
-    // Both forms return an int: the bytes moved, or (`_ex`) 1 for success.
+    // Both forms return an int: the bytes moved, or (`_ex`, and the internal function both
+    // wrappers call) > 0 for success.
     let ret = ctx.ret::<u64>() as i32;
     let len = if state.tls_len_out != 0 {
-        if ret == 1 { read_user::<u64>(state.tls_len_out) } else { 0 }
+        if ret > 0 { read_user::<u64>(state.tls_len_out) } else { 0 }
     } else if ret > 0 {
         ret as u64
     } else {
