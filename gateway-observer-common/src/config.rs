@@ -49,7 +49,10 @@ pub struct ProbeConfig {
     /// between kernel versions).
     pub iter_type_ubuf: u8,
     pub iter_type_iovec: u8,
-    pub _pad: [u8; 2],
+    /// 1 when nothing decrypts TLS (TLS plaintext off): a connection whose first bytes are a TLS
+    /// record has that record reported, so userspace counts it, and none of its ciphertext after.
+    pub silence_tls: u8,
+    pub _pad: u8,
     /// The budgets a child process the kernel starts following begins with (`TargetInfo`).
     pub thread_quota: u32,
     pub socket_quota: u32,

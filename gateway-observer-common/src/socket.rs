@@ -22,7 +22,8 @@ pub struct SockState {
     /// 1 once a TLS library call of a target moved bytes on it: its ciphertext is never reported
     /// (the plaintext is, from the library's hooks).
     pub tls: u32,
-    pub _pad: u32,
+    /// 1 once a transfer on it was seen: the first one's bytes say whether it speaks TLS.
+    pub data_seen: u32,
 }
 const _: () = assert!(size_of::<SockState>() == 40);
 

@@ -75,7 +75,8 @@ pub struct ThreadState {
     pub tls_shape: u8,
     /// `SockState::lost` of the transfer's socket, read when the transfer was seen.
     pub data_sock_lost: u32,
-    pub _reserved: u32,
+    /// 1 when the transfer is the first seen on its socket (`SockState::data_seen` was 0).
+    pub data_first: u32,
     /// Waiting time of timed futex waits that ended by their timeout, and of those woken.
     pub futex_timeout_ns: u64,
     pub futex_woken_ns: u64,
@@ -133,7 +134,7 @@ impl Default for ThreadState {
             tls_depth: 0,
             tls_shape: 0,
             data_sock_lost: 0,
-            _reserved: 0,
+            data_first: 0,
             futex_timeout_ns: 0,
             futex_woken_ns: 0,
             futex_sleep_uaddr: 0,

@@ -46,7 +46,8 @@ static PROBE_CONFIG: ProbeConfig = ProbeConfig {
     msg_iter_segs_offset: 0,
     iter_type_ubuf: 0,
     iter_type_iovec: 0,
-    _pad: [0; 2],
+    silence_tls: 0,
+    _pad: 0,
     thread_quota: 0,
     socket_quota: 0,
 };

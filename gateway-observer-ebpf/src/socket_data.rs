@@ -182,6 +182,10 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
                 sock.tgid = tgid;
             }
             state.data_sock_lost = sock.lost;
+            state.data_first = u32::from(sock.data_seen == 0);
+            if state.data_first != 0 {
+                sock.data_seen = 1;
+            }
             if state.tls_depth != 0 {
                 sock.tls = 1;
             } else if sock.tls != 0 {
@@ -197,16 +201,37 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
                 return;
             }
             let tls = u32::from(state.tls_depth != 0);
-            let sock = SockState { tgid, role: conn_role::UNKNOWN, tls, ..SockState::default() };
+            let sock = SockState { tgid, role: conn_role::UNKNOWN, tls, data_seen: 1, ..SockState::default() };
             if SOCKS.insert(&key, &sock, 0).is_err() {
                 count_drop(drop_index::SOCKS_FULL);
                 return;
             }
             emit_conn(event_kind::SOCKET_OPEN, sk, tgid, conn_role::UNKNOWN);
             state.data_sock_lost = 0;
+            state.data_first = 1;
         }
     }
     state.data_sk = key;
+}
+
+/// The first bytes of a connection are a TLS record (handshake, or application data of one
+/// first seen mid-way): the same test as userspace's.
+#[inline(always)]
+fn starts_tls_record(head: &[u8]) -> bool {
+    matches!(head, [0x16 | 0x17, 0x03, 0x00..=0x04, ..])
+}
+
+/// A TLS connection nothing will decrypt: its first record (just reserved) tells userspace, and
+/// no ciphertext of it is reported after (userspace would only drop it).
+#[inline(always)]
+fn silence_if_undecrypted(key: u64) {
+    if config().silence_tls == 0 {
+        return;
+    }
+    if let Some(sock) = SOCKS.get_ptr_mut(&key) {
+        // SAFETY: a map value pointer, valid for this program run.
+        unsafe { (*sock).tls = 1 };
+    }
 }
 
 /// The bytes that made a followed socket unread were read.
@@ -409,6 +434,9 @@ pub fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
             copied = head_len as u16;
         }
         (*event).head_len = copied;
+        if state.data_first != 0 && copied >= 3 && starts_tls_record(&(*event).head) {
+            silence_if_undecrypted(state.data_sk);
+        }
         let mut tail_copied = 0u16;
         if tail_len > 0
             && tail_len <= DATA_TAIL_BYTES as u32

@@ -121,10 +121,11 @@ fn tls_call_returns(ctx: &RetProbeContext) {
         return;
     }
     state.tls_shape = data_shape::NONE;
-    // Both forms return an int: the bytes moved, or (`_ex`) 1 for success.
+    // Both forms return an int: the bytes moved, or (`_ex`, and the internal function both
+    // wrappers call) > 0 for success.
     let ret = ctx.ret::<u64>() as i32;
     let len = if state.tls_len_out != 0 {
-        if ret == 1 { read_user::<u64>(state.tls_len_out) } else { 0 }
+        if ret > 0 { read_user::<u64>(state.tls_len_out) } else { 0 }
     } else if ret > 0 {
         ret as u64
     } else {
@@ -166,6 +167,8 @@ fn emit_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk: u6
     state.data_fd = fd;
     state.data_queued_ns = state.tls_queued_ns;
     state.data_sock_lost = lost;
+    // Plaintext is never a TLS record to silence the connection on.
+    state.data_first = 0;
     emit_data(state, tid, len, now_ns());
     state.data_shape = data_shape::NONE;
     state.data_sk = 0;

@@ -124,6 +124,8 @@ pub fn run(opts: &Options) -> Result<()> {
 pub(crate) struct Proxies {
     pub(crate) gateway: (u32, u16),
     pub(crate) nginx: (u32, u16),
+    /// The upstream nginx's port, for another proxy put in front of it.
+    pub(crate) upstream_port: u16,
 }
 
 /// Writes the configs into `dir`, starts the upstream nginx, the proxy nginx and
@@ -150,22 +152,7 @@ pub(crate) fn start_proxies(dir: &Path, gateway_bin: &Path, workers: usize, proc
             dir,
             "proxy",
             workers,
-            &format!(
-                r#"upstream backend {{ server 127.0.0.1:{up_port}; keepalive 64; keepalive_requests 10000000; }}
-    server {{
-        listen 127.0.0.1:{nginx_port} backlog=1024;
-        keepalive_requests 10000000;
-        location / {{
-            proxy_pass http://backend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-            proxy_set_header X-Request-Id $request_id;
-            proxy_connect_timeout 2s;
-            proxy_read_timeout 30s;
-        }}
-    }}"#
-            ),
+            &proxy_http_block(&format!("listen 127.0.0.1:{nginx_port} backlog=1024;"), up_port),
         ),
     )?;
     let gw_conf = dir.join("gateway.toml");
@@ -179,17 +166,7 @@ pub(crate) fn start_proxies(dir: &Path, gateway_bin: &Path, workers: usize, proc
 
     let mut nginx_pid = 0;
     for (name, conf) in [("upstream nginx", &up_conf), ("proxy nginx", &proxy_conf)] {
-        nginx_pid = procs.spawn(
-            name,
-            Command::new("nginx")
-                .arg("-p")
-                .arg(dir)
-                .arg("-c")
-                .arg(conf)
-                .args(["-g", "daemon off;"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit()),
-        )?;
+        nginx_pid = spawn_nginx(procs, name, dir, conf)?;
     }
     let gw_pid = procs.spawn(
         "reference-gateway",
@@ -198,7 +175,7 @@ pub(crate) fn start_proxies(dir: &Path, gateway_bin: &Path, workers: usize, proc
     for (name, port) in [("upstream nginx", up_port), ("proxy nginx", nginx_port), ("reference-gateway", gw_port)] {
         wait_ready(name, port, procs)?;
     }
-    Ok(Proxies { gateway: (gw_pid, gw_port), nginx: (nginx_pid, nginx_port) })
+    Ok(Proxies { gateway: (gw_pid, gw_port), nginx: (nginx_pid, nginx_port), upstream_port: up_port })
 }
 
 fn bench(opts: &Options, gateway_bin: &Path, dir: &Path) -> Result<()> {
@@ -232,6 +209,42 @@ fn bench(opts: &Options, gateway_bin: &Path, dir: &Path) -> Result<()> {
     println!("throughput ratio (gateway/nginx, >= 1.0 is the goal): {:.3}", g_rps / n_rps);
     println!("p99 ratio        (gateway/nginx, <= 1.0 is the goal): {:.3}", g_p99 / n_p99);
     Ok(())
+}
+
+/// nginx's `http` block for a keep-alive reverse proxy to the upstream on `up_port`, its server
+/// listening as `listen` says (a whole `listen ...;` directive, plus any server-level lines).
+pub(crate) fn proxy_http_block(listen: &str, up_port: u16) -> String {
+    format!(
+        r#"upstream backend {{ server 127.0.0.1:{up_port}; keepalive 64; keepalive_requests 10000000; }}
+    server {{
+        {listen}
+        keepalive_requests 10000000;
+        location / {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Request-Id $request_id;
+            proxy_connect_timeout 2s;
+            proxy_read_timeout 30s;
+        }}
+    }}"#
+    )
+}
+
+/// Starts `nginx -p DIR -c CONF` in the foreground into `procs`: its pid.
+pub(crate) fn spawn_nginx(procs: &mut Procs, name: &str, dir: &Path, conf: &Path) -> Result<u32> {
+    procs.spawn(
+        name,
+        Command::new("nginx")
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(conf)
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit()),
+    )
 }
 
 pub(crate) fn nginx_conf(dir: &Path, name: &str, workers: usize, http_body: &str) -> String {

@@ -12,6 +12,22 @@ pub(crate) fn cpu_seconds(pid: u32) -> Result<f64> {
     Ok((field(11)? + field(12)?) / ticks) // utime, stime: fields 14 and 15, counted from state (3)
 }
 
+/// utime + stime of a process and its children (nginx's master and workers), in seconds: the
+/// processes found now, so a child that exited in between loses its time (bench gateways keep
+/// their workers for the whole run).
+pub(crate) fn family_cpu_seconds(pid: u32) -> Result<f64> {
+    let mut total = cpu_seconds(pid)?;
+    for entry in std::fs::read_dir("/proc").context("failed to list /proc")? {
+        let Some(child) = entry.ok().and_then(|e| e.file_name().to_str()?.parse::<u32>().ok()) else { continue };
+        // A process gone between the listing and the read is no child of ours to count.
+        let Ok(fields) = stat_fields(child) else { continue };
+        if fields.get(1).and_then(|ppid| ppid.parse::<u32>().ok()) == Some(pid) {
+            total += cpu_seconds(child).unwrap_or(0.0);
+        }
+    }
+    Ok(total)
+}
+
 /// /proc/PID/stat after the command name (which may hold spaces): field 3 (state) first.
 fn stat_fields(pid: u32) -> Result<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -40,6 +56,28 @@ mod tests {
         let fields = stat_fields(std::process::id()).unwrap();
         assert_eq!(fields[1].parse::<u32>().unwrap(), std::os::unix::process::parent_id());
         assert!(cpu_seconds(std::process::id()).unwrap() >= 0.0);
+    }
+
+    #[test]
+    fn a_family_counts_its_children() {
+        // A child that spins ~200 ms of CPU: its parent's family has at least that much more.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 5"])
+            .spawn()
+            .unwrap();
+        let me = std::process::id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut family = 0.0;
+        while std::time::Instant::now() < deadline {
+            family = family_cpu_seconds(me).unwrap() - cpu_seconds(me).unwrap();
+            if family >= 0.1 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(family >= 0.1, "children's CPU {family} s");
     }
 
     #[test]

@@ -24,13 +24,18 @@ pub(crate) struct WrkResult {
 }
 
 pub(crate) fn run(spec: WrkSpec, port: u16) -> Result<WrkResult> {
+    run_url(spec, &format!("http://127.0.0.1:{port}/"))
+}
+
+/// wrk against `url` (`https://` for TLS: wrk links OpenSSL).
+pub(crate) fn run_url(spec: WrkSpec, url: &str) -> Result<WrkResult> {
     let out = Command::new("wrk")
         .args([
             format!("-t{}", spec.threads),
             format!("-c{}", spec.connections),
             format!("-d{}s", spec.seconds),
             "--latency".to_owned(),
-            format!("http://127.0.0.1:{port}/"),
+            url.to_owned(),
         ])
         .output()
         .context("failed to run wrk (apt-get install -y wrk)")?;

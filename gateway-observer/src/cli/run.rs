@@ -190,6 +190,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         max_threads: config.max_threads,
         busy_iteration: config.busy_iteration,
         quotas: Quotas { threads: config.thread_quota(), connections: config.connection_quota() },
+        tls_plaintext: config.tls_plaintext,
     })
     .context("failed to load the eBPF programs (run `gateway-observer check`)")?;
     let attached = probes.attach_all().context("failed to attach the probes (run `gateway-observer check`)")?;

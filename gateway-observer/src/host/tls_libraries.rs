@@ -118,8 +118,15 @@ pub fn open_libraries(pid: u32, paths: Vec<String>) -> (Vec<Library>, Vec<(Strin
     (opened, failed)
 }
 
-/// The file offsets of the hooked calls a file exports, from its dynamic symbols.
+/// Where to hook the calls a file exports: their file offsets, from its dynamic symbols, with
+/// the read and write wrappers replaced by the function they forward to where they visibly do
+/// (`forwarded_calls`: a uprobe there costs a seventh as much).
 pub fn entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryError> {
+    Ok(crate::host::forwarded_calls::prefer_forwarded(file, exported_entries(file)?))
+}
+
+/// The file offsets of the hooked calls a file exports, from its dynamic symbols.
+pub fn exported_entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryError> {
     let names: Vec<&str> = OPENSSL_CALLS.iter().map(|(name, _)| *name).collect();
     let mut found: Entries = dynamic_symbols::find(file, &names, MAX_SYMBOL_BYTES)?
         .into_iter()
@@ -172,14 +179,16 @@ mod tests {
             return;
         };
         let bytes = std::fs::read(path).expect("read libssl");
-        let found = entries(bytes.as_slice()).expect("entries");
+        let found = exported_entries(bytes.as_slice()).expect("entries");
         let names: BTreeSet<_> = found.iter().map(|(n, _, _)| *n).collect();
         assert_eq!(names, OPENSSL_CALLS.iter().map(|(n, _)| *n).collect());
         for (name, _, offset) in &found {
             assert!((*offset as usize) < bytes.len(), "{name} at {offset:#x} is past the file's end");
         }
-        let from_file = entries(&std::fs::File::open(path).expect("open libssl")).expect("entries from the file");
-        assert_eq!(from_file, found);
+        let file = std::fs::File::open(path).expect("open libssl");
+        assert_eq!(exported_entries(&file).expect("entries from the file"), found);
+        // Hooked where a uprobe is cheap (`forwarded_calls`), the same from bytes as from the file.
+        assert_eq!(entries(&file).expect("entries"), entries(bytes.as_slice()).expect("entries"));
     }
 
     /// A file read through positioned reads, counting the bytes asked for.
@@ -205,7 +214,7 @@ mod tests {
             return;
         };
         let counted = Counted(&node, Cell::new(0));
-        let found = entries(&counted).expect("node's SSL calls");
+        let found = exported_entries(&counted).expect("node's SSL calls");
         let names: BTreeSet<_> = found.iter().map(|(n, _, _)| *n).collect();
         assert_eq!(names, OPENSSL_CALLS.iter().map(|(n, _)| *n).collect());
         let size = node.size().expect("size");

@@ -59,6 +59,10 @@ pub struct ProbeSettings {
     pub busy_iteration: Duration,
     /// Thread slots and connections one target may hold.
     pub quotas: Quotas,
+    /// TLS plaintext is read from uprobes: the kernel then keeps reporting TLS connections'
+    /// ciphertext (a memory-BIO session is tied to its connection through it); otherwise only
+    /// their first record.
+    pub tls_plaintext: bool,
 }
 
 impl Default for ProbeSettings {
@@ -68,6 +72,7 @@ impl Default for ProbeSettings {
             max_threads: MAX_THREADS,
             busy_iteration: Duration::from_millis(100),
             quotas: Quotas { threads: MAX_THREADS / 4, connections: gateway_observer_common::MAX_SOCKETS / 4 },
+            tls_plaintext: false,
         }
     }
 }
@@ -140,7 +145,8 @@ impl Probes {
             msg_iter_segs_offset: offsets.msg_iter_segs,
             iter_type_ubuf: offsets.iter_type_ubuf,
             iter_type_iovec: offsets.iter_type_iovec,
-            _pad: [0; 2],
+            silence_tls: u8::from(!settings.tls_plaintext),
+            _pad: 0,
             thread_quota: settings.quotas.threads,
             socket_quota: settings.quotas.connections,
         };

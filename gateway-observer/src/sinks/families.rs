@@ -370,6 +370,13 @@ pub const HTTP2_GOAWAYS: Family = Family {
     labels: &["process"],
 };
 
+pub const TLS_CIPHERTEXT_RECORDS: Family = Family {
+    name: "gateway_observer_tls_ciphertext_records",
+    kind: Kind::Counter,
+    help: "Socket data records of TLS ciphertext the daemon received and set aside. Without --tls-plaintext the kernel sends only each TLS connection's first (which tells it is TLS).",
+    labels: &[],
+};
+
 pub const TLS_CONNECTIONS_UNPARSED: Family = Family {
     name: "gateway_observer_tls_connections_unparsed",
     kind: Kind::Counter,

@@ -88,6 +88,9 @@ pub fn render_requests(tracker: &RequestTracker, e: &mut Exposition, now_ns: u64
     let name = &families::HTTP_UNATTRIBUTED_RECORDS;
     e.family(name);
     e.sample(name, &[], tracker.counts.unattributed_records as f64);
+    let name = &families::TLS_CIPHERTEXT_RECORDS;
+    e.family(name);
+    e.sample(name, &[], tracker.counts.tls_ciphertext_records as f64);
 }
 
 /// Gauges per (process name, port), summed over processes of one name (the same gateway in

@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result, bail};
 
 use super::Binaries;
 use super::measure::{self, Scrape};
-use crate::bench_gateway::{Procs, free_port, nginx_conf};
+use crate::bench_gateway::{Procs, free_port, nginx_conf, spawn_nginx};
 use crate::demo::net::{read_response, request, wait_http_200};
 
 /// The second gateway's comm (a symlink's name: the kernel names a process after the file it ran).
@@ -50,17 +50,7 @@ impl Fleet {
             format!("server {{ listen 127.0.0.1:{port} backlog=4096; location / {{ return 200 \"ok\\n\"; }} }}")
         });
         std::fs::write(&upstream_conf, nginx_conf(dir, "upstream", 1, &servers.join("\n    ")))?;
-        procs.spawn(
-            "upstream nginx",
-            Command::new("nginx")
-                .arg("-p")
-                .arg(dir)
-                .arg("-c")
-                .arg(&upstream_conf)
-                .args(["-g", "daemon off;"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit()),
-        )?;
+        spawn_nginx(&mut procs, "upstream nginx", dir, &upstream_conf)?;
         let gateway_conf = dir.join("gateway.toml");
         std::fs::write(&gateway_conf, gateway_toml(gateway_port, up)?)?;
         let churn_conf = dir.join("churn-gateway.toml");

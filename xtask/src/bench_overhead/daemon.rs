@@ -43,6 +43,11 @@ impl Daemon {
     /// Starts `gateway-observer run --target pid=<target>` and waits until it is ready and settled.
     /// `label` names its log file in `dir`; the log's tail goes into any error.
     pub(super) fn start(observer: &Path, target: u32, dir: &Path, label: &str) -> Result<Daemon> {
+        Self::start_with(observer, target, dir, label, &[])
+    }
+
+    /// [`Daemon::start`] with more options of `run` (`--tls-plaintext`).
+    pub(super) fn start_with(observer: &Path, target: u32, dir: &Path, label: &str, args: &[&str]) -> Result<Daemon> {
         let port = free_port()?;
         let log_path = dir.join(format!("observer-{label}.log"));
         let log =
@@ -52,6 +57,7 @@ impl Daemon {
             "gateway-observer",
             Command::new(observer)
                 .args(["run", "--target", &format!("pid={target}"), "--listen", &format!("127.0.0.1:{port}")])
+                .args(args)
                 .stdout(Stdio::null()) // alert lines
                 .stderr(log),
         )?;

@@ -82,6 +82,9 @@ pub struct TrackerCounts {
     pub abandoned_after_loss: u64,
     /// TLS plaintext keyed by its session that no followed connection could be tied to.
     pub tls_unresolved: u64,
+    /// Records of TLS ciphertext received and set aside: with TLS plaintext off, the kernel
+    /// reports only each connection's first.
+    pub tls_ciphertext_records: u64,
 }
 
 #[derive(Default)]
@@ -331,6 +334,7 @@ impl RequestTracker {
             conn.plaintext = true;
         } else if conn.tls || (first && starts_tls_record(data.head)) {
             conn.tls = true;
+            self.counts.tls_ciphertext_records += 1;
             // Its plaintext, if any, comes keyed by its session, after the ciphertext it decrypts.
             if data.read {
                 self.tls_sessions.ciphertext_read(data.tid, data.sk, data.queued_since_ns);

@@ -413,6 +413,7 @@ fn tls_nobody_decrypts_is_counted_as_tls_not_as_garbage() {
     tracker.handle(close(1, 3 * MS));
     assert_eq!(tracker.tls_unparsed.values().copied().collect::<Vec<_>>(), vec![1]);
     assert!(tracker.non_http_bytes.is_empty(), "{:?}", tracker.non_http_bytes);
+    assert_eq!(tracker.counts.tls_ciphertext_records, 2, "both records set aside, and counted");
 }
 
 /// Node.js's way: ciphertext read and written on the socket outside the TLS library, plaintext
