@@ -3,6 +3,7 @@
 //! kernel maps (`probes/`) and the stack readers (`stacks/`, `symbolize`, `jvm_attach/`).
 
 pub mod dynamic_symbols;
+pub mod go_tls;
 pub mod hsperfdata;
 pub mod privileges;
 pub mod procfs;
