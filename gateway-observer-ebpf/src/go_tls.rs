@@ -1,6 +1,7 @@
-//! TLS plaintext of Go programs (`crypto/tls`), from uprobes at the entry of
-//! `(*Conn).Read`, `(*Conn).Write` and `handshakeContext` and at every RET instruction inside
-//! them (a program for each function's RETs, since `Read` and `Write` call the handshake first): a uretprobe rewrites the return address on the stack, which Go moves when it grows a
+//! TLS plaintext of Go programs (`crypto/tls`), from uprobes at the entry of `(*Conn).Read`,
+//! `(*Conn).Write`, `serverHandshake` and `clientHandshake` and at every RET inside them (one
+//! program for the data calls' RETs, one for the handshake's, which `Read` and `Write` may run
+//! first). A uretprobe rewrites the return address on the stack, which Go moves when it grows a
 //! goroutine's stack, so Go functions get none. Go's register ABI (1.17+, x86-64): the receiver
 //! in RAX, the slice's pointer and length in RBX and RCX; the count returned in RAX; the running
 //! goroutine (`g`) in R14 at all times.
@@ -61,9 +62,9 @@ pub fn go_tls_write_enter(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// func (c *Conn) handshakeContext(ctx context.Context) error: ciphertext only; names the socket.
-/// `Read` and `Write` call it first (it returns at once once the handshake is done): inside them
-/// it is part of their call.
+/// func (c *Conn) serverHandshake(ctx context.Context) error, and clientHandshake: ciphertext
+/// only; names the socket. `Read` and `Write` run the handshake when it was not run before: inside
+/// them it is part of their call.
 #[uprobe]
 pub fn go_tls_other_enter(ctx: ProbeContext) -> u32 {
     let (_, tgid) = current_ids();
@@ -83,7 +84,7 @@ pub fn go_tls_return(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// Every RET instruction of `handshakeContext`.
+/// Every RET instruction of the handshake functions.
 #[uprobe]
 pub fn go_tls_other_return(ctx: ProbeContext) -> u32 {
     go_call_returns(&ctx, true);
@@ -126,7 +127,7 @@ pub fn go_transfer(call: *mut GoTlsCall, sk: u64, queued_ns: u64) {
     }
 }
 
-/// A RET of a hooked function (`handshake`: of `handshakeContext`).
+/// A RET of a hooked function (`handshake`: of a handshake function).
 #[inline(always)]
 fn go_call_returns(ctx: &ProbeContext, handshake: bool) {
     let (tid, tgid) = current_ids();
@@ -137,7 +138,7 @@ fn go_call_returns(ctx: &ProbeContext, handshake: bool) {
         return;
     };
     if handshake && call.shape != data_shape::NONE {
-        // The handshake `Read` or `Write` began with: their call goes on.
+        // The handshake a `Read` or `Write` ran first: their call goes on.
         return;
     }
     let _ = GO_TLS_CALLS.remove(&key);

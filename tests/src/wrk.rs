@@ -13,7 +13,7 @@ use crate::observer::Observer;
 /// does not count and the gateway may still answer) stay under 0.1 % of the total.
 pub const UPSTREAM_DELAY: Duration = Duration::from_millis(2);
 const WRK_SECONDS: u64 = 8;
-const WRK_CONNECTIONS: usize = 16;
+pub const WRK_CONNECTIONS: usize = 16;
 
 pub struct WrkResult {
     pub requests: u64,

@@ -4,7 +4,8 @@
 //! every RET instruction inside them, and the call in progress is kept per goroutine (a goroutine
 //! that parks in `Read` resumes on any thread). A handler answering after 2 ms, under wrk over
 //! https: the observer's inbound count matches wrk's within 0.1 % (the requests wrk abandons at
-//! its end) and its p50 is within 10 % of wrk's; no plaintext is tied to no connection.
+//! its end) and its p50 is within 10 % of wrk's; plaintext tied to no connection only for the
+//! responses to those abandoned requests.
 
 use std::process::Command;
 
@@ -12,7 +13,7 @@ use tests::{
     free_port, privileged,
     runtimes::go_binary,
     tls::{assert_https_matches_wrk, certified_dir, hooked_https_server},
-    wrk::{UPSTREAM_DELAY, metric_sum},
+    wrk::{UPSTREAM_DELAY, WRK_CONNECTIONS, metric_sum},
 };
 
 #[test]
@@ -33,5 +34,10 @@ fn go_https_requests_match_wrk() {
         "the Go executable hooked"
     );
     let (_, unattributed) = assert_https_matches_wrk(&observer, port, "go-tls_server");
-    assert_eq!(unattributed, 0.0, "plaintext records tied to no connection");
+    // A response to a request wrk abandoned at its end (one per connection at most) may be written
+    // after the connection closed: its socket is no longer followed.
+    assert!(
+        unattributed <= WRK_CONNECTIONS as f64,
+        "{unattributed} plaintext records tied to no connection (more than wrk's {WRK_CONNECTIONS} connections)"
+    );
 }

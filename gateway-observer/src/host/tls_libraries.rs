@@ -38,7 +38,7 @@ pub enum TlsCall {
     WriteEx,
     /// Moves ciphertext only (the handshake, the shutdown alert): hidden, not reported.
     Other,
-    /// Go's `(*tls.Conn).Read`, `Write` and `handshakeContext` entries, and a RET instruction of
+    /// Go's `(*tls.Conn).Read`, `Write`, `serverHandshake` and `clientHandshake` entries, and a RET instruction of
     /// one of them: Go functions get no uretprobe, each return site its own uprobe.
     GoRead,
     GoWrite,
