@@ -56,5 +56,9 @@ pub struct ProbeConfig {
     /// The budgets a child process the kernel starts following begins with (`TargetInfo`).
     pub thread_quota: u32,
     pub socket_quota: u32,
+    /// pt_regs offset of the register Go's register ABI keeps the goroutine (`g`) in (x86-64:
+    /// r14; 0 where the kernel's pt_regs has none: Go TLS calls are hooked on x86-64 only).
+    pub regs_go_g_offset: u32,
+    pub _pad2: u32,
 }
-const _: () = assert!(size_of::<ProbeConfig>() == 128);
+const _: () = assert!(size_of::<ProbeConfig>() == 136);

@@ -50,6 +50,8 @@ static PROBE_CONFIG: ProbeConfig = ProbeConfig {
     _pad: 0,
     thread_quota: 0,
     socket_quota: 0,
+    regs_go_g_offset: 0,
+    _pad2: 0,
 };
 
 /// The loader patches `PROBE_CONFIG` after compilation, so the compiler must not fold its

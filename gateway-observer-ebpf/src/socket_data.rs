@@ -13,11 +13,12 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
 use gateway_observer_common::{
-    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, SOCKET_RINGBUF_BYTES, SockState, ThreadState,
-    conn_role, data_shape, drop_index, event_kind, syscall_class,
+    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, GoTlsCall, SOCKET_RINGBUF_BYTES, SockState,
+    ThreadState, conn_role, data_shape, drop_index, event_kind, syscall_class,
 };
 
 use crate::{
+    go_tls::{call_in_progress, go_transfer},
     loop_iterations::transfer_boundary,
     maps::{btf_field, config, count_drop, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
     sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, ring_share_left, socket_ring_unread},
@@ -96,10 +97,12 @@ fn start_transfer(state: &mut ThreadState, shape: u8, fd: u32, buf: u64, count: 
 fn tcp_call_returns(ctx: &FExitContext, recv: bool, flags: i32) {
     let (tid, tgid) = current_ids();
     let Some(state) = thread_state(tid) else { return };
-    stack_if_same_call(ctx, state, &Call::current());
+    let call = Call::current();
+    stack_if_same_call(ctx, state, &call);
     let ret = ctx.ret::<i64>().unwrap_or(0) as i32;
-    on_transfer(state, tgid, ctx.arg(0), ret, flags, recv);
-    finish_transfer(state, tid, ret);
+    let go = call_in_progress(tgid, &call);
+    on_transfer(state, tgid, ctx.arg(0), ret, flags, recv, go.is_some());
+    finish_transfer(state, tid, ret, go);
 }
 
 /// Readv/writev of more buffers than this are not looked into (UIO_MAXIOV is 1024).
@@ -133,14 +136,16 @@ fn socket_layer_transfer(ctx: &BtfTracePointContext, recv: bool) {
     let shape = call.packed_class() >> syscall_class::SHAPE_SHIFT;
     start_transfer(state, shape, call.arg0() as u32, call.arg(cfg.regs_arg1_offset), call.arg(cfg.regs_arg2_offset));
     let ret: i32 = ctx.arg(1);
-    on_transfer(state, tgid, ctx.arg(0), ret, ctx.arg(2), recv);
-    finish_transfer(state, tid, ret);
+    let go = call_in_progress(tgid, &call);
+    on_transfer(state, tgid, ctx.arg(0), ret, ctx.arg(2), recv, go.is_some());
+    finish_transfer(state, tid, ret, go);
 }
 
 /// A target thread in a data syscall moved bytes on socket `sk`: remember which socket, and for a
-/// read, since when its bytes were waiting.
+/// read, since when its bytes were waiting. `in_go_tls`: its goroutine is inside a Go TLS call.
 #[inline(always)]
-fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flags: i32, recv: bool) {
+fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flags: i32, recv: bool, in_go_tls: bool) {
+    let in_tls = state.tls_depth != 0 || in_go_tls;
     let key = sk as u64;
     if state.data_shape == data_shape::NONE || state.data_sk != 0 || data_shape::is_read(state.data_shape) != recv {
         // Not a transfer we report (splice, io_uring, a second socket in one call), but a read
@@ -186,7 +191,7 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             if state.data_first != 0 {
                 sock.data_seen = 1;
             }
-            if state.tls_depth != 0 {
+            if in_tls {
                 sock.tls = 1;
             } else if sock.tls != 0 {
                 // Ciphertext outside the hooked calls (an unhooked library function): never
@@ -200,7 +205,7 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             if !is_tcp(sk) || is_closed_or_listening(sk) || !take_socket_budget(tgid) {
                 return;
             }
-            let tls = u32::from(state.tls_depth != 0);
+            let tls = u32::from(in_tls);
             let sock = SockState { tgid, role: conn_role::UNKNOWN, tls, data_seen: 1, ..SockState::default() };
             if SOCKS.insert(&key, &sock, 0).is_err() {
                 count_drop(drop_index::SOCKS_FULL);
@@ -244,13 +249,15 @@ fn clear_unread(key: u64) {
 }
 
 /// The transfer is over: send on the bytes it moved on a followed socket. Moving bytes is also
-/// an event loop's iteration boundary.
+/// an event loop's iteration boundary. `go`: the Go TLS call its goroutine is inside.
 #[inline(always)]
-fn finish_transfer(state: &mut ThreadState, tid: u32, ret: i32) {
+fn finish_transfer(state: &mut ThreadState, tid: u32, ret: i32, go: Option<*mut GoTlsCall>) {
     if ret > 0 {
         let now = now_ns();
         if state.data_sk != 0 {
-            if state.tls_depth != 0 {
+            if let Some(call) = go {
+                go_transfer(call, state.data_sk, state.data_queued_ns);
+            } else if state.tls_depth != 0 {
                 // Ciphertext inside a TLS library call: its plaintext is sent when the call returns.
                 tls_transfer(state, state.data_sk, state.data_queued_ns);
             } else {

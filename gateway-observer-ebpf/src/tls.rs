@@ -110,12 +110,7 @@ fn tls_call_returns(ctx: &RetProbeContext) {
     }
     state.tls_depth -= 1;
     let key = TlsKey { ssl: state.tls_ssl, tgid, _pad: 0 };
-    if state.tls_sk != 0 {
-        // SAFETY: a map value read, copied at once.
-        if unsafe { TLS_SOCKS.get(&key) }.copied() != Some(state.tls_sk) {
-            let _ = TLS_SOCKS.insert(&key, &state.tls_sk, 0);
-        }
-    }
+    remember_socket(&key, state.tls_sk);
     let shape = state.tls_shape;
     if shape == data_shape::NONE {
         return;
@@ -134,14 +129,22 @@ fn tls_call_returns(ctx: &RetProbeContext) {
     if len == 0 {
         return;
     }
-    let sk = if state.tls_sk != 0 {
-        state.tls_sk
+    send_plaintext(state, tid, shape, len, state.tls_sk, &key);
+}
+
+/// Sends the `len` bytes of plaintext (`shape`) a call of session `key` moved: on `sk`, the socket
+/// its nested transfers used, or (0) the one the session used last, or keyed by the session when
+/// none is known.
+#[inline(always)]
+pub fn send_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk: u64, key: &TlsKey) {
+    let sk = if sk != 0 {
+        sk
     } else {
-        // SAFETY: as above.
-        match unsafe { TLS_SOCKS.get(&key) }.copied() {
+        // SAFETY: a map value read, copied at once.
+        match unsafe { TLS_SOCKS.get(key) }.copied() {
             Some(sk) => sk,
             None => {
-                // No socket known for this session: the `SSL *` stands for it.
+                // No socket known for this session: the `SSL *` (or `*tls.Conn`) stands for it.
                 emit_plaintext(state, tid, shape, len, key.ssl, DATA_FD_TLS_SESSION, 0);
                 return;
             }
@@ -154,6 +157,15 @@ fn tls_call_returns(ctx: &RetProbeContext) {
         return;
     };
     emit_plaintext(state, tid, shape, len, sk, DATA_FD_UNKNOWN, lost);
+}
+
+/// Notes `sk` (unless 0) as the socket session `key` last moved bytes on.
+#[inline(always)]
+pub fn remember_socket(key: &TlsKey, sk: u64) {
+    // SAFETY: a map value read, copied at once.
+    if sk != 0 && unsafe { TLS_SOCKS.get(key) }.copied() != Some(sk) {
+        let _ = TLS_SOCKS.insert(key, &sk, 0);
+    }
 }
 
 /// Sends the `len` bytes of plaintext (`shape`) the call moved as a `DataEvent` on `sk` (or, with

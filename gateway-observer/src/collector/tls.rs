@@ -51,7 +51,7 @@ impl TlsWatch {
         let Some(hooks) = &mut self.hooks else { return };
         let gone: Vec<u32> = hooks.pids().filter(|pid| !live.contains(pid)).collect();
         for pid in gone {
-            hooks.detach(pid);
+            hooks.detach(probes, pid);
             self.library_of.remove(&pid);
         }
         self.looked_at.retain(|pid, _| live.contains(pid));
@@ -97,8 +97,9 @@ impl TlsWatch {
                 Some(entries) => entries.clone(),
                 None => {
                     let parsed = tls_libraries::entries(&library.file);
+                    // A Go executable whose calls cannot be hooked (too old, stripped): said once.
                     if let Err(error) = &parsed
-                        && libssl
+                        && (libssl || matches!(error, tls_libraries::LibraryError::Go(_)))
                     {
                         self.fail(pid, &library.path, error);
                     }

@@ -1,14 +1,14 @@
-//! Where named functions begin in an ELF file, from its dynamic symbol table, without reading the
-//! file: the header, the section headers, `.dynsym` and its string table are read (positioned
-//! reads, each bounded), nothing else. Node.js links OpenSSL into a 100 MB executable whose
-//! exported symbols take 7 MB; reading the whole file per target would cost 100 MB of memory.
-//! Nothing here touches a kernel handle.
+//! Where named functions begin in an ELF file, from its dynamic symbol table (or, for Go's
+//! executables, its full `.symtab`), without reading the file: the header, the section headers,
+//! the symbol table and its string table are read (positioned reads, each bounded), nothing else.
+//! Node.js links OpenSSL into a 100 MB executable whose exported symbols take 7 MB; reading the
+//! whole file per target would cost 100 MB of memory. Nothing here touches a kernel handle.
 
 use std::{fs::File, io, ops::Range, os::unix::fs::FileExt};
 
 use object::{
     Endianness,
-    elf::{FileHeader32, FileHeader64, SHN_UNDEF, SHT_DYNSYM},
+    elf::{FileHeader32, FileHeader64, SHN_UNDEF, SHT_DYNSYM, SHT_SYMTAB},
     read::{
         ReadRef,
         elf::{FileHeader, SectionHeader as _, Sym as _},
@@ -60,23 +60,85 @@ pub enum SymbolsError {
     TooLarge { size: u64, cap: u64 },
 }
 
+/// A defined symbol found: its index in the names asked for, file offset and size in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    pub index: usize,
+    pub offset: u64,
+    pub size: u64,
+}
+
 /// The file offsets at which the defined dynamic symbols among `names` begin, as (index in
 /// `names`, offset), each name once. At most `cap` bytes of tables are read.
 pub fn find(source: &(impl Positioned + ?Sized), names: &[&str], cap: u64) -> Result<Vec<(usize, u64)>, SymbolsError> {
-    let mut ident = [0u8; 5];
-    source.read_exact_at(&mut ident, 0).map_err(|_| SymbolsError::Malformed("too short for an ELF header"))?;
-    if ident[4] == object::elf::ELFCLASS64 {
-        find_in::<FileHeader64<Endianness>>(source, names, cap)
-    } else {
-        find_in::<FileHeader32<Endianness>>(source, names, cap)
-    }
+    Ok(find_in_table(source, names, cap, SHT_DYNSYM)?.into_iter().map(|f| (f.index, f.offset)).collect())
 }
 
-fn find_in<Elf: FileHeader<Endian = Endianness>>(
+/// The defined symbols among `names` in the full symbol table (`.symtab`), with their sizes.
+pub fn find_static(source: &(impl Positioned + ?Sized), names: &[&str], cap: u64) -> Result<Vec<Found>, SymbolsError> {
+    find_in_table(source, names, cap, SHT_SYMTAB)
+}
+
+fn is_elf64(source: &(impl Positioned + ?Sized)) -> Result<bool, SymbolsError> {
+    let mut ident = [0u8; 5];
+    source.read_exact_at(&mut ident, 0).map_err(|_| SymbolsError::Malformed("too short for an ELF header"))?;
+    Ok(ident[4] == object::elf::ELFCLASS64)
+}
+
+fn find_in_table(
     source: &(impl Positioned + ?Sized),
     names: &[&str],
     cap: u64,
-) -> Result<Vec<(usize, u64)>, SymbolsError> {
+    table: u32,
+) -> Result<Vec<Found>, SymbolsError> {
+    if is_elf64(source)? {
+        find_in::<FileHeader64<Endianness>>(source, names, cap, table)
+    } else {
+        find_in::<FileHeader32<Endianness>>(source, names, cap, table)
+    }
+}
+
+/// The ELF machine (`EM_*`) of a file, and the file range of its section named `name`, if any.
+pub fn named_section(
+    source: &(impl Positioned + ?Sized),
+    name: &str,
+) -> Result<(u16, Option<Range<u64>>), SymbolsError> {
+    if is_elf64(source)? {
+        named_section_in::<FileHeader64<Endianness>>(source, name)
+    } else {
+        named_section_in::<FileHeader32<Endianness>>(source, name)
+    }
+}
+
+fn named_section_in<Elf: FileHeader<Endian = Endianness>>(
+    source: &(impl Positioned + ?Sized),
+    name: &str,
+) -> Result<(u16, Option<Range<u64>>), SymbolsError> {
+    let (pieces, endian) = section_headers::<Elf>(source)?;
+    let machine = Elf::parse(&pieces)?.e_machine(endian);
+    let names = {
+        let header = Elf::parse(&pieces)?;
+        let sections = header.section_headers(endian, &pieces)?;
+        let index = usize::from(header.e_shstrndx(endian));
+        let strings = sections.get(index).ok_or(SymbolsError::Malformed("no section names"))?;
+        span(strings, endian)
+    };
+    // Section names are short: their table is read whole, within the symbol cap's spirit.
+    if names.end - names.start > 1 << 20 {
+        return Err(SymbolsError::TooLarge { size: names.end - names.start, cap: 1 << 20 });
+    }
+    let mut pieces = pieces;
+    pieces.add(source, names)?;
+    let header = Elf::parse(&pieces)?;
+    let table = header.sections(endian, &pieces)?;
+    let found = table.section_by_name(endian, name.as_bytes()).map(|(_, section)| span(section, endian));
+    Ok((machine, found))
+}
+
+/// The ELF header and section headers of `source`, read.
+fn section_headers<Elf: FileHeader<Endian = Endianness>>(
+    source: &(impl Positioned + ?Sized),
+) -> Result<(Pieces, Endianness), SymbolsError> {
     let mut pieces = Pieces { size: source.size()?, pieces: Vec::new() };
     pieces.add(source, 0..size_of::<Elf>() as u64)?;
     let header = Elf::parse(&pieces)?;
@@ -87,12 +149,22 @@ fn find_in<Elf: FileHeader<Endian = Endianness>>(
     let count = u64::from(header.e_shnum(endian)).min(MAX_SECTIONS);
     let table_bytes = count * size_of::<Elf::SectionHeader>() as u64;
     pieces.add(source, shoff..shoff.saturating_add(table_bytes))?;
+    Ok((pieces, endian))
+}
+
+fn find_in<Elf: FileHeader<Endian = Endianness>>(
+    source: &(impl Positioned + ?Sized),
+    names: &[&str],
+    cap: u64,
+    table: u32,
+) -> Result<Vec<Found>, SymbolsError> {
+    let (mut pieces, endian) = section_headers::<Elf>(source)?;
     let (symbols, strings) = {
         let sections = Elf::parse(&pieces)?.section_headers(endian, &pieces)?;
-        let Some(dynsym) = sections.iter().find(|s| s.sh_type(endian) == SHT_DYNSYM) else { return Ok(Vec::new()) };
-        let strings = usize::try_from(dynsym.sh_link(endian)).ok().and_then(|link| sections.get(link));
+        let Some(symtab) = sections.iter().find(|s| s.sh_type(endian) == table) else { return Ok(Vec::new()) };
+        let strings = usize::try_from(symtab.sh_link(endian)).ok().and_then(|link| sections.get(link));
         let strings = strings.ok_or(SymbolsError::Malformed("dynamic symbols without a string table"))?;
-        (span(dynsym, endian), span(strings, endian))
+        (span(symtab, endian), span(strings, endian))
     };
     let size = (symbols.end - symbols.start).saturating_add(strings.end - strings.start);
     if size > cap {
@@ -102,7 +174,7 @@ fn find_in<Elf: FileHeader<Endian = Endianness>>(
     pieces.add(source, strings)?;
     let header = Elf::parse(&pieces)?;
     let sections = header.section_headers(endian, &pieces)?;
-    let symbols = header.sections(endian, &pieces)?.symbols(endian, &pieces, SHT_DYNSYM)?;
+    let symbols = header.sections(endian, &pieces)?.symbols(endian, &pieces, table)?;
     let mut found = Vec::new();
     for symbol in symbols.iter() {
         let shndx = symbol.st_shndx(endian);
@@ -111,14 +183,14 @@ fn find_in<Elf: FileHeader<Endian = Endianness>>(
         }
         let Ok(name) = symbols.symbol_name(endian, symbol) else { continue };
         let Some(index) = names.iter().position(|n| n.as_bytes() == name) else { continue };
-        if found.iter().any(|&(i, _)| i == index) {
+        if found.iter().any(|f: &Found| f.index == index) {
             continue;
         }
         let Some(section) = sections.get(usize::from(shndx)) else { continue };
         let (value, address, offset): (u64, u64, u64) =
             (symbol.st_value(endian).into(), section.sh_addr(endian).into(), section.sh_offset(endian).into());
         let Some(at) = value.checked_sub(address).and_then(|o| o.checked_add(offset)) else { continue };
-        found.push((index, at));
+        found.push(Found { index, offset: at, size: symbol.st_size(endian).into() });
     }
     Ok(found)
 }

@@ -1,6 +1,7 @@
 //! The TLS libraries a target process has loaded, and where in each the calls the kernel
 //! programs hook begin. Covered: OpenSSL (1.1 and 3), dynamically linked (`libssl.so*`) or linked
-//! into an executable or library that exports its calls (Node.js's `node`). Every file the
+//! into an executable or library that exports its calls (Node.js's `node`); Go's `crypto/tls` in
+//! a Go executable (`go_tls`: its entries and RET sites, from `.symtab`). Every file the
 //! process maps executable is a candidate (`libssl` first); each is opened as the process sees
 //! it, through `target_files` (inside its root, no symlink followed out of it, a regular file
 //! owned by root or the process, no larger than [`MAX_LIBRARY_BYTES`]), and only its dynamic
@@ -11,6 +12,7 @@ use std::{collections::BTreeSet, fs::File};
 
 use crate::host::{
     dynamic_symbols::{self, Positioned, SymbolsError},
+    go_tls,
     target_files::{self, Identity},
 };
 
@@ -36,6 +38,26 @@ pub enum TlsCall {
     WriteEx,
     /// Moves ciphertext only (the handshake, the shutdown alert): hidden, not reported.
     Other,
+    /// Go's `(*tls.Conn).Read`, `Write`, `serverHandshake` and `clientHandshake` entries, and a RET instruction of
+    /// one of them: Go functions get no uretprobe, each return site its own uprobe.
+    GoRead,
+    GoWrite,
+    GoHandshake,
+    GoReturn,
+    GoHandshakeReturn,
+}
+
+impl TlsCall {
+    /// Whether the call returns through a uretprobe (OpenSSL's): a Go call's return sites are
+    /// probed instead.
+    pub fn has_uretprobe(self) -> bool {
+        matches!(self, Self::Read | Self::Write | Self::ReadEx | Self::WriteEx | Self::Other)
+    }
+
+    /// A RET site of a Go function.
+    pub fn is_go_return(self) -> bool {
+        matches!(self, Self::GoReturn | Self::GoHandshakeReturn)
+    }
 }
 
 /// The functions hooked, by their dynamic symbol in OpenSSL.
@@ -57,9 +79,13 @@ pub enum LibraryError {
     Open(#[from] target_files::Refusal),
     #[error(transparent)]
     Symbols(#[from] SymbolsError),
-    /// None of `SSL_read`, `SSL_write`, `SSL_read_ex`, `SSL_write_ex` is exported.
+    /// None of `SSL_read`, `SSL_write`, `SSL_read_ex`, `SSL_write_ex` is exported, nor is it a Go
+    /// executable with `crypto/tls`.
     #[error("exports no SSL_read/SSL_write")]
     NoCalls,
+    /// A Go executable whose `crypto/tls` calls cannot be hooked.
+    #[error(transparent)]
+    Go(#[from] go_tls::GoError),
 }
 
 /// A TLS library opened for one process.
@@ -118,14 +144,18 @@ pub fn open_libraries(pid: u32, paths: Vec<String>) -> (Vec<Library>, Vec<(Strin
     (opened, failed)
 }
 
-/// Where to hook the calls a file exports: their file offsets, from its dynamic symbols, with
-/// the read and write wrappers replaced by the function they forward to where they visibly do
-/// (`forwarded_calls`: a uprobe there costs a seventh as much).
+/// Where to hook the calls of a file: OpenSSL's from its dynamic symbols, with the read and
+/// write wrappers replaced by the function they forward to where they visibly do
+/// (`forwarded_calls`: a uprobe there costs a seventh as much); else Go's.
 pub fn entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryError> {
-    Ok(crate::host::forwarded_calls::prefer_forwarded(file, exported_entries(file)?))
+    match exported_entries(file) {
+        Ok(exported) => Ok(crate::host::forwarded_calls::prefer_forwarded(file, exported)),
+        Err(LibraryError::NoCalls) => go_tls::entries(file),
+        Err(e) => Err(e),
+    }
 }
 
-/// The file offsets of the hooked calls a file exports, from its dynamic symbols.
+/// The file offsets of the OpenSSL calls a file exports, from its dynamic symbols.
 pub fn exported_entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryError> {
     let names: Vec<&str> = OPENSSL_CALLS.iter().map(|(name, _)| *name).collect();
     let mut found: Entries = dynamic_symbols::find(file, &names, MAX_SYMBOL_BYTES)?

@@ -45,6 +45,8 @@ pub struct KernelOffsets {
     pub net_inum: u32,
     /// pt_regs `orig_ax`: the syscall number of a task inside a syscall.
     pub regs_syscall_nr: u32,
+    /// pt_regs `r14`, where Go's register ABI keeps the goroutine; 0 on other architectures.
+    pub regs_go_g: u32,
     /// Fields of `struct msghdr`'s `msg_iter` (a `struct iov_iter`) the data hooks read.
     pub msg_iter_type: u32,
     pub msg_iter_buf: u32,
@@ -81,6 +83,7 @@ impl KernelOffsets {
             sock_net: sock_common_offset(&btf, "skc_net")?,
             net_inum: field_offset(&btf, "net", "ns")? + field_offset(&btf, "ns_common", "inum")?,
             regs_syscall_nr: field_offset(&btf, "pt_regs", "orig_ax")?,
+            regs_go_g: field_offset(&btf, "pt_regs", "r14").unwrap_or(0),
             msg_iter_type: msg_iter_offset(&btf, "iter_type")?,
             // `ubuf` shares its union with the iovec array pointer (`__iov`, `iov` before 6.4).
             msg_iter_buf: msg_iter_offset(&btf, "ubuf")?,
@@ -177,6 +180,7 @@ mod tests {
         assert_eq!(offsets.regs_arg4, 72);
         assert_eq!(offsets.regs_arg2, 96);
         assert_eq!(offsets.regs_syscall_nr, 120);
+        assert_eq!(offsets.regs_go_g, 8, "r14 follows r15");
         // struct iov_iter opens with its one-byte type; the user buffer comes after the offset.
         assert_eq!(offsets.msg_iter_type, 16, "msg_iter follows msg_name, msg_namelen and msg_inq");
         assert!(offsets.msg_iter_buf > offsets.msg_iter_type && offsets.msg_iter_segs > offsets.msg_iter_buf);

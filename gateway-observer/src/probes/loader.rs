@@ -149,6 +149,8 @@ impl Probes {
             _pad: 0,
             thread_quota: settings.quotas.threads,
             socket_quota: settings.quotas.connections,
+            regs_go_g_offset: offsets.regs_go_g,
+            _pad2: 0,
         };
         let max_threads = settings.max_threads.max(1);
         // Parsed once, for the loader's relocations and the programs' loads. The loader parses

@@ -9,7 +9,10 @@ use std::{
     os::fd::{AsFd as _, OwnedFd},
 };
 
-use aya::programs::UProbe;
+use aya::{
+    maps::{Array, MapData},
+    programs::UProbe,
+};
 
 use super::{ProbeError, Probes};
 use crate::{
@@ -28,12 +31,32 @@ fn entry_program(call: TlsCall) -> &'static str {
         TlsCall::ReadEx => "tls_read_ex_enter",
         TlsCall::WriteEx => "tls_write_ex_enter",
         TlsCall::Other => "tls_other_enter",
+        TlsCall::GoRead => "go_tls_read_enter",
+        TlsCall::GoWrite => "go_tls_write_enter",
+        TlsCall::GoHandshake => "go_tls_other_enter",
+        TlsCall::GoReturn => "go_tls_return",
+        TlsCall::GoHandshakeReturn => "go_tls_other_return",
     }
 }
 
 /// Every TLS program, loaded once (at the first attach) and attached many times.
-pub const TLS_PROGRAMS: &[&str] =
-    &["tls_read_enter", "tls_write_enter", "tls_read_ex_enter", "tls_write_ex_enter", "tls_other_enter", EXIT_PROGRAM];
+pub const TLS_PROGRAMS: &[&str] = &[
+    "tls_read_enter",
+    "tls_write_enter",
+    "tls_read_ex_enter",
+    "tls_write_ex_enter",
+    "tls_other_enter",
+    EXIT_PROGRAM,
+    "go_tls_read_enter",
+    "go_tls_write_enter",
+    "go_tls_other_enter",
+    "go_tls_return",
+    "go_tls_other_return",
+];
+
+/// The kernel's count of processes with Go TLS calls hooked: while 0, socket transfers skip the
+/// per-goroutine lookup.
+const GO_PROCESSES_MAP: &str = "GO_TLS_PROCESSES";
 
 /// Why a TLS call could not be hooked.
 #[derive(Debug, thiserror::Error)]
@@ -51,12 +74,14 @@ pub enum TlsAttachError {
 pub struct TlsHooks {
     opener: UprobeOpener,
     links: HashMap<u32, Vec<OwnedFd>>,
+    /// The hooked processes whose calls are Go's.
+    go_pids: std::collections::HashSet<u32>,
     loaded: bool,
 }
 
 impl TlsHooks {
     pub fn new(opener: UprobeOpener) -> Self {
-        Self { opener, links: HashMap::new(), loaded: false }
+        Self { opener, links: HashMap::new(), go_pids: Default::default(), loaded: false }
     }
 
     /// Uprobe events held, for every hooked process (each closes when its process goes).
@@ -90,9 +115,16 @@ impl TlsHooks {
             self.loaded = true;
         }
         // Returns first: an entry seen with its return unhooked would leave the thread inside
-        // the library as far as the kernel programs know (until its next poll).
-        let exits = entries.iter().map(|&(symbol, _, offset)| (symbol, EXIT_PROGRAM, offset, true));
-        let starts = entries.iter().map(|&(symbol, call, offset)| (symbol, entry_program(call), offset, false));
+        // the library as far as the kernel programs know (until its next poll). A Go call's
+        // returns are uprobes on its RET sites.
+        let exits = entries
+            .iter()
+            .filter(|(_, call, _)| call.has_uretprobe())
+            .map(|&(symbol, _, offset)| (symbol, EXIT_PROGRAM, offset, true));
+        let go_returns = entries.iter().filter(|(_, call, _)| call.is_go_return());
+        let starts = entries.iter().filter(|(_, call, _)| !call.is_go_return());
+        let starts =
+            go_returns.chain(starts).map(|&(symbol, call, offset)| (symbol, entry_program(call), offset, false));
         let mut links = Vec::with_capacity(entries.len() * 2);
         for (symbol, program, offset, retprobe) in exits.chain(starts) {
             let request = UprobeRequest { pid, offset, retprobe };
@@ -110,12 +142,24 @@ impl TlsHooks {
             links.push(event);
         }
         self.links.entry(pid).or_default().extend(links);
+        if entries.iter().any(|(_, call, _)| call.is_go_return()) && self.go_pids.insert(pid) {
+            self.publish_go_processes(probes)?;
+        }
         Ok(())
     }
 
     /// Detaches process `pid`'s hooks (it exited, or is no longer a target).
-    pub fn detach(&mut self, pid: u32) {
+    pub fn detach(&mut self, probes: &mut Probes, pid: u32) {
         self.links.remove(&pid);
+        if self.go_pids.remove(&pid) {
+            let _ = self.publish_go_processes(probes);
+        }
+    }
+
+    /// Tells the kernel programs how many processes have Go calls hooked.
+    fn publish_go_processes(&self, probes: &mut Probes) -> Result<(), ProbeError> {
+        let mut count: Array<&mut MapData, u32> = probes.map_mut(GO_PROCESSES_MAP)?;
+        count.set(0, self.go_pids.len() as u32, 0).map_err(|source| ProbeError::Map { map: GO_PROCESSES_MAP, source })
     }
 }
 

@@ -7,7 +7,9 @@
 //! The daemon parses what the gateways send, so the helper does not trust its requests: it opens
 //! an event only for a pid the target specs select (itself or through an ancestor, read from
 //! /proc), on a file that process has mapped executable (the fd passed, by device and inode), at
-//! the file offset of one of the calls `tls_libraries` hooks (the helper parses the ELF itself).
+//! the file offset of one of the calls `tls_libraries` hooks (the helper parses the ELF itself),
+//! or of a RET instruction of a hooked Go function (the helper decodes the function itself), and
+//! a uretprobe only on an OpenSSL call (never on a Go function: its stack moves).
 //! So a compromised daemon can plant uprobes only where the daemon would have anyway.
 
 use std::{
@@ -43,7 +45,7 @@ pub enum Refusal {
     NotTarget,
     #[error("the process does not map that file executable")]
     NotMapped,
-    #[error("the offset is not one of the hooked TLS calls of that file")]
+    #[error("the offset is not one of the hooked TLS calls of that file (or not one a uretprobe may go on)")]
     NotAnEntry,
     #[error("malformed request")]
     BadRequest,
@@ -197,7 +199,7 @@ fn helper_main(socket: i32, daemon: libc::pid_t, pmu: UprobePmu, is_target: impl
 
 /// Answers requests until the daemon closes its end.
 fn serve(socket: &OwnedFd, pmu: UprobePmu, mut is_target: impl FnMut(u32) -> bool) {
-    let mut parsed: HashMap<(u64, u64), Option<Vec<u64>>> = HashMap::new();
+    let mut parsed: HashMap<(u64, u64), Option<Vec<Site>>> = HashMap::new();
     loop {
         let mut message = [0u8; REQUEST_LEN + 1];
         let Ok((len, fd)) = fd_passing::recv(socket.as_fd(), &mut message) else { return };
@@ -237,7 +239,7 @@ fn serve(socket: &OwnedFd, pmu: UprobePmu, mut is_target: impl FnMut(u32) -> boo
 fn check(
     library: &File,
     request: UprobeRequest,
-    parsed: &mut HashMap<(u64, u64), Option<Vec<u64>>>,
+    parsed: &mut HashMap<(u64, u64), Option<Vec<Site>>>,
     is_target: &mut impl FnMut(u32) -> bool,
 ) -> Result<(), Refusal> {
     if request.pid == 0 || !is_target(request.pid) {
@@ -255,20 +257,30 @@ fn check(
         parsed.clear();
     }
     let offsets = parsed.entry((meta.dev(), meta.ino())).or_insert_with(|| entry_offsets(library, meta.size()));
+    let allowed = |site: &Site| site.offset == request.offset && (site.retprobe || !request.retprobe);
     match offsets {
-        Some(offsets) if offsets.contains(&request.offset) => Ok(()),
+        Some(sites) if sites.iter().any(allowed) => Ok(()),
         _ => Err(Refusal::NotAnEntry),
     }
 }
 
-/// The file offsets of the calls `tls_libraries` hooks in `library`, or None if it has none.
-fn entry_offsets(library: &File, size: u64) -> Option<Vec<u64>> {
+/// A file offset a uprobe may go on, and whether a uretprobe may too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Site {
+    offset: u64,
+    retprobe: bool,
+}
+
+/// The sites of the calls `tls_libraries` hooks in `library` (OpenSSL's entries, Go's entries and
+/// RET instructions), or None if it has none.
+fn entry_offsets(library: &File, size: u64) -> Option<Vec<Site>> {
     if size > tls_libraries::MAX_LIBRARY_BYTES {
         return None;
     }
-    // Positioned reads (the fd shares its offset with the daemon's), of the symbol tables only.
+    // Positioned reads (the fd shares its offset with the daemon's), of the symbol tables and the
+    // hooked Go functions' bytes only.
     let entries = tls_libraries::entries(library).ok()?;
-    Some(entries.into_iter().map(|(_, _, offset)| offset).collect())
+    Some(entries.into_iter().map(|(_, call, offset)| Site { offset, retprobe: call.has_uretprobe() }).collect())
 }
 
 /// Whether a `/proc/PID/maps` text maps the file (device major:minor, inode) executable.
@@ -291,6 +303,7 @@ fn maps_executable(maps: &str, major: u32, minor: u32, ino: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::tls_libraries::TlsCall;
 
     #[test]
     fn only_an_executable_mapping_of_the_same_file_counts() {
@@ -320,6 +333,23 @@ mod tests {
         if let Ok(libssl) = File::open("/usr/lib/x86_64-linux-gnu/libssl.so.3") {
             assert_eq!(refused(&libssl, true, &mut parsed), Refusal::NotMapped);
         }
+    }
+
+    /// A uretprobe is allowed on OpenSSL's entries only: a Go function's entry or RET site takes a
+    /// plain uprobe (the return address on a goroutine's stack moves with the stack).
+    #[test]
+    fn a_uretprobe_is_refused_on_go_sites() {
+        let sites = |calls: &[TlsCall]| -> Vec<Site> {
+            calls
+                .iter()
+                .enumerate()
+                .map(|(i, call)| Site { offset: i as u64 * 16, retprobe: call.has_uretprobe() })
+                .collect()
+        };
+        let go = sites(&[TlsCall::GoRead, TlsCall::GoReturn, TlsCall::GoHandshakeReturn]);
+        assert!(go.iter().all(|site| !site.retprobe));
+        let openssl = sites(&[TlsCall::Read, TlsCall::WriteEx, TlsCall::Other]);
+        assert!(openssl.iter().all(|site| site.retprobe));
     }
 
     #[test]
