@@ -14,7 +14,7 @@ use tests::{
     summary::{Detection, Start},
 };
 
-use crate::JAVA_FRAMES_WITHIN;
+use crate::java_evidence;
 
 /// 80 clients, each a request every 500 ms: about 160 requests a second served in a millisecond
 /// or two when healthy (a handful of pool threads busy), while the limiter's 20 permits a second
@@ -60,8 +60,7 @@ fn pool_saturated(test: &str, mode: &str) {
     eprintln!("{}: stats at detection {:?}", scenario.name, scenario.gateway.stats());
     assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
     // Where the pool's threads wait, as a thread-dump summary: the biggest group first.
-    let groups = tests::alerts::wait_evidence(scenario.observer(), "PoolSaturated", "waiting_at", JAVA_FRAMES_WITHIN)
-        .unwrap_or_else(|evidence| panic!("no waiting_at {JAVA_FRAMES_WITHIN:?} after firing: {evidence:#}"));
+    let groups = java_evidence(scenario.observer(), "PoolSaturated", "waiting_at", &scenario.name);
     eprintln!("{}: waiting_at {groups:#}", scenario.name);
     let top = &groups[0];
     let frames: Vec<String> = serde_json::from_value(top["frames"].clone()).expect("frames");
