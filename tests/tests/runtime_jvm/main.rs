@@ -19,7 +19,7 @@ mod netty;
 mod pause;
 mod pools;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tests::{jvm::JvmGateway, observer::Observer, redis_server::Redis};
 
@@ -31,14 +31,22 @@ const TICK: Duration = Duration::from_millis(500);
 /// margin: the tests poll every 100 ms, and a loaded host delays a tick by up to 200 ms.
 pub(crate) const JAVA_FRAMES_WITHIN: Duration = Duration::from_millis(TICK.as_millis() as u64 + 300);
 
-/// `key` of the firing `kind` alert's evidence, once there (`JAVA_FRAMES_WITHIN` after `name`'s
-/// alert was seen firing at most), with how long after that it was seen.
-pub(crate) fn java_evidence(observer: &Observer, kind: &str, key: &str, name: &str) -> serde_json::Value {
-    let firing_seen = Instant::now();
-    let value = tests::alerts::wait_evidence(observer, kind, key, JAVA_FRAMES_WITHIN)
-        .unwrap_or_else(|evidence| panic!("{name}: no {key} {JAVA_FRAMES_WITHIN:?} after firing: {evidence:#}"));
-    eprintln!("SUMMARY {name}: {key} in the evidence {:.0?} after the alert was seen firing", firing_seen.elapsed());
+/// What `pick` finds in the evidence of a `kind` alert (the first that has it), once there:
+/// `JAVA_FRAMES_WITHIN` after `name`'s alert was seen firing at most; prints how long after.
+pub(crate) fn java_evidence(
+    observer: &Observer,
+    kind: &str,
+    name: &str,
+    pick: impl Fn(&serde_json::Value) -> Option<serde_json::Value>,
+) -> serde_json::Value {
+    let (value, after) = tests::alerts::wait_for_evidence(observer, kind, JAVA_FRAMES_WITHIN, pick);
+    eprintln!("SUMMARY {name}: Java frames in the evidence {after:.0?} after the alert was seen firing");
     value
+}
+
+/// A blocked loop's `java_stack`.
+pub(crate) fn java_stack(evidence: &serde_json::Value) -> Option<serde_json::Value> {
+    Some(evidence["java_stack"].clone()).filter(|stack| !stack.is_null())
 }
 
 /// Netty's gateway, its access check asking a real redis-server; None (the test skips) without

@@ -17,7 +17,7 @@ use tests::{
     summary::{Detection, Start},
 };
 
-use crate::{java_evidence, netty_gateway};
+use crate::{java_evidence, java_stack, netty_gateway};
 
 /// The Netty loops blocked on Redis are named by then (1 s of it pending by design).
 const NETTY_DETECT_WITHIN: Duration = Duration::from_secs(3);
@@ -64,7 +64,7 @@ fn netty_loop_blocked(test: &str, fault: &str) {
     assert_eq!(alert["process"]["pid"], scenario.gateway.pid(), "{alert:#}");
     eprintln!("netty {fault}: evidence {}", alert["evidence"]);
     // The blocked loop's Java frames, from a thread dump the alert asked for while pending.
-    let frames = java_evidence(scenario.observer(), "EventLoopBlocked", "java_stack", &format!("netty {fault}"));
+    let frames = java_evidence(scenario.observer(), "EventLoopBlocked", &format!("netty {fault}"), java_stack);
     let frames: Vec<String> = serde_json::from_value(frames).expect("java_stack is a list of frames");
     eprintln!("netty {fault}: java_stack {frames:#?}");
     // A dump is one sample: a loop caught between two waits, idle in its selector, is dumped
@@ -174,7 +174,7 @@ fn jvm_netty_loops_already_blocked_when_the_observer_attaches() {
         "the HTTP loops are the ones blocked, not the Redis client's: {alert:#}"
     );
     // Incident 1's answer, in the alert as it fires: the loop waits on Redis in the handler.
-    let frames = java_evidence(&observer, "EventLoopBlocked", "java_stack", "netty attach untimed-get");
+    let frames = java_evidence(&observer, "EventLoopBlocked", "netty attach untimed-get", java_stack);
     let frames: Vec<String> = serde_json::from_value(frames).expect("java_stack is a list of frames");
     eprintln!("attach: java_stack {frames:#?}");
     assert_not_idle(&frames);

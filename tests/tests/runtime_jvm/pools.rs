@@ -60,7 +60,13 @@ fn pool_saturated(test: &str, mode: &str) {
     eprintln!("{}: stats at detection {:?}", scenario.name, scenario.gateway.stats());
     assert_eq!(alert["subject"], "rpc-pool-*", "{alert:#}");
     // Where the pool's threads wait, as a thread-dump summary: the biggest group first.
-    let groups = java_evidence(scenario.observer(), "PoolSaturated", "waiting_at", &scenario.name);
+    // The live stacks' native `waiting_at` (libjvm's parking) may come first; the dump's replaces it.
+    let java_groups = |evidence: &serde_json::Value| {
+        let groups = &evidence["waiting_at"];
+        let frames = groups.as_array()?.first()?["frames"].as_array()?;
+        frames.iter().any(|f| f.as_str().is_some_and(|f| f.contains(".java:"))).then(|| groups.clone())
+    };
+    let groups = java_evidence(scenario.observer(), "PoolSaturated", &scenario.name, java_groups);
     eprintln!("{}: waiting_at {groups:#}", scenario.name);
     let top = &groups[0];
     let frames: Vec<String> = serde_json::from_value(top["frames"].clone()).expect("frames");
