@@ -8,9 +8,10 @@
 //! between two waits. A loop's request takes up to [`DUMPS_PER_ASK`] dumps a few tens of
 //! milliseconds apart (`worker`) and keeps the first that caught the loop elsewhere.
 //!
-//! An alert asks at most once a minute. Its stack lives as long as its finding: a finding that goes
-//! away (a pending alert that never fired, an alert that resolved) leaves no stack behind for the
-//! next alert of the same id.
+//! An alert asks at most once a minute. Its stack lives as long as its finding: a finding gone for
+//! [`GONE_AFTER`] (a pending alert that never fired, an alert that resolved) leaves no stack behind
+//! for the next alert of the same id. A shorter gap is the same alert (a detector's finding may
+//! miss a tick while its alert keeps firing), which keeps its stack.
 
 use std::{
     collections::HashMap,
@@ -31,6 +32,9 @@ use crate::{
 const DUMP_EVERY: Duration = Duration::from_secs(60);
 /// Dumps one ask of a blocked loop may take: the first, and more while they catch it idle.
 pub const DUMPS_PER_ASK: usize = 3;
+/// A finding absent this long is over: the alert book resolves a firing alert absent 5 s
+/// (`LifecycleConfig::resolve_after`), and a detector's 5 s window forgets a condition by then.
+const GONE_AFTER: Duration = Duration::from_secs(5);
 
 /// A JVM's last dump, when it came back and what it was asked for.
 #[derive(Debug)]
@@ -52,8 +56,8 @@ struct AlertDumps {
     since: Option<Instant>,
     /// The blocked loop's Java stack from a dump since `since` that caught it outside its selector.
     stack: Option<Vec<String>>,
-    /// Its finding was annotated since the last [`JavaStacks::collect`].
-    seen: bool,
+    /// When its finding was last annotated.
+    seen: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -99,16 +103,13 @@ impl JavaStacks {
         self.forget_gone(now);
     }
 
-    /// Forgets the stacks of findings not annotated since the last call, and old dumps.
+    /// Forgets the stacks of findings gone for [`GONE_AFTER`], and old dumps.
     fn forget_gone(&mut self, now: Instant) {
-        let asked_lately = |alert: &AlertDumps| alert.asked.is_some_and(|at| now.duration_since(at) < DUMP_EVERY);
+        let lately = |at: Option<Instant>, within: Duration| at.is_some_and(|at| now.duration_since(at) < within);
         // Gone findings keep only their last ask, for the rate limit.
-        self.alerts.retain(|_, alert| alert.seen || asked_lately(alert));
-        for alert in self.alerts.values_mut() {
-            if !alert.seen {
-                (alert.since, alert.stack) = (None, None);
-            }
-            alert.seen = false;
+        self.alerts.retain(|_, alert| lately(alert.seen, GONE_AFTER) || lately(alert.asked, DUMP_EVERY));
+        for alert in self.alerts.values_mut().filter(|alert| !lately(alert.seen, GONE_AFTER)) {
+            (alert.since, alert.stack) = (None, None);
         }
         self.dumps.retain(|_, dump| now.duration_since(dump.at) < DUMP_EVERY * 2);
     }
@@ -137,7 +138,7 @@ impl JavaStacks {
         let key = (pid, finding.kind().to_string(), finding.subject.clone());
         let now = Instant::now();
         let mut alert = self.alerts.remove(&key).unwrap_or_default();
-        alert.seen = true;
+        alert.seen = Some(now);
         let since = *alert.since.get_or_insert(now);
         let loop_nid = tid.map(|tid| crate::host::procfs::namespace_pid(tid).unwrap_or(tid));
         let due = alert.asked.is_none_or(|at| now.duration_since(at) >= DUMP_EVERY);
@@ -286,7 +287,13 @@ mod tests {
         let mut stacks = started();
         back(&mut stacks, CONTENDED, 0x7891, false);
         assert!(tick(&mut stacks, Some(&blocked_loop(true)), 0x7891).stack.is_some());
+        // The finding misses a tick while its alert fires: the same alert, the same stack.
+        tick(&mut stacks, None, 0x7891);
+        assert!(tick(&mut stacks, Some(&blocked_loop(true)), 0x7891).stack.is_some(), "a one-tick gap");
         // The finding goes away before its alert fired: the stack goes with it.
+        for alert in stacks.alerts.values_mut() {
+            alert.seen = alert.seen.and_then(|at| at.checked_sub(GONE_AFTER));
+        }
         tick(&mut stacks, None, 0x7891);
         assert!(stacks.alerts.values().all(|alert| alert.stack.is_none()), "{:?}", stacks.alerts);
         // Back within the minute: the old dump is not its evidence, and no new one is taken.
