@@ -65,10 +65,15 @@ impl RuntimeGateway {
 
     /// `python3 tests/fixtures/python/SCRIPT PORT` (unbuffered, so `ready` is seen at once).
     pub fn python(script: &str) -> RuntimeGateway {
+        Self::python_at("python3", script)
+    }
+
+    /// As `python`, run by the interpreter `python` (a path).
+    pub fn python_at(python: &str, script: &str) -> RuntimeGateway {
         let port = free_port();
-        let mut command = Command::new("python3");
+        let mut command = Command::new(python);
         command.arg("-u").arg(fixture_dir().join("python").join(script)).arg(port.to_string());
-        Self::spawn(command, port, &format!("python3 {script}"), "python asyncio")
+        Self::spawn(command, port, &format!("{python} {script}"), "python asyncio")
     }
 
     /// The binary built from `tests/fixtures/go/SOURCE` (named after it without `.go`; see

@@ -23,6 +23,16 @@ const SELECTOR_WAITS: &[&str] = &[
     "Native.epollBusyWait",
     "Native.keventWait",
     "Native.ioUringEnter",
+    // A thread caught on its way into or out of the selector's native wait shows no native frame:
+    // the selector's Java code that calls it is on top (seen on JDK 17 under load).
+    "EPollSelectorImpl.doSelect(",
+    "PollSelectorImpl.doSelect(",
+    "KQueueSelectorImpl.doSelect(",
+    "WEPollSelectorImpl.doSelect(",
+    "WindowsSelectorImpl.doSelect(",
+    "EpollEventLoop.epollWait(",
+    "EpollEventLoop.epollBusyWait(",
+    "KQueueEventLoop.kqueueWait(",
 ];
 
 /// The thread is RUNNABLE (HotSpot's state for a thread in native code) with its innermost Java
@@ -78,6 +88,11 @@ mod tests {
         assert!(!in_selector(&reading));
         let mut waiting = threads.iter().find(|t| t.name == "reactor-http-nio-2").expect("loop 2").clone();
         assert!(in_selector(&waiting));
+        // Caught between the selector and its native wait (a `runtime_jvm` run's dump).
+        let mut between = waiting.clone();
+        between.frames.retain(|f| !f.starts_with("EPoll.wait("));
+        assert!(between.frames[0].starts_with("EPollSelectorImpl.doSelect("), "{between:#?}");
+        assert!(in_selector(&between));
         waiting.state = "WAITING (parking)".into();
         assert!(!in_selector(&waiting));
     }

@@ -9,15 +9,17 @@
 //! locals, arguments or anything a request put in memory. The memory is the target's and may be
 //! anything: every pointer is read with `process_vm_readv` (a bad one is a failed read, not a
 //! fault; address arithmetic wraps, so a wild pointer is a failed read too), every walk and
-//! string is capped, and a version whose layout is not known ([`layout::of_version`]) gives no
-//! frames at all rather than misread ones.
+//! string is capped, and a version whose layout is not known ([`layout::of_version`], or 3.13's
+//! own table, [`layout::from_debug_offsets`]) gives no frames at all rather than misread ones.
+//! A frame's code is named only if its object's type is named `code` (3.13's frames may hold
+//! `None` there).
 
 mod layout;
 mod linetable;
 
 use std::collections::{HashMap, HashSet};
 
-use layout::{Entry, Layout};
+use layout::{CurrentFrame, Entry, Layout};
 
 /// Interpreters walked (subinterpreters are rare in a gateway).
 const MAX_INTERPRETERS: usize = 16;
@@ -33,6 +35,9 @@ pub const MAX_CHARS: usize = 200;
 const MAX_LINE_TABLE: usize = 16 << 10;
 /// Code objects remembered per request (frames of many threads share them).
 const MAX_CODES: usize = 1024;
+/// `PyObject.ob_type` and `PyTypeObject.tp_name`, the same in every version read.
+const OB_TYPE: u64 = 8;
+const TP_NAME: u64 = 24;
 
 /// Reads another process's memory; a failed read is `false`, never a fault.
 pub trait Memory {
@@ -76,18 +81,27 @@ struct Code {
 /// found once and its code objects read once.
 pub struct Interpreter<M> {
     memory: M,
-    layout: &'static Layout,
+    layout: Layout,
     runtime: u64,
     threads: Option<HashMap<u64, u64>>,
     codes: HashMap<u64, Option<Code>>,
+    /// Type objects seen, and whether each is `code`'s.
+    code_types: HashMap<u64, bool>,
 }
 
 impl<M: Memory> Interpreter<M> {
     /// The interpreter of a CPython of `version` (`Py_Version`) whose `_PyRuntime` is at
     /// `runtime`, if its layout is known.
     pub fn new(memory: M, version: u32, runtime: u64) -> Option<Self> {
-        let layout = layout::of_version(version)?;
-        Some(Self { memory, layout, runtime, threads: None, codes: HashMap::new() })
+        let layout = match layout::of_version(version) {
+            Some(listed) => *listed,
+            None => {
+                let mut table = vec![0u8; layout::DEBUG_OFFSETS_BYTES];
+                memory.read(runtime, &mut table).then_some(())?;
+                layout::from_debug_offsets(version, &table)?
+            }
+        };
+        Some(Self { memory, layout, runtime, threads: None, codes: HashMap::new(), code_types: HashMap::new() })
     }
 
     /// Thread `tid`'s Python frames, innermost first; none if it runs no Python (or its state
@@ -96,12 +110,14 @@ impl<M: Memory> Interpreter<M> {
         let Some(&tstate) = self.thread_states().get(&u64::from(tid)) else {
             return Vec::new();
         };
-        let l = self.layout;
-        let current = self
-            .memory
-            .u64_at(tstate.wrapping_add(l.tstate_cframe))
-            .filter(|&cframe| cframe != 0)
-            .and_then(|cframe| self.memory.u64_at(cframe.wrapping_add(l.cframe_current_frame)));
+        let current = match self.layout.current_frame {
+            CurrentFrame::ViaCFrame(cframe_at, current_at) => self
+                .memory
+                .u64_at(tstate.wrapping_add(cframe_at))
+                .filter(|&cframe| cframe != 0)
+                .and_then(|cframe| self.memory.u64_at(cframe.wrapping_add(current_at))),
+            CurrentFrame::Direct(current_at) => self.memory.u64_at(tstate.wrapping_add(current_at)),
+        };
         self.frames_from(current.unwrap_or(0))
     }
 
@@ -148,7 +164,7 @@ impl<M: Memory> Interpreter<M> {
     }
 
     fn walk_thread_states(&self) -> HashMap<u64, u64> {
-        let l = self.layout;
+        let l = &self.layout;
         let mut threads = HashMap::new();
         let mut seen = HashSet::new();
         let mut interp = self.memory.u64_at(self.runtime.wrapping_add(l.runtime_interpreters)).unwrap_or(0);
@@ -192,8 +208,11 @@ impl<M: Memory> Interpreter<M> {
         })
     }
 
-    fn read_code(&self, code: u64) -> Option<Code> {
-        let l = self.layout;
+    fn read_code(&mut self, code: u64) -> Option<Code> {
+        if !self.is_code(code) {
+            return None;
+        }
+        let l = &self.layout;
         let mut header = vec![0u8; l.code_bytecode as usize];
         if !self.memory.read(code, &mut header) {
             return None;
@@ -208,6 +227,23 @@ impl<M: Memory> Interpreter<M> {
             word(l.code_filename).and_then(|p| self.string(p)).map_or_else(|| "?".to_owned(), |f| short_file(&f));
         let line_table = word(l.code_linetable).and_then(|p| self.bytes(p)).unwrap_or_default();
         Some(Code { name, file, first_line, bytecode: code.wrapping_add(l.code_bytecode), line_table })
+    }
+
+    /// Whether `object`'s type is named `code`; each type object is read once.
+    fn is_code(&mut self, object: u64) -> bool {
+        let Some(kind) = self.memory.u64_at(object.wrapping_add(OB_TYPE)) else { return false };
+        if let Some(&is_code) = self.code_types.get(&kind) {
+            return is_code;
+        }
+        let mut name = [0u8; 5];
+        let is_code = self
+            .memory
+            .u64_at(kind.wrapping_add(TP_NAME))
+            .is_some_and(|at| self.memory.read(at, &mut name) && &name == b"code\0");
+        if self.code_types.len() < MAX_CODES {
+            self.code_types.insert(kind, is_code);
+        }
+        is_code
     }
 
     /// A `bytes` object's contents, up to [`MAX_LINE_TABLE`].

@@ -67,13 +67,18 @@ fn headline(evidence: &Evidence, out: &mut Vec<(String, String)>) -> &'static [&
             line("syscall", e.syscall.as_deref().unwrap_or("-").to_owned());
             line("blocked_share", number(e.blocked_share));
             line("longest_block_seconds", number(e.longest_block_seconds));
+            // A JVM's Java frames name the code; its native ones are the JVM's own parking.
+            if let Some(java) = &e.java_stack {
+                frames("java_stack", java, out);
+            }
+            let mut line = |key: &str, value: String| out.push((key.to_owned(), value));
             if let Some(source) = e.stack_source {
                 line("stack_source", scalar(&serde_json::json!(source)));
             }
             if let Some(stack) = &e.stack {
                 frames("stack", stack, out);
             }
-            &["reason", "syscall", "blocked_share", "longest_block_seconds", "stack_source", "stack"]
+            &["reason", "syscall", "blocked_share", "longest_block_seconds", "java_stack", "stack_source", "stack"]
         }
         Evidence::PoolSaturated(e) => {
             line("blocked_share", number(e.blocked_share));
@@ -248,6 +253,9 @@ mod tests {
                     ("syscall", "futex"),
                     ("blocked_share", "0.71"),
                     ("longest_block_seconds", "0.12"),
+                    ("java_stack", ""),
+                    ("", "Handler.channelRead0(Handler.java:181)"),
+                    ("", "- waiting to lock Object"),
                     ("stack_source", "live"),
                     ("stack", ""),
                     ("", "futex_wait+0x1 (libc.so.6)"),

@@ -117,6 +117,9 @@ fn recorded_memory_flipped_anywhere_gives_frames_or_none_never_a_panic() {
 #[test]
 fn a_frame_chain_that_loops_ends() {
     let layout = layout::of_version(0x030B_07F0).expect("3.11");
+    let layout::CurrentFrame::ViaCFrame(cframe_at, current_at) = layout.current_frame else {
+        panic!("3.11 has cframes")
+    };
     let (runtime, interp, tstate, cframe, frame) = (0x1000u64, 0x2000u64, 0x3000u64, 0x4000u64, 0x5000u64);
     let word = |at: u64, value: u64| (at, value.to_le_bytes().to_vec());
     let mut frame_bytes = vec![0u8; layout::FRAME_BYTES];
@@ -129,13 +132,13 @@ fn a_frame_chain_that_loops_ends() {
         word(interp + layout.interp_next, interp),
         word(tstate + layout.tstate_native_thread_id, 42),
         word(tstate + layout.tstate_next, tstate),
-        word(tstate + layout.tstate_cframe, cframe),
-        word(cframe + layout.cframe_current_frame, frame),
+        word(tstate + cframe_at, cframe),
+        word(cframe + current_at, frame),
         (frame, frame_bytes),
     ]);
     let mut interpreter = Interpreter::new(memory, 0x030B_07F0, runtime).expect("3.11");
     assert_eq!(interpreter.frames(42), [], "nothing named, and the loops end");
-    assert_eq!(Interpreter::new(Recorded::default(), 0x030D_00F0, runtime).map(|_| ()), None, "3.13");
+    assert_eq!(Interpreter::new(Recorded::default(), 0x030D_00F0, runtime).map(|_| ()), None, "3.13: no table");
 }
 
 /// Any address reads as a frame with no code whose previous frame is the next 256 bytes up.
@@ -268,18 +271,27 @@ fn blocked_py(python: &str) -> Option<PythonChild> {
     Some(child)
 }
 
+/// The CPythons a live test walks: pyenv's builds (shared libpython, symbols kept) and Debian's
+/// stripped static 3.11, with their minor versions.
+const PYTHONS: [(&str, u32); 4] = [
+    ("/root/.pyenv/versions/3.11.7/bin/python3.11", 11),
+    ("/root/.pyenv/versions/3.12.1/bin/python3.12", 12),
+    ("/root/.pyenv/versions/3.13.0/bin/python3.13", 13),
+    ("/usr/bin/python3.11", 11),
+];
+
 /// A real CPython's main thread asleep in `handler`, walked in its memory (root, or the
-/// child's parent under Yama's default). Each interpreter here that is found: pyenv's 3.11.7
-/// and 3.12.1 (shared libpython) and Debian's stripped static 3.11.
+/// child's parent under Yama's default), for each interpreter of [`PYTHONS`] on this machine
+/// (3.13's layout from its own `_Py_DebugOffsets`). One missing is said loudly and skipped; a
+/// 3.11 must be here.
 #[test]
 fn a_live_cpythons_frames() {
-    let pythons = [
-        ("/root/.pyenv/versions/3.11.7/bin/python3.11", 11),
-        ("/root/.pyenv/versions/3.12.1/bin/python3.12", 12),
-        ("/usr/bin/python3.11", 11),
-    ];
-    for (python, minor) in pythons {
-        let Some(child) = blocked_py(python) else { continue };
+    let mut walked = Vec::new();
+    for (python, minor) in PYTHONS {
+        let Some(child) = blocked_py(python) else {
+            eprintln!("!!! CPython 3.{minor} NOT TESTED: {python} is not on this machine");
+            continue;
+        };
         let pid = child.0.id();
         let mut symbolizer = crate::symbolize::Symbolizer::default();
         let image = symbolizer.image(pid);
@@ -297,12 +309,16 @@ fn a_live_cpythons_frames() {
             std::thread::sleep(Duration::from_millis(20));
         };
         assert_blocked_py(&frames, minor);
+        walked.push(minor);
         if std::env::var_os("PYTHON_FRAMES_RECORD").is_some() && python.contains("3.11.7") {
             let path =
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("src/stacks/python/testdata/cpython-3.11.7-blocked.txt");
             std::fs::write(&path, recording_text(version, runtime, pid, &reads)).expect("write the recording");
         }
     }
+    let walked_names: Vec<String> = walked.iter().map(|minor| format!("3.{minor}")).collect();
+    eprintln!("CPython frames walked live: {}", walked_names.join(", "));
+    assert!(walked.contains(&11), "no CPython 3.11 here (pyenv's 3.11.7 or Debian's): the case that must run");
 }
 
 /// The median of `runs` timed calls of `f`.
