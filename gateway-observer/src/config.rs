@@ -51,7 +51,7 @@ pub struct Config {
     /// Thread-name patterns that add or remove event loops.
     pub event_loops: EventLoopPatterns,
     /// HTTPS requests read from the targets' OpenSSL calls (uprobes per target process). Off by
-    /// default: each hooked call traps into the kernel, and nginx's HTTPS throughput halved.
+    /// default: each hooked call traps into the kernel (README, TLS, for what it costs).
     pub tls_plaintext: bool,
     /// The daemon's nice value: by default it yields the CPU to the gateways it watches, so
     /// its bursts of decoding do not show in their tail latency.

@@ -64,7 +64,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "URL")]
     pub alertmanager: Option<String>,
     /// Read HTTPS requests from the targets' OpenSSL calls (uprobes per target). Off by default:
-    /// every hooked call traps, which halved nginx's HTTPS throughput in `bench` (README, TLS).
+    /// every hooked call traps into the kernel (README, TLS, for what it costs).
     #[arg(long)]
     pub tls_plaintext: bool,
     /// The daemon's nice value, -20..19 [default: 10: the gateways come first].
