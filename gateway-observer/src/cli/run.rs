@@ -23,7 +23,7 @@ use crate::{
     api::v1,
     collector::Collector,
     config::Config,
-    detect::event_loop::EventLoopConfig,
+    detect::loop_threads::EventLoopConfig,
     events,
     host::privileges,
     host::procfs,

@@ -28,8 +28,9 @@ use crate::{
     detect::{
         LoopStatus,
         busy::{MIN_ITERATIONS_BEFORE_OPEN, open_iteration},
-        event_loop::{BLOCKING_REASONS, EventLoopConfig},
+        event_loop::BLOCKING_REASONS,
         finding::Finding,
+        loop_threads::EventLoopConfig,
     },
     events::{Block, LongIteration, Record},
     host::procfs,
@@ -454,7 +455,7 @@ impl Collector {
     /// and the long blocks not seen yet, before the detectors judge them.
     fn learn_loops(&mut self, blocks: &[Block], now: Instant) {
         let memory = &mut self.memory;
-        let loops = crate::detect::event_loop::event_loops(&memory.history, now, &self.detect.event_loop)
+        let loops = crate::detect::loop_threads::event_loops(&memory.history, now, &self.detect.event_loop)
             .map(|t| (t.tid, t))
             .collect();
         memory.baselines.learn(&memory.history, &loops, blocks);

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::event_loop::EventLoopConfig;
+use super::loop_threads::EventLoopConfig;
 use crate::{
     api::v1,
     clock::Tick,
@@ -109,7 +109,7 @@ pub fn busy_loops(
     // Only event loops (a worker doing a blocking poll between two long computations is not one,
     // and `exclude` must hold).
     let loops: std::collections::HashMap<u32, &crate::state::history::ThreadInfo> =
-        super::event_loop::event_loops(history, now, config).map(|t| (t.tid, t)).collect();
+        super::loop_threads::event_loops(history, now, config).map(|t| (t.tid, t)).collect();
     let start = now_mono_ns.saturating_sub(u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX));
     let tick_ns = history.last_tick().map_or(0, |(_, length)| u64::try_from(length.as_nanos()).unwrap_or(u64::MAX));
     let tick_start = now_mono_ns.saturating_sub(tick_ns);

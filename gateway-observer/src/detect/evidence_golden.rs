@@ -12,8 +12,9 @@ use serde_json::Value;
 
 use super::{
     busy::{self, BusyLoop},
-    event_loop::{self, BlockStats, BlockedLoop, EventLoopConfig},
+    event_loop::{self, BlockStats, BlockedLoop},
     jvm_pause::{self, Collections, JvmPauseConfig, KernelView, PausedJvm},
+    loop_threads::EventLoopConfig,
     pool::{self, SaturatedPool},
     queueing::{self, ListenerFacts, QueueFacts, QueueingConfig},
     stalled::{self, StallFacts, StalledConfig, WaitingRequest},

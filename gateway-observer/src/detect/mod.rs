@@ -10,6 +10,7 @@ pub mod event_loop;
 pub(crate) mod evidence_golden;
 pub mod finding;
 pub mod jvm_pause;
+pub mod loop_threads;
 pub mod pool;
 pub mod queueing;
 pub mod stalled;
@@ -18,8 +19,8 @@ pub mod upstream;
 
 use std::time::{Duration, Instant};
 
-use event_loop::EventLoopConfig;
 use gateway_observer_common::reason;
+use loop_threads::EventLoopConfig;
 use pool::PoolConfig;
 
 use crate::state::history::{History, ThreadInfo};
@@ -72,7 +73,7 @@ pub struct LoopStatus {
 
 /// Every event loop with its utilization over the window.
 pub fn loop_statuses(history: &History, config: &EventLoopConfig, now: Instant) -> Vec<LoopStatus> {
-    let mut loops: Vec<LoopStatus> = event_loop::event_loops(history, now, config)
+    let mut loops: Vec<LoopStatus> = loop_threads::event_loops(history, now, config)
         .filter_map(|thread| {
             let delta = history.delta(thread.tid, config.window)?;
             let idle: u64 = IDLE_REASONS.iter().map(|r| delta.ns(*r)).sum();

@@ -282,12 +282,12 @@ pub fn saturated_pools(
     now: Instant,
     now_mono_ns: u64,
     config: &PoolConfig,
-    loops: &super::event_loop::EventLoopConfig,
+    loops: &super::loop_threads::EventLoopConfig,
     signals: &SleepSignals,
 ) -> Vec<SaturatedPool> {
     let SleepSignals { requests, timed_waits } = signals;
     let loop_tids: std::collections::HashSet<u32> =
-        super::event_loop::event_loops(history, now, loops).map(|t| t.tid).collect();
+        super::loop_threads::event_loops(history, now, loops).map(|t| t.tid).collect();
     let mut groups: BTreeMap<(u32, String), GroupTotals> = BTreeMap::new();
     for thread in history.threads() {
         if loop_tids.contains(&thread.tid) {

@@ -222,7 +222,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::{detect::event_loop::EventLoopConfig, state::history::History};
+    use crate::{detect::loop_threads::EventLoopConfig, state::history::History};
 
     fn info(tid: u32, name: &str) -> ThreadInfo {
         ThreadInfo::new(tid, 100, "java".into(), name.into())
@@ -389,7 +389,7 @@ mod tests {
         // Learning from them marks no loop, and no group, as parking for work.
         let history = History::new(Duration::from_secs(60));
         let config = EventLoopConfig::default();
-        let loops_now = crate::detect::event_loop::event_loops(&history, Instant::now(), &config).map(|t| (t.tid, t));
+        let loops_now = crate::detect::loop_threads::event_loops(&history, Instant::now(), &config).map(|t| (t.tid, t));
         baselines.learn(&history, &loops_now.collect(), &released);
         assert!(!baselines.knows_a_group_parking());
     }

@@ -8,7 +8,7 @@ fn judge_all(h: &History, now: Instant, now_mono_ns: u64, waiting: &[(u32, usize
 }
 
 fn judge_with(h: &History, now: Instant, now_mono_ns: u64, requests: &RequestPressure) -> Vec<SaturatedPool> {
-    let loops = crate::detect::event_loop::EventLoopConfig::default();
+    let loops = crate::detect::loop_threads::EventLoopConfig::default();
     let signals = SleepSignals { requests, timed_waits: &TimedWaits::default() };
     saturated_pools(h, &[], now, now_mono_ns, &PoolConfig::default(), &loops, &signals)
 }
@@ -153,7 +153,7 @@ fn first_sleeps_count_once_the_groups_timed_waits_all_time_out() {
     let mut h = History::new(Duration::from_secs(60));
     pool_in(&mut h, start, 64, "rpc-pool", reason::FUTEX_TIMED, 995);
     let now = start + Duration::from_secs(6);
-    let loops = crate::detect::event_loop::EventLoopConfig::default();
+    let loops = crate::detect::loop_threads::EventLoopConfig::default();
     let requests = RequestPressure { waiting: HashMap::from([(50, 70)]), ..RequestPressure::default() };
     let judge = |waits: &TimedWaits| {
         let signals = SleepSignals { requests: &requests, timed_waits: waits };
