@@ -51,8 +51,15 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
-    /// Client-facing listeners.
+    /// Client-facing listeners, plain HTTP (HTTP/1.1 and h2c).
     pub listen: Vec<SocketAddr>,
+    /// Client-facing listeners served over TLS (HTTP/1.1 and h2, by ALPN or the client preface),
+    /// with `tls_certificate` and `tls_key`.
+    pub tls_listen: Vec<SocketAddr>,
+    /// PEM certificate chain, the server's own certificate first.
+    pub tls_certificate: Option<PathBuf>,
+    /// PEM private key of that certificate.
+    pub tls_key: Option<PathBuf>,
     /// Tokio worker threads (incident 1 had 4 event loops).
     pub workers: usize,
     /// How long in-flight requests may run after SIGTERM before connections are closed.
@@ -64,6 +71,9 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            tls_listen: Vec::new(),
+            tls_certificate: None,
+            tls_key: None,
             workers: 4,
             drain_timeout: Duration::from_secs(10),
         }
@@ -232,6 +242,18 @@ pub struct UpstreamConfig {
     /// Idle keep-alive connections kept per server.
     #[serde(default = "default_keepalive")]
     pub keepalive: usize,
+    /// Speak TLS to the servers (through the system's OpenSSL).
+    #[serde(default)]
+    pub tls: bool,
+    /// PEM CA certificates trusted for the servers, besides the system's.
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
+    /// Sent as SNI and checked against the certificate; by default the server's IP is checked.
+    #[serde(default)]
+    pub tls_server_name: Option<String>,
+    /// `false` checks no certificate at all: only for self-signed test upstreams.
+    #[serde(default = "default_true")]
+    pub tls_verify: bool,
 }
 
 fn default_max_fails() -> u32 {
@@ -242,6 +264,9 @@ fn default_fail_timeout() -> Duration {
 }
 fn default_keepalive() -> usize {
     64
+}
+fn default_true() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
@@ -296,8 +321,20 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |m: String| Err(ConfigError::Invalid(m));
-        if self.server.listen.is_empty() {
-            return invalid("server.listen is empty".into());
+        let server = &self.server;
+        if server.listen.is_empty() && server.tls_listen.is_empty() {
+            return invalid("server.listen and server.tls_listen are both empty".into());
+        }
+        match (server.tls_listen.is_empty(), &server.tls_certificate, &server.tls_key) {
+            (false, Some(_), Some(_)) | (true, None, None) => {}
+            (false, _, _) => {
+                return invalid("server.tls_listen needs server.tls_certificate and server.tls_key".into());
+            }
+            (true, _, _) => {
+                return invalid(
+                    "server.tls_certificate and server.tls_key are for server.tls_listen, which is empty".into(),
+                );
+            }
         }
         if self.server.workers == 0 {
             return invalid("server.workers must be at least 1".into());
@@ -326,6 +363,12 @@ impl Config {
             }
             if up.max_fails == 0 {
                 return invalid(format!("upstream {name}: max_fails must be at least 1"));
+            }
+            if !up.tls && (up.tls_ca.is_some() || up.tls_server_name.is_some() || !up.tls_verify) {
+                return invalid(format!("upstream {name}: tls_ca, tls_server_name and tls_verify need tls = true"));
+            }
+            if !up.tls_verify && up.tls_ca.is_some() {
+                return invalid(format!("upstream {name}: tls_ca is unused with tls_verify = false"));
             }
         }
         for (i, r) in self.routes.iter().enumerate() {
@@ -409,5 +452,21 @@ mod tests {
         assert!(parse("[[routes]]\nupstream = \"nope\"").unwrap_err().contains("unknown upstream"));
         assert!(parse("[limits]\nmax_header_bytes = 100").is_err());
         assert!(parse("[faults.pool]\ncore = 20\nmax = 10").is_err());
+    }
+
+    #[test]
+    fn tls_options_come_together() {
+        let c = parse(
+            "[server]\nlisten = []\ntls_listen = [\"127.0.0.1:8443\"]\ntls_certificate = \"c.pem\"\ntls_key = \"k.pem\"\n\
+             [upstreams.u]\nservers = [\"127.0.0.1:9000\"]\ntls = true\ntls_ca = \"ca.pem\"",
+        )
+        .unwrap();
+        assert!(c.upstreams["u"].tls && c.upstreams["u"].tls_verify);
+        assert!(parse("[server]\ntls_listen = [\"127.0.0.1:8443\"]").unwrap_err().contains("tls_certificate"));
+        assert!(parse("[server]\ntls_key = \"k.pem\"").unwrap_err().contains("tls_listen"));
+        assert!(parse("[server]\nlisten = []").unwrap_err().contains("both empty"));
+        let up = "[upstreams.u]\nservers = [\"127.0.0.1:9000\"]\n";
+        assert!(parse(&format!("{up}tls_ca = \"ca.pem\"")).unwrap_err().contains("need tls = true"));
+        assert!(parse(&format!("{up}tls = true\ntls_verify = false\ntls_ca = \"a\"")).unwrap_err().contains("unused"));
     }
 }

@@ -1,4 +1,4 @@
-//! The client socket as hyper sees it, plus two things hyper does not do: it stamps the time of
+//! The client socket (plain or TLS: the bytes here are plaintext) as hyper sees it, plus two things hyper does not do: it stamps the time of
 //! the last byte in either direction (for the idle keep-alive timeout) and feeds read bytes to
 //! the framing scanner (for the CL+TE rejection).
 //!
@@ -11,9 +11,9 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
 use crate::framing::Scanner;
+use crate::tls::Stream;
 
 /// Per-connection facts shared between the socket wrapper, the service and the connection task.
 pub struct ConnState {
@@ -26,11 +26,14 @@ pub struct ConnState {
     /// Requests started on this connection, 1-based index of the current one.
     pub requests: AtomicU64,
     scanner: Mutex<Scanner>,
+    /// The client connected through a TLS listener (`X-Forwarded-Proto: https`).
+    pub tls: bool,
 }
 
 impl ConnState {
-    pub fn new() -> Self {
+    pub fn new(tls: bool) -> Self {
         Self {
+            tls,
             epoch: Instant::now(),
             last_activity_ms: AtomicU64::new(0),
             head_started_ms: AtomicU64::new(0),
@@ -85,12 +88,12 @@ impl ConnState {
 }
 
 pub struct ConnIo {
-    stream: TcpStream,
+    stream: Stream,
     state: Arc<ConnState>,
 }
 
 impl ConnIo {
-    pub fn new(stream: TcpStream, state: Arc<ConnState>) -> Self {
+    pub fn new(stream: Stream, state: Arc<ConnState>) -> Self {
         Self { stream, state }
     }
 }

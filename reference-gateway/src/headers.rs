@@ -61,7 +61,7 @@ pub fn request_id(headers: &HeaderMap) -> HeaderValue {
 }
 
 /// Prepares a client request's headers for the upstream.
-pub fn forward_request_headers(headers: &mut HeaderMap, client: IpAddr, request_id: &HeaderValue) {
+pub fn forward_request_headers(headers: &mut HeaderMap, client: IpAddr, tls: bool, request_id: &HeaderValue) {
     strip_hop_by_hop(headers);
     // The gateway reads the client's body itself (answering 100-continue); the upstream gets it whole.
     headers.remove(header::EXPECT);
@@ -72,7 +72,7 @@ pub fn forward_request_headers(headers: &mut HeaderMap, client: IpAddr, request_
     if let Ok(v) = HeaderValue::from_str(&xff) {
         headers.insert(X_FORWARDED_FOR, v);
     }
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(if tls { "https" } else { "http" }));
     headers.insert(X_REQUEST_ID, request_id.clone());
 }
 
@@ -89,7 +89,8 @@ mod tests {
         h.insert("x-forwarded-for", "10.0.0.1".parse().unwrap());
         h.insert(header::EXPECT, "100-continue".parse().unwrap());
         let id = request_id(&h);
-        forward_request_headers(&mut h, "127.0.0.1".parse().unwrap(), &id);
+        forward_request_headers(&mut h, "127.0.0.1".parse().unwrap(), true, &id);
+        assert_eq!(h["x-forwarded-proto"], "https");
         assert!(h.get("x-secret").is_none() && h.get(header::CONNECTION).is_none());
         assert!(h.get(header::TRANSFER_ENCODING).is_none() && h.get(header::EXPECT).is_none());
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");

@@ -20,6 +20,7 @@ mod responses;
 mod routes;
 mod rpc_pool;
 mod server;
+mod tls;
 mod upstream;
 
 use std::path::PathBuf;
@@ -73,10 +74,17 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
+    // Certificate and key are read (and checked to match) before any port is taken.
+    let acceptor = match (&config.server.tls_certificate, &config.server.tls_key) {
+        (Some(cert), Some(key)) => Some(Arc::new(tls::Acceptor::from_files(cert, key)?)),
+        _ => None,
+    };
     let mut listeners = Vec::new();
-    for addr in &config.server.listen {
+    let plain = config.server.listen.iter().map(|a| (a, None));
+    for (addr, tls) in plain.chain(config.server.tls_listen.iter().map(|a| (a, acceptor.clone()))) {
         let std_listener = server::bind(*addr).with_context(|| format!("failed to listen on {addr}"))?;
-        listeners.push(TcpListener::from_std(std_listener).with_context(|| format!("failed to register {addr}"))?);
+        let listener = TcpListener::from_std(std_listener).with_context(|| format!("failed to register {addr}"))?;
+        listeners.push((listener, tls));
     }
     let admin_listener = match config.admin.listen {
         Some(addr) => {
@@ -86,7 +94,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     };
     let app = Arc::new(App {
         routes: routes::Routes::new(&config.routes),
-        upstreams: upstream::Upstreams::new(&config.upstreams, &config.timeouts),
+        upstreams: upstream::Upstreams::new(&config.upstreams, &config.timeouts)?,
         faults: faults::Faults::new(&config.faults),
         access: access_check::AccessCheck::new(&config.redis).context("failed to set up the Redis client")?,
         pool: rpc_pool::RpcPool::new(config.faults.pool.core, config.faults.pool.max, config.faults.pool.keep_alive),
@@ -99,10 +107,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let max_conns = app.config.limits.max_connections;
     let conns = Arc::new(Semaphore::new(max_conns));
-    for l in listeners {
+    for (l, tls) in listeners {
         let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        eprintln!("reference-gateway: listening on {addr}");
-        tokio::spawn(server::accept_loop(Arc::clone(&app), l, Arc::clone(&conns), shutdown_rx.clone()));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        eprintln!("reference-gateway: listening on {addr} ({scheme})");
+        tokio::spawn(server::accept_loop(Arc::clone(&app), l, tls, Arc::clone(&conns), shutdown_rx.clone()));
     }
     if let Some(l) = admin_listener {
         let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();

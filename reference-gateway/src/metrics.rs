@@ -20,11 +20,13 @@ pub enum UpstreamErrorKind {
     ResponseTimeout,
     /// Reset, closed early or a malformed response.
     Protocol,
+    /// The TLS handshake failed (certificate not trusted, name mismatch, no common protocol).
+    Tls,
 }
 
 impl UpstreamErrorKind {
-    const ALL: [Self; 5] =
-        [Self::ConnectRefused, Self::ConnectTimeout, Self::Connect, Self::ResponseTimeout, Self::Protocol];
+    const ALL: [Self; 6] =
+        [Self::ConnectRefused, Self::ConnectTimeout, Self::Connect, Self::ResponseTimeout, Self::Protocol, Self::Tls];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -33,6 +35,7 @@ impl UpstreamErrorKind {
             Self::Connect => "connect_other",
             Self::ResponseTimeout => "response_timeout",
             Self::Protocol => "protocol",
+            Self::Tls => "tls_handshake",
         }
     }
 }
@@ -51,10 +54,12 @@ pub struct Metrics {
     buckets: [AtomicU64; BUCKETS.len() + 1],
     duration_sum_us: AtomicU64,
     in_flight: AtomicI64,
-    upstream_errors: [AtomicU64; 5],
+    upstream_errors: [AtomicU64; UpstreamErrorKind::ALL.len()],
     upstream_ejections: AtomicU64,
     connections_open: AtomicI64,
     connections_rejected: AtomicU64,
+    /// Client connections to a TLS listener whose handshake failed or timed out.
+    tls_handshake_failures: AtomicU64,
     access: [AtomicU64; 3],
 }
 
@@ -105,6 +110,10 @@ impl Metrics {
         self.connections_rejected.fetch_add(1, Relaxed);
     }
 
+    pub fn tls_handshake_failed(&self) {
+        self.tls_handshake_failures.fetch_add(1, Relaxed);
+    }
+
     pub fn access_check(&self, r: AccessResult) {
         self.access[r as usize].fetch_add(1, Relaxed);
     }
@@ -149,6 +158,9 @@ impl Metrics {
         let _ = writeln!(o, "{p}_connections_open {}", self.connections_open.load(Relaxed));
         let _ = writeln!(o, "# TYPE {p}_connections_rejected_total counter");
         let _ = writeln!(o, "{p}_connections_rejected_total {}", self.connections_rejected.load(Relaxed));
+        let _ = writeln!(o, "# HELP {p}_tls_handshake_failures_total Client TLS handshakes failed or timed out.");
+        let _ = writeln!(o, "# TYPE {p}_tls_handshake_failures_total counter");
+        let _ = writeln!(o, "{p}_tls_handshake_failures_total {}", self.tls_handshake_failures.load(Relaxed));
         let _ = writeln!(o, "# HELP {p}_access_checks_total Redis access checks, by result.");
         let _ = writeln!(o, "# TYPE {p}_access_checks_total counter");
         for (name, c) in ["allowed", "unknown", "error"].iter().zip(&self.access) {

@@ -72,7 +72,7 @@ pub async fn handle(
             true,
         )
     } else {
-        dispatch(&app, peer, &request_id, req, &mut outcome).await
+        dispatch(&app, Client { addr: peer, tls: conn.tls }, &request_id, req, &mut outcome).await
     };
     resp.headers_mut().insert(X_REQUEST_ID, request_id.clone());
 
@@ -104,9 +104,17 @@ fn protocol(v: Version) -> &'static str {
     }
 }
 
+/// Who sent a request, as the upstream is told (`X-Forwarded-For`, `X-Forwarded-Proto`).
+#[derive(Clone, Copy)]
+struct Client {
+    addr: SocketAddr,
+    /// Through a TLS listener.
+    tls: bool,
+}
+
 async fn dispatch(
     app: &App,
-    peer: SocketAddr,
+    client: Client,
     request_id: &HeaderValue,
     mut req: Request<Incoming>,
     outcome: &mut Outcome,
@@ -147,7 +155,7 @@ async fn dispatch(
 
     match route.handler {
         HandlerKind::Pool => Box::pin(rpc_handler(app, &faults)).await,
-        HandlerKind::Proxy => forward(app, route, &faults, peer, request_id, req, outcome).await,
+        HandlerKind::Proxy => forward(app, route, &faults, client, request_id, req, outcome).await,
     }
 }
 
@@ -225,7 +233,7 @@ async fn forward(
     app: &App,
     route: &Route,
     faults: &FaultState,
-    peer: SocketAddr,
+    client: Client,
     request_id: &HeaderValue,
     req: Request<Incoming>,
     outcome: &mut Outcome,
@@ -239,7 +247,7 @@ async fn forward(
     {
         parts.headers.insert(header::HOST, v);
     }
-    headers::forward_request_headers(&mut parts.headers, peer.ip(), request_id);
+    headers::forward_request_headers(&mut parts.headers, client.addr.ip(), client.tls, request_id);
     let path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     let timeout = faults.upstream_response_timeout.unwrap_or(app.config.timeouts.upstream_response);
@@ -320,6 +328,7 @@ fn upstream_failure(
             (StatusCode::BAD_GATEWAY, format!("upstream {addr} refused the connection"))
         }
         UpstreamErrorKind::Connect => (StatusCode::BAD_GATEWAY, format!("cannot connect to upstream {addr}")),
+        UpstreamErrorKind::Tls => (StatusCode::BAD_GATEWAY, format!("TLS handshake with upstream {addr} failed")),
         UpstreamErrorKind::Protocol => {
             (StatusCode::BAD_GATEWAY, format!("upstream {addr} closed or sent an invalid response"))
         }

@@ -1,5 +1,6 @@
-//! Client listeners: accept, enforce `max_connections`, serve each connection with hyper
-//! (HTTP/1.1 and h2c prior knowledge on the same port), and enforce the two timers hyper does not
+//! Client listeners: accept, enforce `max_connections`, run the TLS handshake on a TLS listener,
+//! serve each connection with hyper (HTTP/1.1 and h2c prior knowledge on the same port; h2 over
+//! TLS), and enforce the two timers hyper does not
 //! keep the way a proxy needs them: the request-head read timeout (from the first byte of a head,
 //! so slowloris is cut) and the idle keep-alive timeout. On shutdown every connection is asked to
 //! finish its in-flight requests and close.
@@ -20,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::conn_io::{ConnIo, ConnState};
+use crate::tls::{Acceptor, Stream};
 
 const TOO_MANY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 46\r\nconnection: close\r\n\r\n503 Service Unavailable: too many connections\n";
 
@@ -33,9 +35,11 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
+/// Serves `listener`, over TLS when `tls` is given.
 pub async fn accept_loop(
     app: Arc<App>,
     listener: TcpListener,
+    tls: Option<Arc<Acceptor>>,
     conns: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -58,13 +62,39 @@ pub async fn accept_loop(
         };
         let Ok(permit) = Arc::clone(&conns).try_acquire_owned() else {
             app.metrics.connection_rejected();
-            tokio::spawn(reject(stream));
+            // On a TLS listener the client reads no plaintext 503; closing says as much.
+            if tls.is_none() {
+                tokio::spawn(reject(stream));
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(serve(Arc::clone(&app), stream, peer, permit, shutdown.clone()));
+        let (conn_app, conn_tls, conn_shutdown) = (Arc::clone(&app), tls.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let stream = match conn_tls {
+                None => Stream::Plain(stream),
+                Some(acceptor) => match handshake(&conn_app, &acceptor, stream).await {
+                    Some(s) => s,
+                    None => return,
+                },
+            };
+            serve(conn_app, stream, peer, permit, conn_shutdown).await;
+        });
     }
     // Dropping the listener here closes the port: new connections are refused while draining.
+}
+
+/// The server side of the TLS handshake, within the request-head timeout (a client that never
+/// finishes it holds a connection slot as a slowloris would).
+async fn handshake(app: &App, tls: &Acceptor, stream: TcpStream) -> Option<Stream> {
+    match tokio::time::timeout(app.config.timeouts.client_header, tls.accept(stream)).await {
+        Ok(Ok(s)) => Some(s),
+        // Scanners and clients that distrust the certificate are routine: counted, not logged.
+        Ok(Err(_)) | Err(_) => {
+            app.metrics.tls_handshake_failed();
+            None
+        }
+    }
 }
 
 async fn reject(mut stream: TcpStream) {
@@ -81,12 +111,12 @@ async fn reject(mut stream: TcpStream) {
 
 async fn serve(
     app: Arc<App>,
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     _permit: OwnedSemaphorePermit,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let state = Arc::new(ConnState::new());
+    let state = Arc::new(ConnState::new(matches!(stream, Stream::Tls(_))));
     let io = TokioIo::new(ConnIo::new(stream, Arc::clone(&state)));
     let svc_app = Arc::clone(&app);
     let svc_state = Arc::clone(&state);

@@ -2,7 +2,7 @@
 //! readmit after `fail_timeout`), pooled keep-alive connections, and the classification of
 //! upstream failures into the kinds that become 502 or 504.
 //!
-//! Owns the outbound HTTP/1.1 connections. Knows nothing of routes, access checks or the client side.
+//! Owns the outbound HTTP/1.1 connections, plain or over TLS (`upstreams.NAME.tls`). Knows nothing of routes, access checks or the client side.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,6 +22,7 @@ use tokio::net::TcpStream;
 
 use crate::config::{TimeoutConfig, UpstreamConfig};
 use crate::metrics::UpstreamErrorKind;
+use crate::tls::{Connector, Stream, TlsError};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -50,7 +51,7 @@ struct Server {
 /// That keeps a proxied exchange inside one task: no cross-task wake-ups per request.
 struct UpConn {
     sender: SendRequest<ProxyBody>,
-    conn: Pin<Box<Connection<TokioIo<TcpStream>, ProxyBody>>>,
+    conn: Pin<Box<Connection<TokioIo<Stream>, ProxyBody>>>,
     /// The connection future has completed (closed or failed); never poll it again.
     done: bool,
 }
@@ -84,6 +85,8 @@ pub struct Pool {
     keepalive: usize,
     connect_timeout: Duration,
     idle_timeout: Duration,
+    /// TLS to the servers, when the upstream asks for it.
+    tls: Option<Connector>,
 }
 
 pub struct Upstreams {
@@ -92,10 +95,18 @@ pub struct Upstreams {
 }
 
 impl Upstreams {
-    pub fn new(config: &std::collections::BTreeMap<String, UpstreamConfig>, timeouts: &TimeoutConfig) -> Self {
+    /// Fails when an upstream's TLS cannot be set up (its CA file unreadable, say).
+    pub fn new(
+        config: &std::collections::BTreeMap<String, UpstreamConfig>,
+        timeouts: &TimeoutConfig,
+    ) -> Result<Self, TlsError> {
         let pools = config
             .iter()
             .map(|(name, up)| {
+                let tls = up
+                    .tls
+                    .then(|| Connector::new(up.tls_ca.as_deref(), up.tls_server_name.clone(), up.tls_verify))
+                    .transpose()?;
                 let servers = up
                     .servers
                     .iter()
@@ -114,11 +125,12 @@ impl Upstreams {
                     keepalive: up.keepalive,
                     connect_timeout: timeouts.connect,
                     idle_timeout: timeouts.upstream_idle,
+                    tls,
                 };
-                (name.clone(), Arc::new(pool))
+                Ok((name.clone(), Arc::new(pool)))
             })
-            .collect();
-        Self { pools, epoch: Instant::now() }
+            .collect::<Result<_, TlsError>>()?;
+        Ok(Self { pools, epoch: Instant::now() })
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Pool>> {
@@ -198,9 +210,12 @@ impl Pool {
         }
     }
 
+    /// A new connection to server `i`: TCP, then TLS if the upstream speaks it, both within the
+    /// connect timeout.
     async fn connect(&self, i: usize) -> Result<UpConn, UpstreamErrorKind> {
         let addr = self.servers[i].addr;
-        let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
             Err(_) => return Err(UpstreamErrorKind::ConnectTimeout),
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                 return Err(UpstreamErrorKind::ConnectRefused);
@@ -209,6 +224,17 @@ impl Pool {
             Ok(Ok(s)) => s,
         };
         let _ = stream.set_nodelay(true);
+        let stream = match &self.tls {
+            None => Stream::Plain(stream),
+            Some(tls) => match tokio::time::timeout_at(deadline, tls.connect(addr, stream)).await {
+                Err(_) => return Err(UpstreamErrorKind::ConnectTimeout),
+                Ok(Err(e)) => {
+                    eprintln!("reference-gateway: TLS handshake with upstream {addr} failed: {e}");
+                    return Err(UpstreamErrorKind::Tls);
+                }
+                Ok(Ok(s)) => s,
+            },
+        };
         let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(|_| UpstreamErrorKind::Connect)?;
         Ok(UpConn { sender, conn: Box::pin(conn), done: false })
     }
@@ -406,9 +432,13 @@ mod tests {
                 max_fails: 2,
                 fail_timeout: Duration::from_millis(200),
                 keepalive: 1,
+                tls: false,
+                tls_ca: None,
+                tls_server_name: None,
+                tls_verify: true,
             },
         );
-        let ups = Upstreams::new(&cfg, &TimeoutConfig::default());
+        let ups = Upstreams::new(&cfg, &TimeoutConfig::default()).unwrap();
         let pool = Arc::clone(ups.get("p").unwrap());
         let picks: Vec<_> = (0..4).map(|_| ups.pick(&pool)).collect();
         assert_eq!(picks, [0, 1, 0, 1]);

@@ -102,6 +102,21 @@ pub fn wait_resolved(observer: &Observer, kind: &str, within: Duration) -> Durat
     }
 }
 
+/// Polls until an alert of `kind` names `cause` among its evidence's likely causes, or panics
+/// after `within` with the causes it named.
+pub fn assert_likely_cause(observer: &Observer, kind: &str, cause: &str, within: Duration) {
+    let end = Instant::now() + within;
+    let causes = loop {
+        let alerts = observer.alerts();
+        let causes = alerts.iter().find(|a| a["kind"] == kind).map(|a| a["evidence"]["likely_causes"].to_string());
+        if causes.as_deref().is_some_and(|c| c.contains(cause)) || Instant::now() > end {
+            break causes;
+        }
+        thread::sleep(Duration::from_millis(250));
+    };
+    assert!(causes.as_deref().is_some_and(|c| c.contains(cause)), "{kind}: likely causes {causes:?}, no {cause}");
+}
+
 /// Asserts no alert is raised for `duration`, polling.
 pub fn assert_quiet(observer: &Observer, duration: Duration) {
     let end = Instant::now() + duration;

@@ -142,6 +142,12 @@ impl Drop for Gateway {
     }
 }
 
+/// `[server]` lines for a TLS listener on 127.0.0.1:`port` with the PEM certificate and key at
+/// those paths (the plain listener stays: the harness checks /health there).
+pub fn tls_listener(port: u16, certificate: &str, key: &str) -> String {
+    format!("tls_listen = [\"127.0.0.1:{port}\"]\ntls_certificate = \"{certificate}\"\ntls_key = \"{key}\"\n")
+}
+
 /// Gateway config for the access-check scenarios: `/api/` protected and `/` optional, both to
 /// `up`, with the Redis client in `mode` ("async" or "blocking").
 pub fn access_config(redis: &Redis, up: &Upstream, mode: &str) -> String {

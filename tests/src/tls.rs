@@ -13,11 +13,13 @@ use crate::{
     wrk::{metric_sum, observed, wrk},
 };
 
-/// A self-signed certificate and its key for 127.0.0.1, made by the `openssl` CLI in `dir`.
+/// A self-signed certificate and its key for 127.0.0.1 (also as its subjectAltName, which a
+/// client checking the IP needs), made by the `openssl` CLI in `dir`.
 pub fn self_signed(dir: &Path) -> (String, String) {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let out = Command::new("openssl")
         .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
         .arg("-keyout")
         .arg(&key)
         .arg("-out")

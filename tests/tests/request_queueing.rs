@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 use tests::{
-    alerts::{assert_quiet, wait_firing, wait_resolved},
+    alerts::{assert_likely_cause, assert_quiet, wait_firing, wait_resolved},
     http_client::try_request,
     load::{load, stop, stop_flag},
     observer::Observer,
@@ -92,17 +92,7 @@ fn a_server_that_stops_reading_is_named_with_how_long_requests_waited() {
     );
 
     // The sleeping server is an event loop blocked in sleep: the likely cause, named.
-    let end = Instant::now() + Duration::from_secs(6);
-    let causes = loop {
-        let alerts = observer.alerts();
-        let causes =
-            alerts.iter().find(|a| a["kind"] == "RequestQueueing").map(|a| a["evidence"]["likely_causes"].to_string());
-        if causes.as_deref().is_some_and(|c| c.contains("EventLoopBlocked")) || Instant::now() > end {
-            break causes;
-        }
-        thread::sleep(Duration::from_millis(250));
-    };
-    assert!(causes.as_deref().is_some_and(|c| c.contains("EventLoopBlocked")), "likely causes {causes:?}");
+    assert_likely_cause(&observer, "RequestQueueing", "EventLoopBlocked", Duration::from_secs(6));
 
     // Stop, let the last requests finish and be collected, and compare the total wait with what
     // the clients measured: a fast request's latency is its wait (service ~1 ms), a slow one's is

@@ -13,7 +13,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// bpf-linker's rpath points here, so it must outlive the build: not a temp dir.
 const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
-/// Debian packages the tests and benchmarks run: real Redis, nginx, wrk load, h2load (HTTP/2
+/// Debian packages the build needs: libssl-dev and pkg-config (the reference gateway links the
+/// system's OpenSSL through the `openssl` crate). Those the tests and benchmarks run: real Redis, nginx, wrk load, h2load (HTTP/2
 /// load, in nghttp2-client), runqlat
 /// (libbpf-tools: `bench overhead` compares our scheduler hooks with it), bpftool (`bench churn`
 /// counts the daemon's map entries with it), nftables and
@@ -25,6 +26,8 @@ const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// dependency) and man-db (its check asks `man -w` for the installed page), and apparmor
 /// (`apparmor_parser` compiles deploy/'s profile in the deploy tests; nothing is loaded).
 const DEBIAN_PACKAGES: &[&str] = &[
+    "libssl-dev",
+    "pkg-config",
     "redis-server",
     "nginx",
     "wrk",
