@@ -52,18 +52,23 @@ const PACKAGES: &str =
 /// Whether java, javac and the jars are here; without them a test says why it skips (and fails
 /// under CI=true, where a skipped test is a failure).
 pub fn available(test: &str) -> bool {
+    available_with(test, &[], "")
+}
+
+/// As [`available`], and the files `extra` too (from the Debian packages `packages`).
+pub fn available_with(test: &str, extra: &[&str], packages: &str) -> bool {
     let on_path =
         |bin: &str| std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()));
     let mut missing: Vec<&str> = ["java", "javac"].into_iter().filter(|b| !on_path(b)).collect();
-    missing.extend(JARS.iter().copied().filter(|j| !Path::new(j).exists()));
+    missing.extend(JARS.iter().chain(extra).copied().filter(|j| !Path::new(j).exists()));
     if missing.is_empty() {
         return true;
     }
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
-        "{test}: missing {missing:?} and CI=true (apt-get install {PACKAGES})"
+        "{test}: missing {missing:?} and CI=true (apt-get install {PACKAGES} {packages})"
     );
-    eprintln!("SKIPPED {test}: missing {missing:?} (apt-get install {PACKAGES})");
+    eprintln!("SKIPPED {test}: missing {missing:?} (apt-get install {PACKAGES} {packages})");
     false
 }
 

@@ -65,17 +65,29 @@ pub fn wait_listening(what: &str, port: u16) {
 /// An HTTPS server started from `command` (its arguments: port, certificate, key, handler delay in
 /// ms), listening on `port`, and an observer with TLS plaintext on that server, its TLS calls
 /// hooked. Both end with the test.
-pub fn hooked_https_server(mut command: Command, what: &str, port: u16) -> (Killed, Observer) {
+pub fn hooked_https_server(command: Command, what: &str, port: u16) -> (Killed, Observer) {
+    let server = https_server(command, what, port);
+    let observer = hooked_observer(&server);
+    (server, observer)
+}
+
+/// The server of [`hooked_https_server`], listening, not observed yet.
+pub fn https_server(mut command: Command, what: &str, port: u16) -> Killed {
     let server =
         Killed(command.stdout(std::process::Stdio::null()).spawn().unwrap_or_else(|e| panic!("start {what}: {e}")));
     wait_listening(what, port);
+    server
+}
+
+/// An observer with TLS plaintext on `server`, once its TLS calls are hooked.
+pub fn hooked_observer(server: &Killed) -> Observer {
     let observer = Observer::start_with(&[&format!("pid={}", server.0.id())], &["--tls-plaintext"]);
     wait_hooked(&observer, 1.0);
     let metrics = observer.metrics();
     let hooked: Vec<&str> =
         metrics.lines().filter(|l| l.starts_with("gateway_observer_tls_hooked_processes{")).collect();
     eprintln!("hooked: {hooked:?}");
-    (server, observer)
+    observer
 }
 
 /// wrk over https against `port`, then the observer's view of `process` checked against it:

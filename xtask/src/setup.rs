@@ -20,7 +20,8 @@ const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// counts the daemon's map entries with it), nftables and
 /// iproute2 for network faults in namespaces, openssl (certificates) and curl for the TLS tests,
 /// tmux for the terminal view, Alertmanager for the alert push, Prometheus for promtool (checks
-/// and unit tests of deploy/'s alert rules), and the runtimes of gateways this project did not write (Netty, Guava, embedded Tomcat for the JDK 17
+/// and unit tests of deploy/'s alert rules), and the runtimes of gateways this project did not write (Netty and
+/// netty-tcnative's OpenSSL engine, Guava, embedded Tomcat for the JDK 17
 /// that is already there; Go; Node.js), for `test-kernels` QEMU, a static busybox and cpio
 /// (the guest's initramfs), and for `package` dpkg-dev (dpkg-shlibdeps computes the libc6
 /// dependency) and man-db (its check asks `man -w` for the installed page), and apparmor
@@ -42,6 +43,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "prometheus-alertmanager",
     "prometheus",
     "libnetty-java",
+    "libnetty-tcnative-java",
+    "libnetty-tcnative-jni",
     "libguava-java",
     "libtomcat10-embed-java",
     "libjakarta-annotation-api-java",

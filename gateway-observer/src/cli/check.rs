@@ -152,7 +152,8 @@ fn tls_line(probes: &mut Probes) -> Line {
     let opened = crate::host::target_files::open(pid, &path, &[], crate::host::tls_libraries::MAX_LIBRARY_BYTES);
     let library = match opened {
         Ok(checked) => {
-            crate::host::tls_libraries::Library { path: path.clone(), file: checked.file, identity: checked.identity }
+            let (file, identity) = (checked.file, checked.identity);
+            crate::host::tls_libraries::Library { path: path.clone(), deleted: false, file, identity }
         }
         Err(e) => return degraded(format!("{path}: {e}; {covered}")),
     };

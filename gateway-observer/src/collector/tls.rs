@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::{
+    host::mapped_files::MappedFile,
     host::target_files::Identity,
     host::tls_libraries::{self, Entries},
     probes::{Probes, tls::TlsHooks},
@@ -65,12 +66,12 @@ impl TlsWatch {
                 continue;
             }
             self.looked_at.insert(pid, tick);
-            let paths = tls_libraries::mapped_candidates(pid);
-            let digest = digest(&paths);
+            let candidates = tls_libraries::mapped_candidates(pid);
+            let digest = digest(&candidates);
             if self.settled.get(&pid) == Some(&digest) {
                 continue;
             }
-            if self.hook(probes, pid, paths) {
+            if self.hook(probes, pid, candidates) {
                 self.settled.insert(pid, digest);
             } else {
                 self.settled.remove(&pid);
@@ -78,10 +79,14 @@ impl TlsWatch {
         }
     }
 
-    /// Hooks the first TLS library among `paths` of `pid` that can be hooked. True when there is
-    /// nothing to look at again: no file had the calls, and nothing failed.
-    fn hook(&mut self, probes: &mut Probes, pid: u32, paths: Vec<String>) -> bool {
-        let (libraries, refused) = tls_libraries::open_libraries(pid, paths);
+    /// Hooks the first TLS library among the files `pid` maps that can be hooked. True when
+    /// there is nothing to look at again: no file had the calls, and nothing failed.
+    fn hook(&mut self, probes: &mut Probes, pid: u32, candidates: Vec<MappedFile>) -> bool {
+        let Some(hooks) = &self.hooks else { return false };
+        let mut open_mapped = |pid: u32, mapped: &MappedFile| {
+            hooks.opener().open_mapped(pid, mapped).map_err(tls_libraries::BoxedError::from)
+        };
+        let (libraries, refused) = tls_libraries::open_libraries(pid, candidates, &mut open_mapped);
         let mut settled = refused.is_empty();
         for (path, error) in refused {
             self.fail(pid, &path, &error);
@@ -119,7 +124,8 @@ impl TlsWatch {
             match hooks.attach(probes, pid, &library, &entries) {
                 Ok(()) => {
                     let name = library.path.rsplit('/').next().unwrap_or(&library.path).to_owned();
-                    tracing::info!(pid, path = library.path, calls = entries.len(), "TLS library hooked");
+                    let (path, deleted) = (&library.path, library.deleted);
+                    tracing::info!(pid, path, deleted, calls = entries.len(), "TLS library hooked");
                     self.library_of.insert(pid, name);
                     self.hooked += 1;
                     self.looked_at.remove(&pid);
@@ -166,7 +172,7 @@ impl TlsWatch {
 }
 
 /// A digest of a process's mapped executable files, to notice that it maps others.
-fn digest(paths: &[String]) -> u64 {
+fn digest(files: &[MappedFile]) -> u64 {
     use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
-    BuildHasherDefault::<DefaultHasher>::default().hash_one(paths)
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(files)
 }

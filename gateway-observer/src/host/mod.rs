@@ -6,6 +6,7 @@ pub mod dynamic_symbols;
 pub mod forwarded_calls;
 pub mod go_tls;
 pub mod hsperfdata;
+pub mod mapped_files;
 pub mod privileges;
 pub mod procfs;
 pub mod self_usage;

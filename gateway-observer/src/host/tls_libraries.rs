@@ -4,15 +4,18 @@
 //! a Go executable (`go_tls`: its entries and RET sites, from `.symtab`). Every file the
 //! process maps executable is a candidate (`libssl` first); each is opened as the process sees
 //! it, through `target_files` (inside its root, no symlink followed out of it, a regular file
-//! owned by root or the process, no larger than [`MAX_LIBRARY_BYTES`]), and only its dynamic
+//! owned by root or the process, no larger than [`MAX_LIBRARY_BYTES`]), or through
+//! `/proc/PID/map_files` when its path no longer names it (`mapped_files`: netty-tcnative deletes
+//! its library once loaded) and checked the same way, and only its dynamic
 //! symbols are read (`dynamic_symbols`): they give the file offsets uprobes attach at. Nothing
 //! here touches a kernel handle: `probes::tls` attaches, on the opened file itself.
 
-use std::{collections::BTreeSet, fs::File};
+use std::{collections::HashSet, fs::File};
 
 use crate::host::{
     dynamic_symbols::{self, Positioned, SymbolsError},
     go_tls,
+    mapped_files::{self, MappedFile},
     target_files::{self, Identity},
 };
 
@@ -77,6 +80,8 @@ pub type Entries = Vec<(&'static str, TlsCall, u64)>;
 pub enum LibraryError {
     #[error("cannot open it in the process's root: {0}")]
     Open(#[from] target_files::Refusal),
+    #[error("cannot open it through /proc/PID/map_files: {0}")]
+    Mapped(BoxedError),
     #[error(transparent)]
     Symbols(#[from] SymbolsError),
     /// None of `SSL_read`, `SSL_write`, `SSL_read_ex`, `SSL_write_ex` is exported, nor is it a Go
@@ -93,6 +98,8 @@ pub enum LibraryError {
 pub struct Library {
     /// Its path as the process maps it (in the process's mount namespace).
     pub path: String,
+    /// Gone from that path (opened through `/proc/PID/map_files`).
+    pub deleted: bool,
     /// The file itself, open: uprobes attach to it through `/proc/self/fd`, so that the file
     /// checked and parsed is the one hooked, whatever the path now names.
     pub file: File,
@@ -105,43 +112,69 @@ pub fn is_libssl(path: &str) -> bool {
     path.rsplit('/').next().is_some_and(|name| name.starts_with("libssl.so"))
 }
 
-/// Paths of the files mapped executable in a `/proc/PID/maps` text, each once, `libssl` first:
-/// any of them may carry the TLS library's calls.
-pub fn tls_paths(maps: &str) -> Vec<String> {
-    let paths: BTreeSet<&str> = maps
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let perms = fields.nth(1)?;
-            // A sixth field after the path (" (deleted)") is a file gone from its path.
-            let path = fields.nth(3).filter(|_| fields.next().is_none())?;
-            (perms.contains('x') && path.starts_with('/')).then_some(path)
-        })
-        .collect();
-    let (mut ordered, others): (Vec<_>, Vec<_>) = paths.into_iter().partition(|path| is_libssl(path));
-    ordered.extend(others);
-    ordered.into_iter().take(MAX_CANDIDATES).map(str::to_owned).collect()
+/// The files mapped executable in a `/proc/PID/maps` text, each once, `libssl` first: any of
+/// them may carry the TLS library's calls. Deleted ones too (reached through `map_files`).
+pub fn tls_candidates(maps: &str) -> Vec<MappedFile> {
+    let mut files: Vec<MappedFile> =
+        mapped_files::executable_files(maps).into_iter().filter(|file| file.path.starts_with('/')).collect();
+    files.sort_by(|a, b| (!is_libssl(&a.path), &a.path, a.start).cmp(&(!is_libssl(&b.path), &b.path, b.start)));
+    let mut seen = HashSet::new();
+    files.retain(|file| seen.insert((file.dev, file.ino)));
+    files.truncate(MAX_CANDIDATES);
+    files
 }
 
-/// The files process `pid` maps executable (see [`tls_paths`]); none if it is gone.
-pub fn mapped_candidates(pid: u32) -> Vec<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|maps| tls_paths(&maps)).unwrap_or_default()
+/// The files process `pid` maps executable (see [`tls_candidates`]); none if it is gone.
+pub fn mapped_candidates(pid: u32) -> Vec<MappedFile> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|maps| tls_candidates(&maps)).unwrap_or_default()
 }
 
-/// `paths` of process `pid` opened as it sees them, and the `libssl` among them that could not be
-/// opened (with why; any other file is skipped quietly).
-pub fn open_libraries(pid: u32, paths: Vec<String>) -> (Vec<Library>, Vec<(String, LibraryError)>) {
+/// Opens a mapped file through `/proc/PID/map_files` (it needs a capability the daemon drops).
+pub type OpenMapped<'a> = dyn FnMut(u32, &MappedFile) -> Result<File, BoxedError> + 'a;
+pub type BoxedError = Box<dyn std::error::Error + Send + Sync>;
+
+/// `candidates` of process `pid` opened, and the `libssl` among them that could not be opened
+/// (with why; any other file is skipped quietly).
+pub fn open_libraries(
+    pid: u32,
+    candidates: Vec<MappedFile>,
+    open_mapped: &mut OpenMapped<'_>,
+) -> (Vec<Library>, Vec<(String, LibraryError)>) {
     let owners = crate::host::procfs::uids(pid);
     let mut opened = Vec::new();
     let mut failed = Vec::new();
-    for path in paths {
-        match target_files::open(pid, &path, &owners, MAX_LIBRARY_BYTES) {
-            Ok(checked) => opened.push(Library { path, file: checked.file, identity: checked.identity }),
-            Err(e) if is_libssl(&path) => failed.push((path, e.into())),
+    for mapped in candidates {
+        match open_one(pid, &mapped, &owners, open_mapped) {
+            Ok(checked) => opened.push(Library {
+                path: mapped.path,
+                deleted: mapped.deleted,
+                file: checked.file,
+                identity: checked.identity,
+            }),
+            Err(e) if is_libssl(&mapped.path) => failed.push((mapped.path, e)),
             Err(_) => {}
         }
     }
     (opened, failed)
+}
+
+/// One mapped file: by its path in the process's root while that names the mapped file (no
+/// capability needed), else through `map_files` (deleted, replaced, or out of reach), checked
+/// the same way.
+fn open_one(
+    pid: u32,
+    mapped: &MappedFile,
+    owners: &[u32],
+    open_mapped: &mut OpenMapped<'_>,
+) -> Result<target_files::Checked, LibraryError> {
+    if !mapped.deleted
+        && let Ok(checked) = target_files::open(pid, &mapped.path, owners, MAX_LIBRARY_BYTES)
+        && mapped.is(checked.identity.dev, checked.identity.ino)
+    {
+        return Ok(checked);
+    }
+    let file = open_mapped(pid, mapped).map_err(LibraryError::Mapped)?;
+    Ok(target_files::check(file, owners, MAX_LIBRARY_BYTES)?)
 }
 
 /// Where to hook the calls of a file: OpenSSL's from its dynamic symbols, with the read and
@@ -171,12 +204,12 @@ pub fn exported_entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, Li
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
+    use std::{cell::Cell, collections::BTreeSet};
 
     use super::*;
 
     #[test]
-    fn every_executable_mapping_is_a_candidate_libssl_first() {
+    fn every_executable_file_mapping_is_a_candidate_libssl_first() {
         let maps = "\
 7f0000000000-7f0000001000 r--p 00000000 08:01 1234 /usr/lib/x86_64-linux-gnu/libssl.so.3
 7f0000001000-7f0000002000 r-xp 00001000 08:01 1234 /usr/lib/x86_64-linux-gnu/libssl.so.3
@@ -186,13 +219,19 @@ mod tests {
 7f0000007000-7f0000008000 rw-p 00000000 00:00 0 [heap]
 7f0000008000-7f0000009000 r-xp 00000000 00:00 0 [vdso]
 7f0000009000-7f000000a000 r-xp 00001000 08:01 97 /srv/not-libssl.so.3 (deleted)
+7f000000a000-7f000000b000 r-xp 00001000 08:01 95 /tmp/libssl.so.3 (deleted)
+7f000000c000-7f000000d000 r-xp 00002000 08:01 1234 /usr/lib/x86_64-linux-gnu/libssl.so.3
 ";
+        let candidates = tls_candidates(maps);
+        let found: Vec<(&str, bool)> = candidates.iter().map(|f| (f.path.as_str(), f.deleted)).collect();
         assert_eq!(
-            tls_paths(maps),
+            found,
             [
-                "/opt/app/lib/libssl.so.1.1",
-                "/usr/lib/x86_64-linux-gnu/libssl.so.3",
-                "/usr/lib/x86_64-linux-gnu/libcrypto.so.3"
+                ("/opt/app/lib/libssl.so.1.1", false),
+                ("/tmp/libssl.so.3", true),
+                ("/usr/lib/x86_64-linux-gnu/libssl.so.3", false),
+                ("/srv/not-libssl.so.3", true),
+                ("/usr/lib/x86_64-linux-gnu/libcrypto.so.3", false),
             ]
         );
     }

@@ -84,6 +84,11 @@ impl TlsHooks {
         Self { opener, links: HashMap::new(), go_pids: Default::default(), loaded: false }
     }
 
+    /// Where the uprobes come from (it also opens files through `/proc/PID/map_files`).
+    pub fn opener(&self) -> &UprobeOpener {
+        &self.opener
+    }
+
     /// Uprobe events held, for every hooked process (each closes when its process goes).
     pub fn events(&self) -> usize {
         self.links.values().map(Vec::len).sum()

@@ -11,6 +11,12 @@
 //! or of a RET instruction of a hooked Go function (the helper decodes the function itself), and
 //! a uretprobe only on an OpenSSL call (never on a Go function: its stack moves).
 //! So a compromised daemon can plant uprobes only where the daemon would have anyway.
+//!
+//! It also opens a target's mapped file through `/proc/PID/map_files` for the daemon (a library
+//! deleted after loading, as netty-tcnative's: following that link needs CAP_SYS_ADMIN), under
+//! the same first two checks: a target pid, a range that pid maps executable from a regular
+//! file no larger than `tls_libraries::MAX_LIBRARY_BYTES`, the link leading to the device and
+//! inode `maps` names for it.
 
 use std::{
     collections::HashMap,
@@ -24,7 +30,10 @@ use std::{
 };
 
 use super::{UprobePmu, UprobeRequest, fd_passing, perf_event_open};
-use crate::host::tls_libraries;
+use crate::host::{
+    mapped_files::{self, MappedError, MappedFile},
+    tls_libraries,
+};
 
 /// CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_SYS_ADMIN.
 const HELPER_CAPS: u64 = 1 << 2 | 1 << 19 | 1 << 21;
@@ -35,7 +44,12 @@ const SOCKET_FD: i32 = 3;
 /// Parsed libraries kept by the helper; more are parsed again.
 const MAX_PARSED: usize = 64;
 
-const REQUEST_LEN: usize = 24;
+/// Sequence (4), pid (4), uretprobe flag (1, padded to 4), kind (1, padded to 4), offset or the
+/// mapping's start (8), the mapping's end (8).
+const REQUEST_LEN: usize = 32;
+/// Request kinds: a uprobe on the passed fd, or a mapped file to open (no fd passed).
+const KIND_UPROBE: u8 = 0;
+const KIND_OPEN_MAPPED: u8 = 1;
 const ANSWER_LEN: usize = 8;
 
 /// Why the helper would not open an event.
@@ -117,14 +131,31 @@ impl Helper {
 
     /// Asks the helper for the event of `request` on `library`.
     pub fn open(&self, library: &File, request: UprobeRequest) -> Result<OwnedFd, OpenError> {
+        let mut message = [0u8; REQUEST_LEN];
+        message[4..8].copy_from_slice(&request.pid.to_le_bytes());
+        message[8] = u8::from(request.retprobe);
+        message[12] = KIND_UPROBE;
+        message[16..24].copy_from_slice(&request.offset.to_le_bytes());
+        self.ask(message, Some(library))
+    }
+
+    /// Asks the helper to open the file process `pid` maps at `mapped`'s range, through
+    /// `/proc/PID/map_files`.
+    pub fn open_mapped(&self, pid: u32, mapped: &MappedFile) -> Result<File, OpenError> {
+        let mut message = [0u8; REQUEST_LEN];
+        message[4..8].copy_from_slice(&pid.to_le_bytes());
+        message[12] = KIND_OPEN_MAPPED;
+        message[16..24].copy_from_slice(&mapped.start.to_le_bytes());
+        message[24..32].copy_from_slice(&mapped.end.to_le_bytes());
+        self.ask(message, None).map(File::from)
+    }
+
+    /// Sends one request (numbered here) and waits for its answer's fd.
+    fn ask(&self, mut message: [u8; REQUEST_LEN], fd: Option<&File>) -> Result<OwnedFd, OpenError> {
         let sequence = self.sequence.get().wrapping_add(1);
         self.sequence.set(sequence);
-        let mut message = [0u8; REQUEST_LEN];
         message[0..4].copy_from_slice(&sequence.to_le_bytes());
-        message[4..8].copy_from_slice(&request.pid.to_le_bytes());
-        message[8..12].copy_from_slice(&u32::from(request.retprobe).to_le_bytes());
-        message[16..24].copy_from_slice(&request.offset.to_le_bytes());
-        fd_passing::send(self.socket.as_fd(), &message, Some(library.as_fd())).map_err(OpenError::Helper)?;
+        fd_passing::send(self.socket.as_fd(), &message, fd.map(|f| f.as_fd())).map_err(OpenError::Helper)?;
         loop {
             let mut answer = [0u8; ANSWER_LEN];
             let (len, fd) = fd_passing::recv(self.socket.as_fd(), &mut answer).map_err(OpenError::Helper)?;
@@ -207,20 +238,22 @@ fn serve(socket: &OwnedFd, pmu: UprobePmu, mut is_target: impl FnMut(u32) -> boo
             return;
         }
         let sequence = &message[0..4];
-        let code = match (len, fd) {
-            (REQUEST_LEN, Some(fd)) => {
-                let request = UprobeRequest {
-                    pid: u32::from_le_bytes(message[4..8].try_into().expect("4 bytes")),
-                    retprobe: message[8] != 0,
-                    offset: u64::from_le_bytes(message[16..24].try_into().expect("8 bytes")),
-                };
+        let pid = u32::from_le_bytes(message[4..8].try_into().expect("4 bytes"));
+        let word = |at: usize| u64::from_le_bytes(message[at..at + 8].try_into().expect("8 bytes"));
+        let code = match (len, message[12], fd) {
+            (REQUEST_LEN, KIND_UPROBE, Some(fd)) => {
+                let request = UprobeRequest { pid, retprobe: message[8] != 0, offset: word(16) };
                 let library = File::from(fd);
                 match check(&library, request, &mut parsed, &mut is_target) {
                     Err(refusal) => Err(refusal.code()),
-                    Ok(()) => {
-                        perf_event_open(pmu, &library, request).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
-                    }
+                    Ok(()) => perf_event_open(pmu, &library, request).map_err(errno),
                 }
+            }
+            (REQUEST_LEN, KIND_OPEN_MAPPED, None) => {
+                open_checked_mapping(pid, word(16), word(24), &mut is_target).map(OwnedFd::from).map_err(|e| match e {
+                    MappingError::Refused(refusal) => refusal.code(),
+                    MappingError::Io(e) => errno(e),
+                })
             }
             _ => Err(Refusal::BadRequest.code()),
         };
@@ -232,6 +265,49 @@ fn serve(socket: &OwnedFd, pmu: UprobePmu, mut is_target: impl FnMut(u32) -> boo
             return;
         }
         // `event` and `library` close here: the daemon holds its own copy of the event.
+    }
+}
+
+/// A kernel error's answer code (positive).
+fn errno(error: io::Error) -> i32 {
+    error.raw_os_error().filter(|&e| e > 0).unwrap_or(libc::EIO)
+}
+
+enum MappingError {
+    Refused(Refusal),
+    Io(io::Error),
+}
+
+/// Opens the file `pid` maps executable at exactly `start`-`end` (see the module's comment).
+fn open_checked_mapping(
+    pid: u32,
+    start: u64,
+    end: u64,
+    is_target: &mut impl FnMut(u32) -> bool,
+) -> Result<File, MappingError> {
+    if pid == 0 || !is_target(pid) {
+        return Err(MappingError::Refused(Refusal::NotTarget));
+    }
+    let maps =
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|_| MappingError::Refused(Refusal::NotTarget))?;
+    open_mapping_in(pid, &maps, start, end)
+}
+
+/// Opens the file `maps` (process `pid`'s) says is mapped executable at `start`-`end`.
+fn open_mapping_in(pid: u32, maps: &str, start: u64, end: u64) -> Result<File, MappingError> {
+    let mapped = mapped_files::executable_files(maps)
+        .into_iter()
+        .find(|m| (m.start, m.end) == (start, end))
+        .ok_or(MappingError::Refused(Refusal::NotMapped))?;
+    let file = match mapped_files::open(pid, &mapped) {
+        Ok(file) => file,
+        Err(MappedError::Io(e)) => return Err(MappingError::Io(e)),
+        Err(MappedError::NotRegular | MappedError::Mismatch) => return Err(MappingError::Refused(Refusal::NotMapped)),
+    };
+    match file.metadata() {
+        Ok(meta) if meta.size() <= tls_libraries::MAX_LIBRARY_BYTES => Ok(file),
+        Ok(_) => Err(MappingError::Refused(Refusal::NotMapped)),
+        Err(e) => Err(MappingError::Io(e)),
     }
 }
 
@@ -285,19 +361,7 @@ fn entry_offsets(library: &File, size: u64) -> Option<Vec<Site>> {
 
 /// Whether a `/proc/PID/maps` text maps the file (device major:minor, inode) executable.
 fn maps_executable(maps: &str, major: u32, minor: u32, ino: u64) -> bool {
-    maps.lines().any(|line| {
-        let mut fields = line.split_whitespace();
-        let (Some(_), Some(perms), Some(_), Some(dev), Some(inode)) =
-            (fields.next(), fields.next(), fields.next(), fields.next(), fields.next())
-        else {
-            return false;
-        };
-        let Some((maj, min)) = dev.split_once(':') else { return false };
-        perms.contains('x')
-            && u32::from_str_radix(maj, 16) == Ok(major)
-            && u32::from_str_radix(min, 16) == Ok(minor)
-            && inode.parse() == Ok(ino)
-    })
+    mapped_files::executable_files(maps).iter().any(|m| m.dev == (major, minor) && m.ino == ino)
 }
 
 #[cfg(test)]
@@ -350,6 +414,27 @@ mod tests {
         assert!(go.iter().all(|site| !site.retprobe));
         let openssl = sites(&[TlsCall::Read, TlsCall::WriteEx, TlsCall::Other]);
         assert!(openssl.iter().all(|site| site.retprobe));
+    }
+
+    /// A library mapped executable by this process and deleted: opened through `map_files` for
+    /// its exact range, refused when `maps` names another inode for it, or for a range not mapped.
+    #[test]
+    fn a_deleted_mapping_opens_only_as_the_inode_maps_names() {
+        let Some(deleted) = mapped_files::DeletedMapping::new("helper-mapped") else { return };
+        let mapped = deleted.mapped();
+        let (me, start, end) = (std::process::id(), mapped.start, mapped.end);
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("own maps");
+        let line = maps.lines().find(|l| l.contains(&mapped.path)).expect("the mapping's line");
+        let forged = line.replacen(&format!(" {} ", mapped.ino), &format!(" {} ", mapped.ino + 1), 1);
+        let refusal = |r: Result<File, MappingError>| match r {
+            Err(MappingError::Refused(refusal)) => Some(refusal),
+            _ => None,
+        };
+        let opened = open_mapping_in(me, &maps, start, end).ok().map(|f| f.metadata().expect("stat").ino());
+        assert_eq!(opened, Some(mapped.ino));
+        assert_eq!(refusal(open_mapping_in(me, &forged, start, end)), Some(Refusal::NotMapped));
+        assert_eq!(refusal(open_mapping_in(me, &maps, start, end + 4096)), Some(Refusal::NotMapped));
+        assert_eq!(refusal(open_checked_mapping(me, start, end, &mut |_| false)), Some(Refusal::NotTarget));
     }
 
     #[test]

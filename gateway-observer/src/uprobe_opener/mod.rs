@@ -19,6 +19,8 @@ use std::{
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
 
+use crate::host::mapped_files::{self, MappedError, MappedFile};
+
 /// The kernel's `uprobe` PMU: its perf type and the config bit that makes a uretprobe.
 #[derive(Debug, Clone, Copy)]
 pub struct UprobePmu {
@@ -65,6 +67,20 @@ pub struct UprobeRequest {
 }
 
 impl UprobeOpener {
+    /// The file process `pid` maps at `mapped`'s range, opened through `/proc/PID/map_files`
+    /// (its path deleted or naming another file): the helper holds the capability that needs.
+    pub fn open_mapped(&self, pid: u32, mapped: &MappedFile) -> Result<File, helper::OpenError> {
+        match self {
+            Self::InProcess(_) => mapped_files::open(pid, mapped).map_err(|e| match e {
+                MappedError::Io(e) => helper::OpenError::Kernel(e),
+                MappedError::NotRegular | MappedError::Mismatch => {
+                    helper::OpenError::Refused(helper::Refusal::NotMapped)
+                }
+            }),
+            Self::Helper(helper) => helper.open_mapped(pid, mapped),
+        }
+    }
+
     /// The event of `request` on `library` (opened in the target's root), enabled, no program yet.
     pub fn open(&self, library: &File, request: UprobeRequest) -> Result<OwnedFd, helper::OpenError> {
         match self {
