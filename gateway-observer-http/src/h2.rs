@@ -2,15 +2,17 @@
 //! HTTP/1.x parser gets, header blocks decoded for the pseudo-headers, streams made requests.
 //!
 //! [`frames`] walks one direction, [`hpack`] decodes header blocks ([`huffman`] its strings),
-//! [`session`] turns streams into [`crate::Exchange`]s. Nothing here keeps a header value other
-//! than method, path and status codes, and nothing logs.
+//! [`session`] turns streams into [`crate::Exchange`]s, [`flow`] follows flow-control windows.
+//! Nothing here keeps a header value other than method, path and status codes, and nothing logs.
 
+pub mod flow;
 pub mod frames;
 pub mod hpack;
 mod huffman;
 mod huffman_table;
 pub mod session;
 
+pub use flow::Stalls;
 pub use session::{PREFACE, Session, Signals};
 
 #[cfg(test)]

@@ -27,9 +27,29 @@ pub struct H2load {
 /// reads its count and per-request log.
 pub fn h2load(url: &str, streams: u32) -> H2load {
     let log = temp_dir("h2load").join("requests.log");
+    let args = ["-n", &REQUESTS.to_string(), "-c", &CONNECTIONS.to_string(), "-m", &streams.to_string()]
+        .map(String::from)
+        .into_iter()
+        .chain([format!("--log-file={}", log.display())]);
+    let succeeded = run(args, url, REQUESTS);
+    // Tab-separated: start (µs since the epoch), status, µs until the end of the response.
+    let mut micros: Vec<u64> = std::fs::read_to_string(&log)
+        .expect("h2load's log")
+        .lines()
+        .filter_map(|l| l.split('\t').nth(2)?.trim().parse().ok())
+        .collect();
+    assert_eq!(micros.len() as u64, REQUESTS, "one log line per request");
+    micros.sort_unstable();
+    let p50_seconds = micros[micros.len() / 2] as f64 * 1e-6;
+    eprintln!("h2load: {succeeded} succeeded, p50 {:.3} ms", p50_seconds * 1e3);
+    H2load { succeeded, p50_seconds }
+}
+
+/// Runs h2load with `args` against `url` (bounded in time) and checks that all of its
+/// `requests` succeeded with a 2xx; returns how many did.
+pub fn run(args: impl IntoIterator<Item = String>, url: &str, requests: u64) -> u64 {
     let mut child = Command::new("h2load")
-        .args(["-n", &REQUESTS.to_string(), "-c", &CONNECTIONS.to_string(), "-m", &streams.to_string()])
-        .arg(format!("--log-file={}", log.display()))
+        .args(args)
         .arg(url)
         .stdout(Stdio::piped())
         .spawn()
@@ -51,19 +71,9 @@ pub fn h2load(url: &str, streams: u32) -> H2load {
     let field = |name: &str| -> u64 {
         line.split(',').find_map(|f| f.trim().strip_suffix(name)?.trim().rsplit(' ').next()?.parse().ok()).unwrap()
     };
-    assert_eq!((field("succeeded"), field("failed")), (REQUESTS, 0), "{text}");
-    assert!(text.contains(&format!("status codes: {REQUESTS} 2xx")), "{text}");
-    // Tab-separated: start (µs since the epoch), status, µs until the end of the response.
-    let mut micros: Vec<u64> = std::fs::read_to_string(&log)
-        .expect("h2load's log")
-        .lines()
-        .filter_map(|l| l.split('\t').nth(2)?.trim().parse().ok())
-        .collect();
-    assert_eq!(micros.len() as u64, REQUESTS, "one log line per request");
-    micros.sort_unstable();
-    let p50_seconds = micros[micros.len() / 2] as f64 * 1e-6;
-    eprintln!("h2load: {} succeeded, p50 {:.3} ms", field("succeeded"), p50_seconds * 1e3);
-    H2load { succeeded: field("succeeded"), p50_seconds }
+    assert_eq!((field("succeeded"), field("failed")), (requests, 0), "{text}");
+    assert!(text.contains(&format!("status codes: {requests} 2xx")), "{text}");
+    field("succeeded")
 }
 
 /// h2load with one stream at a time per connection against a proxy whose upstream takes

@@ -1,6 +1,7 @@
 //! Drives an HTTP/2 [`Session`] with any byte string decoded as operations by [`replay`] (seeds:
 //! real h2 conversations, `h2::fixtures`): it must never panic, keep its streams bounded, and
-//! report streams whose times and byte counts fit what it was fed.
+//! report streams whose times and byte counts fit what it was fed, and flow-control stalls no
+//! longer than the time fed.
 
 #![no_main]
 
@@ -9,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use gateway_observer_http::{
     Exchange, Role,
     connection::MAX_IN_FLIGHT,
-    h2::Session,
+    h2::{Session, flow::MAX_STREAMS},
     parser::MAX_PATH,
     replay::{self, Op},
 };
@@ -37,7 +38,13 @@ fuzz_target!(|input: &[u8]| {
         }
         assert!(session.in_flight().count() <= MAX_IN_FLIGHT);
         assert!(session.in_flight().all(|r| r.path.redacted().len() <= MAX_PATH && r.request_bytes <= fed));
-        assert!(session.signals().resyncs <= session.lost_sync());
+        let signals = session.signals();
+        assert!(signals.resyncs <= session.lost_sync());
+        // Stall time is a union of intervals between the times fed.
+        for stalls in [signals.gateway_stalls, signals.peer_stalls] {
+            assert!(stalls.stalled_ns <= now - replay::START_NS, "{stalls:?} by {now}");
+        }
+        assert!(session.flow_streams() <= 2 * MAX_STREAMS);
         streams.drain(..).for_each(|e| sane(&e, now, fed));
     }
     session.on_close(now, &mut streams);

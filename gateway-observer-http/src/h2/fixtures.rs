@@ -91,6 +91,9 @@ const BROWSER: (&[u8], &str) = (include_bytes!("fixtures/browser.bin"), include_
 const GRPC: (&[u8], &str) = (include_bytes!("fixtures/grpc.bin"), include_str!("fixtures/grpc.expect"));
 const REFUSED: (&[u8], &str) = (include_bytes!("fixtures/refused.bin"), include_str!("fixtures/refused.expect"));
 const BATCHED: (&[u8], &str) = (include_bytes!("fixtures/batched.bin"), include_str!("fixtures/batched.expect"));
+const STALLED: (&[u8], &str) = (include_bytes!("fixtures/stalled.bin"), include_str!("fixtures/stalled.expect"));
+/// The Python server's own count of its windows closing, and the syscall steps with any closed.
+const STALLED_TRUTH: &str = include_str!("fixtures/stalled.stalls");
 
 #[test]
 fn browser_streams_exact_through_truncated_copies() {
@@ -152,10 +155,49 @@ fn connection_first_seen_midway() {
     }
 }
 
+/// A client with small windows: the server's stalls on stream windows and on the connection's,
+/// counted and timed as the Python server's own windows say.
+#[test]
+fn flow_control_stalls_match_the_senders_windows() {
+    let (conn, got) = replay(STALLED.0, 0);
+    assert_eq!(got, expected(STALLED.1));
+    let truth: Vec<u64> = STALLED_TRUTH.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    let s = conn.h2_signals();
+    // A syscall step is 1000 ns (`ts`).
+    assert_eq!((s.gateway_stalls.count, s.gateway_stalls.stalled_ns), (truth[0], truth[1] * 1000));
+    assert_eq!(s.peer_stalls, crate::h2::Stalls::default());
+    assert_eq!(conn.lost_sync(), 0);
+    // The other fixtures' clients have 16 MB windows: nothing stalls.
+    for bin in [BROWSER.0, GRPC.0, REFUSED.0, BATCHED.0] {
+        let s = replay(bin, 0).0.h2_signals();
+        assert_eq!((s.gateway_stalls.count, s.peer_stalls.count), (0, 0));
+    }
+}
+
+/// First seen mid-way, the windows are unknown: the connection's stays so, streams' are known
+/// only after a SETTINGS gives the initial window. No stall is invented from any start.
+#[test]
+fn flow_control_midway_never_invents_stalls() {
+    let full = replay(STALLED.0, 0).0.h2_signals().gateway_stalls;
+    for from in 1..syscalls(STALLED.0).len() {
+        let s = replay(STALLED.0, from).0.h2_signals().gateway_stalls;
+        assert!(s.count <= full.count && s.stalled_ns <= full.stalled_ns, "from {from}: {s:?} vs {full:?}");
+    }
+    // Past the first SETTINGS only the 1 MB stream windows are known again: none closes.
+    assert_eq!(replay(STALLED.0, 1).0.h2_signals().gateway_stalls.count, 0);
+}
+
 /// The `h2_session` fuzz target's seeds: these conversations in the replay encoding.
 #[test]
 fn committed_h2_seed_corpus_matches_the_fixtures() {
-    let seeds: Vec<_> = [("browser", BROWSER.0), ("grpc", GRPC.0), ("refused", REFUSED.0), ("batched", BATCHED.0)]
+    let fixtures = [
+        ("browser", BROWSER.0),
+        ("grpc", GRPC.0),
+        ("refused", REFUSED.0),
+        ("batched", BATCHED.0),
+        ("stalled", STALLED.0),
+    ];
+    let seeds: Vec<_> = fixtures
         .into_iter()
         .map(|(name, bin)| {
             let mut w = Writer::new().connect(Role::Server);

@@ -4,8 +4,9 @@
 //! Every frame header is walked, so a frame whose payload was not copied still ends where it
 //! should and the next header is found. A header that falls in unseen bytes loses sync; the walk
 //! resumes at a later syscall whose first bytes look like a frame header ([`plausible_start`]).
-//! Payload bytes are kept only for the frames that carry framing facts (HEADERS, CONTINUATION,
-//! RST_STREAM, GOAWAY), and at most [`MAX_KEPT_PAYLOAD`] of each.
+//! Payload bytes are kept only for the frames that carry framing or flow-control facts (HEADERS,
+//! CONTINUATION, RST_STREAM, GOAWAY, SETTINGS, WINDOW_UPDATE), and at most [`MAX_KEPT_PAYLOAD`]
+//! of each.
 
 pub const HEADER_LEN: usize = 9;
 /// Payload bytes kept of one frame; a longer header block is decoded as far as it goes.
@@ -26,6 +27,8 @@ pub const WINDOW_UPDATE: u8 = 8;
 pub const CONTINUATION: u8 = 9;
 
 pub const FLAG_END_STREAM: u8 = 0x1;
+/// SETTINGS and PING acknowledgements share END_STREAM's bit.
+pub const FLAG_ACK: u8 = 0x1;
 pub const FLAG_END_HEADERS: u8 = 0x4;
 pub const FLAG_PADDED: u8 = 0x8;
 pub const FLAG_PRIORITY: u8 = 0x20;
@@ -306,5 +309,5 @@ impl Default for Walker {
 }
 
 fn keeps_payload(kind: u8) -> bool {
-    matches!(kind, HEADERS | CONTINUATION | RST_STREAM | GOAWAY)
+    matches!(kind, HEADERS | CONTINUATION | RST_STREAM | GOAWAY | SETTINGS | WINDOW_UPDATE)
 }

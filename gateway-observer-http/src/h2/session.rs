@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 
+use super::flow::{Flow, Stalls};
 use super::frames::{
     self, CONTINUATION, DATA, FLAG_END_HEADERS, FLAG_PADDED, FLAG_PRIORITY, Frame, GOAWAY, HEADERS, Piece, RST_STREAM,
     SyscallInfo, Walker,
@@ -56,6 +57,10 @@ pub struct Signals {
     pub goaways: u64,
     /// Times a direction's frame walk resumed after losing sync.
     pub resyncs: u64,
+    /// Flow-control stalls of the gateway's sending (responses on connections it accepted,
+    /// requests on those it opened), and of its peer's.
+    pub gateway_stalls: Stalls,
+    pub peer_stalls: Stalls,
 }
 
 #[derive(Clone, Debug)]
@@ -66,6 +71,7 @@ pub struct Session {
     streams: VecDeque<Pending>,
     highest_stream: u32,
     signals: Signals,
+    flow: Flow,
     dropped_in_flight: u64,
 }
 
@@ -80,6 +86,7 @@ impl Session {
             streams: VecDeque::new(),
             highest_stream: 0,
             signals: Signals::default(),
+            flow: Flow::fresh(),
             dropped_in_flight: 0,
         };
         session.requests.preface_left = if preface { PREFACE.len() as u64 } else { 0 };
@@ -92,14 +99,23 @@ impl Session {
         let mut session = Self::new(role, false);
         session.requests.walker = Walker::lost();
         session.responses.walker = Walker::lost();
+        session.flow = Flow::unknown();
         session
     }
 
     pub fn signals(&self) -> Signals {
+        let gateway_requests = self.role == Role::Client;
         Signals {
             resyncs: self.requests.walker.resyncs().saturating_add(self.responses.walker.resyncs()),
+            gateway_stalls: self.flow.stalls(gateway_requests),
+            peer_stalls: self.flow.stalls(!gateway_requests),
             ..self.signals
         }
+    }
+
+    /// Stream windows followed now (bounded by `flow::MAX_STREAMS` per direction).
+    pub fn flow_streams(&self) -> usize {
+        self.flow.streams()
     }
 
     pub fn lost_sync(&self) -> u64 {
@@ -134,6 +150,7 @@ impl Session {
             // The server spoke first (its SETTINGS): the client's side starts here after all.
             side.walker = Walker::new();
             side.preface_left = PREFACE.len() as u64;
+            self.flow.preface();
         }
         if side.preface_left > 0 {
             let skipped = skip(&mut pieces, side.preface_left);
@@ -146,6 +163,7 @@ impl Session {
         let side = if is_request { &mut self.requests } else { &mut self.responses };
         side.walker = walker;
         if !in_sync {
+            self.flow.lost(seg.ts_ns);
             side.block = Block::default();
             side.hpack.forget_all();
             if !is_request {
@@ -156,6 +174,7 @@ impl Session {
 
     /// The connection closed: every stream still open ends as Closed.
     pub fn on_close(&mut self, ts_ns: u64, out: &mut Vec<Exchange>) {
+        self.flow.close(ts_ns);
         self.end_all(ts_ns, ExchangeOutcome::Closed, out);
     }
 
@@ -164,6 +183,7 @@ impl Session {
     }
 
     fn on_frame(&mut self, is_request: bool, frame: &Frame, out: &mut Vec<Exchange>) {
+        self.flow.on_frame(is_request, frame);
         let h = frame.header;
         let wire = u64::from(h.len) + frames::HEADER_LEN as u64;
         if !is_request
@@ -354,4 +374,4 @@ fn skip(pieces: &mut [Piece], mut n: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

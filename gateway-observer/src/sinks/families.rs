@@ -370,6 +370,27 @@ pub const HTTP2_GOAWAYS: Family = Family {
     labels: &["process"],
 };
 
+pub const HTTP2_FLOW_CONTROL_STALLS: Family = Family {
+    name: "gateway_observer_http2_flow_control_stalls",
+    kind: Kind::Counter,
+    help: "HTTP/2 flow-control windows (a connection's, or an open stream's) that closed while their sender had a stream open, on targets' closed h2 connections; sender=\"gateway\" is the target held back by its peer's window (direction=\"inbound\": responses to a slow-reading client), sender=\"peer\" the peer held back by the target's.",
+    labels: &["process", "direction", "sender"],
+};
+
+pub const HTTP2_FLOW_CONTROL_STALLED_SECONDS: Family = Family {
+    name: "gateway_observer_http2_flow_control_stalled_seconds",
+    kind: Kind::Counter,
+    help: "Time a sender on targets' closed h2 connections had at least one flow-control window closed, from the frames' syscall times: until the WINDOW_UPDATE that reopened it.",
+    labels: &["process", "direction", "sender"],
+};
+
+pub const HTTP2_FLOW_CONTROL_UNTRACKED_STREAMS: Family = Family {
+    name: "gateway_observer_http2_flow_control_untracked_streams",
+    kind: Kind::Counter,
+    help: "HTTP/2 stream windows forgotten past 256 per connection and sender: their stalls are not counted.",
+    labels: &["process", "direction", "sender"],
+};
+
 pub const TLS_CIPHERTEXT_RECORDS: Family = Family {
     name: "gateway_observer_tls_ciphertext_records",
     kind: Kind::Counter,

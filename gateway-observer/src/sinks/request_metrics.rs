@@ -3,8 +3,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{families, prometheus::Exposition};
+use gateway_observer_http::h2::Stalls;
+
+use super::{
+    families,
+    prometheus::{Exposition, Family},
+};
 use crate::state::{request_queues::RequestQueues, requests::RequestTracker};
+
+/// One number of a sender's HTTP/2 flow-control stalls.
+type StallValue = fn(&Stalls) -> f64;
 
 /// The request metrics.
 pub fn render_requests(tracker: &RequestTracker, e: &mut Exposition, now_ns: u64) {
@@ -75,6 +83,17 @@ pub fn render_requests(tracker: &RequestTracker, e: &mut Exposition, now_ns: u64
     e.family(name);
     for (process, s) in tracker.h2_signals() {
         e.sample(name, &[("process", process)], s.goaways as f64);
+    }
+    let flow: [(&Family, StallValue); 3] = [
+        (&families::HTTP2_FLOW_CONTROL_STALLS, |s| s.count as f64),
+        (&families::HTTP2_FLOW_CONTROL_STALLED_SECONDS, |s| s.stalled_ns as f64 / 1e9),
+        (&families::HTTP2_FLOW_CONTROL_UNTRACKED_STREAMS, |s| s.dropped_streams as f64),
+    ];
+    for (name, value) in flow {
+        e.family(name);
+        for ((process, side, sender), s) in tracker.h2_stalls() {
+            e.sample(name, &[("process", process), ("direction", side.as_str()), ("sender", sender)], value(s));
+        }
     }
     let name = &families::HTTP_PARSE_RESYNCS;
     e.family(name);

@@ -10,7 +10,7 @@ use crate::h2::frames::{
 const HEAD: usize = 512;
 const TAIL: usize = 16;
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
     let mut f = vec![len[1], len[2], len[3], kind, flags];
     f.extend(stream.to_be_bytes());
@@ -31,7 +31,7 @@ fn request_block(path: &[u8]) -> Vec<u8> {
     b
 }
 
-fn get(stream: u32, path: &[u8]) -> Vec<u8> {
+pub(crate) fn get(stream: u32, path: &[u8]) -> Vec<u8> {
     frame(HEADERS, FLAG_END_HEADERS | FLAG_END_STREAM, stream, &request_block(path))
 }
 
@@ -42,13 +42,13 @@ fn ok(stream: u32, body: usize) -> Vec<u8> {
     f
 }
 
-struct Conn {
-    conn: Connection,
-    out: Vec<Exchange>,
+pub(crate) struct Conn {
+    pub(crate) conn: Connection,
+    pub(crate) out: Vec<Exchange>,
 }
 
 impl Conn {
-    fn new(role: Role) -> Self {
+    pub(crate) fn new(role: Role) -> Self {
         Self { conn: Connection::new(role), out: Vec::new() }
     }
 
@@ -59,11 +59,11 @@ impl Conn {
         self.conn.on_segment(dir, &seg, &mut self.out);
     }
 
-    fn read(&mut self, ts: u64, bytes: &[u8]) {
+    pub(crate) fn read(&mut self, ts: u64, bytes: &[u8]) {
         self.syscall(Direction::Read, ts, bytes);
     }
 
-    fn write(&mut self, ts: u64, bytes: &[u8]) {
+    pub(crate) fn write(&mut self, ts: u64, bytes: &[u8]) {
         self.syscall(Direction::Write, ts, bytes);
     }
 
@@ -72,7 +72,7 @@ impl Conn {
     }
 }
 
-fn cat(parts: &[&[u8]]) -> Vec<u8> {
+pub(crate) fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
 }
 

@@ -23,7 +23,10 @@ use std::sync::Arc;
 
 use crate::events::socket::{ConnInfo, DataRecord, FlowRecord, Opened, SocketRecord};
 use flows::FlowState;
-use gateway_observer_http::{Connection, Direction, Exchange, Role, Segment, h2::Signals as H2Signals};
+use gateway_observer_http::{
+    Connection, Direction, Exchange, Role, Segment,
+    h2::{Signals as H2Signals, Stalls as H2Stalls},
+};
 use peers::PeerLabels;
 use slowest::{Finished, Slowest, UpstreamCall};
 use stats::{RequestStats, Side};
@@ -106,6 +109,9 @@ pub struct RequestTracker {
     tls_unparsed: BTreeMap<Arc<str>, u64>,
     /// HTTP/2 refused and reset streams and GOAWAYs of closed connections, by process.
     h2_signals: BTreeMap<Arc<str>, H2Signals>,
+    /// HTTP/2 flow-control stalls of closed connections, by process, direction and sender
+    /// (`gateway` or `peer`).
+    h2_stalls: BTreeMap<(Arc<str>, Side, &'static str), H2Stalls>,
     tls_sessions: tls_sessions::TlsSessions,
     /// Retransmitted segments by (process, peer label; `clients` for inbound connections).
     retransmits: BTreeMap<(Arc<str>, String), u64>,
@@ -196,6 +202,7 @@ impl RequestTracker {
         self.non_http_bytes.retain(|process, _| process_live(process));
         self.tls_unparsed.retain(|process, _| process_live(process));
         self.h2_signals.retain(|process, _| process_live(process));
+        self.h2_stalls.retain(|(process, ..), _| process_live(process));
         self.retransmits.retain(|(process, peer), _| peer_live(process, peer));
     }
 
@@ -410,10 +417,17 @@ impl RequestTracker {
         self.counts.closed_resyncs += http.lost_sync();
         if http.is_h2() {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
-            let (s, total) = (http.h2_signals(), self.h2_signals.entry(process).or_default());
+            let (s, total) = (http.h2_signals(), self.h2_signals.entry(process.clone()).or_default());
             total.refused_streams = total.refused_streams.saturating_add(s.refused_streams);
             total.reset_streams = total.reset_streams.saturating_add(s.reset_streams);
             total.goaways = total.goaways.saturating_add(s.goaways);
+            let side = if http.role() == Role::Server { Side::Inbound } else { Side::Outbound };
+            for (sender, stalls) in [("gateway", s.gateway_stalls), ("peer", s.peer_stalls)] {
+                let total = self.h2_stalls.entry((process.clone(), side, sender)).or_default();
+                total.count = total.count.saturating_add(stalls.count);
+                total.stalled_ns = total.stalled_ns.saturating_add(stalls.stalled_ns);
+                total.dropped_streams = total.dropped_streams.saturating_add(stalls.dropped_streams);
+            }
         }
         if conn.tls && !conn.plaintext {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
@@ -547,6 +561,11 @@ impl RequestTracker {
     /// HTTP/2 signals of closed connections (refused and reset streams, GOAWAYs), per process.
     pub fn h2_signals(&self) -> &BTreeMap<Arc<str>, H2Signals> {
         &self.h2_signals
+    }
+
+    /// HTTP/2 flow-control stalls of closed connections, per (process, direction, sender).
+    pub fn h2_stalls(&self) -> &BTreeMap<(Arc<str>, Side, &'static str), H2Stalls> {
+        &self.h2_stalls
     }
 
     /// Connections known to be TLS whose plaintext is not seen, per process name.

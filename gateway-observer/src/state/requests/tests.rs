@@ -126,6 +126,33 @@ fn http2_streams_are_requests() {
     assert_eq!((s.refused_streams, s.reset_streams, s.goaways), (1, 0, 1));
 }
 
+/// h2c with a client window of 100 bytes: the gateway's response stalls from its first DATA
+/// to the client's WINDOW_UPDATE, counted for the gateway as sender once the connection closes.
+#[test]
+fn http2_flow_control_stalls_by_sender() {
+    let mut first = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    // SETTINGS: INITIAL_WINDOW_SIZE (4) = 100; then GET / on stream 1.
+    first.extend([0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 100]);
+    first.extend([0, 0, 3, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84]);
+    // :status 200, then 100 bytes of DATA: the window is closed with the stream open.
+    let mut response = vec![0, 0, 1, 1, 4, 0, 0, 0, 1, 0x88, 0, 0, 100, 0, 0, 0, 0, 0, 1];
+    response.extend([b'x'; 100]);
+    let update = [0, 0, 4, 8, 0, 0, 0, 0, 1, 0, 0, 0, 100];
+    let last = [0, 0, 1, 0, 1, 0, 0, 0, 1, b'x'];
+    let mut tracker = RequestTracker::default();
+    tracker.handle(open(1, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50000", 0));
+    tracker.handle(data(1, true, &first, 10 * MS, None));
+    tracker.handle(data(1, false, &response, 11 * MS, None));
+    tracker.handle(data(1, true, &update, 14 * MS, None));
+    tracker.handle(data(1, false, &last, 15 * MS, None));
+    tracker.handle(close(1, 20 * MS));
+    let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
+    let stalls = tracker.h2_stalls();
+    let gateway = stalls[&(process.clone(), Side::Inbound, "gateway")];
+    assert_eq!((gateway.count, gateway.stalled_ns), (1, 3 * MS));
+    assert_eq!(stalls[&(process, Side::Inbound, "peer")].count, 0);
+}
+
 #[test]
 fn a_proxied_request_is_counted_timed_and_explained() {
     let mut tracker = RequestTracker::default();
