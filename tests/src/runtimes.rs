@@ -246,20 +246,30 @@ fn target_dir() -> PathBuf {
 /// process), once per test binary run. The build cache and GOPATH live in
 /// `target/go-fixtures/` too, and GOENV=off keeps `go` from reading a user config.
 pub fn go_binary(source: &str) -> PathBuf {
+    go_binary_built(source, &format!("go-{}", source.trim_end_matches(".go")), &[])
+}
+
+/// As `go_binary`, stripped (`-ldflags=-s -w`: no `.symtab`, no DWARF), named `NAME`.
+pub fn go_stripped_binary(source: &str, name: &str) -> PathBuf {
+    go_binary_built(source, name, &["-ldflags=-s -w"])
+}
+
+fn go_binary_built(source: &str, name: &str, flags: &[&str]) -> PathBuf {
     static BUILT: OnceLock<std::sync::Mutex<Vec<(String, PathBuf)>>> = OnceLock::new();
     let built = BUILT.get_or_init(Default::default);
     let mut built = built.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((_, path)) = built.iter().find(|(s, _)| s == source) {
+    if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
         return path.clone();
     }
     let dir = target_dir().join("go-fixtures");
     std::fs::create_dir_all(&dir).expect("create target/go-fixtures");
     let dir = dir.canonicalize().expect("target/go-fixtures");
-    let name = format!("go-{}", source.trim_end_matches(".go"));
-    let out = dir.join(&name);
+    let out = dir.join(name);
     let started = Instant::now();
     let status = go_command(&dir)
-        .args(["build", "-o"])
+        .arg("build")
+        .args(flags)
+        .arg("-o")
         .arg(&out)
         .arg(source)
         .current_dir(fixture_dir().join("go"))
@@ -267,7 +277,7 @@ pub fn go_binary(source: &str) -> PathBuf {
         .unwrap_or_else(|e| panic!("run `go build` (apt-get install golang-go): {e}"));
     assert!(status.success(), "go build {source}: {status}");
     eprintln!("built {} in {:.1}s", out.display(), started.elapsed().as_secs_f64());
-    built.push((source.to_owned(), out.clone()));
+    built.push((name.to_owned(), out.clone()));
     out
 }
 

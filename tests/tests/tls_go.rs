@@ -5,13 +5,14 @@
 //! that parks in `Read` resumes on any thread). A handler answering after 2 ms, under wrk over
 //! https: the observer's inbound count matches wrk's within 0.1 % (the requests wrk abandons at
 //! its end) and its p50 is within 10 % of wrk's; plaintext tied to no connection only for the
-//! responses to those abandoned requests.
+//! responses to those abandoned requests. The same server stripped (`-s -w`: no `.symtab`, the
+//! functions found in `.gopclntab`) passes the same checks.
 
-use std::process::Command;
+use std::{path::PathBuf, process::Command};
 
 use tests::{
     free_port, privileged,
-    runtimes::go_binary,
+    runtimes::{go_binary, go_stripped_binary},
     tls::{assert_https_matches_wrk, certified_dir, hooked_https_server},
     wrk::{UPSTREAM_DELAY, WRK_CONNECTIONS, metric_sum},
 };
@@ -21,19 +22,33 @@ fn go_https_requests_match_wrk() {
     if !privileged(module_path!()) {
         return;
     }
-    let (_dir, cert, key) = certified_dir("go-tls");
+    go_server_matches_wrk(go_binary("tls_server.go"), "go-tls_server");
+}
+
+#[test]
+fn stripped_go_https_requests_match_wrk() {
+    if !privileged(module_path!()) {
+        return;
+    }
+    // 15 characters: the process name is the whole file name.
+    go_server_matches_wrk(go_stripped_binary("tls_server.go", "go-tls_stripped"), "go-tls_stripped");
+}
+
+/// The server `binary` (its process name `name`) hooked and checked against wrk.
+fn go_server_matches_wrk(binary: PathBuf, name: &str) {
+    let (_dir, cert, key) = certified_dir(name);
     let port = free_port();
     let delay = UPSTREAM_DELAY.as_millis().to_string();
-    let mut command = Command::new(go_binary("tls_server.go"));
+    let mut command = Command::new(binary);
     command.args([&port.to_string(), &cert, &key, &delay]);
-    let (_server, observer) = hooked_https_server(command, "the Go TLS server", port);
+    let (_server, observer) = hooked_https_server(command, name, port);
     let metrics = observer.metrics();
     assert_eq!(
-        metric_sum(&metrics, "gateway_observer_tls_hooked_processes", &[("library", "go-tls_server")]),
+        metric_sum(&metrics, "gateway_observer_tls_hooked_processes", &[("library", name)]),
         1.0,
         "the Go executable hooked"
     );
-    let (_, unattributed) = assert_https_matches_wrk(&observer, port, "go-tls_server");
+    let (_, unattributed) = assert_https_matches_wrk(&observer, port, name);
     // A response to a request wrk abandoned at its end (one per connection at most) may be written
     // after the connection closed: its socket is no longer followed.
     assert!(

@@ -103,6 +103,19 @@ pub fn named_section(
     source: &(impl Positioned + ?Sized),
     name: &str,
 ) -> Result<(u16, Option<Range<u64>>), SymbolsError> {
+    let (machine, section) = loaded_section(source, name)?;
+    Ok((machine, section.map(|s| s.file)))
+}
+
+/// A section's bytes in the file and the address they are loaded at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    pub file: Range<u64>,
+    pub address: u64,
+}
+
+/// As `named_section`, with the section's load address.
+pub fn loaded_section(source: &(impl Positioned + ?Sized), name: &str) -> Result<(u16, Option<Section>), SymbolsError> {
     if is_elf64(source)? {
         named_section_in::<FileHeader64<Endianness>>(source, name)
     } else {
@@ -113,7 +126,7 @@ pub fn named_section(
 fn named_section_in<Elf: FileHeader<Endian = Endianness>>(
     source: &(impl Positioned + ?Sized),
     name: &str,
-) -> Result<(u16, Option<Range<u64>>), SymbolsError> {
+) -> Result<(u16, Option<Section>), SymbolsError> {
     let (pieces, endian) = section_headers::<Elf>(source)?;
     let machine = Elf::parse(&pieces)?.e_machine(endian);
     let names = {
@@ -131,7 +144,9 @@ fn named_section_in<Elf: FileHeader<Endian = Endianness>>(
     pieces.add(source, names)?;
     let header = Elf::parse(&pieces)?;
     let table = header.sections(endian, &pieces)?;
-    let found = table.section_by_name(endian, name.as_bytes()).map(|(_, section)| span(section, endian));
+    let found = table
+        .section_by_name(endian, name.as_bytes())
+        .map(|(_, section)| Section { file: span(section, endian), address: section.sh_addr(endian).into() });
     Ok((machine, found))
 }
 

@@ -6,12 +6,14 @@
 //! boundaries count; a byte the decoder refuses refuses the whole function. Go's compiler puts no
 //! data inside a function's code (jump tables live in `.rodata`), so the linear walk sees every
 //! instruction. Covered: x86-64 executables built by Go 1.17 or later (the register ABI the kernel
-//! programs read), with a `.symtab` (not stripped with `-s`). Nothing here touches a kernel handle.
+//! programs read); the functions are found in `.symtab`, or when stripped (`-s`) in the runtime's
+//! own table (`go_pclntab`, Go 1.18+). Nothing here touches a kernel handle.
 
-use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+use iced_x86::{Code, Decoder, DecoderOptions, Mnemonic, OpKind, Register};
 
 use crate::host::{
     dynamic_symbols::{self, Positioned},
+    go_pclntab,
     tls_libraries::{Entries, LibraryError, MAX_SYMBOL_BYTES, TlsCall},
 };
 
@@ -68,7 +70,12 @@ pub fn entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryErro
     }
     let names: Vec<&str> = GO_CALLS.iter().map(|(name, _)| *name).collect();
     let mut found: Entries = Vec::new();
-    for symbol in dynamic_symbols::find_static(file, &names, MAX_SYMBOL_BYTES)? {
+    let mut symbols = dynamic_symbols::find_static(file, &names, MAX_SYMBOL_BYTES)?;
+    if symbols.is_empty() {
+        // Stripped: `.gopclntab` names the same functions (its sizes include alignment padding).
+        symbols = go_pclntab::find(file, &names, MAX_SYMBOL_BYTES)?;
+    }
+    for symbol in symbols {
         let (name, call) = GO_CALLS[symbol.index];
         if symbol.size == 0 || symbol.size > MAX_FUNCTION_BYTES {
             return Err(GoError::Undecodable(name).into());
@@ -79,7 +86,7 @@ pub fn entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryErro
         if rets.is_empty() {
             return Err(GoError::Undecodable(name).into());
         }
-        found.push((name, call, symbol.offset));
+        found.push((name, call, symbol.offset + entry_probe_offset(&code)));
         let ret = if call == TlsCall::GoHandshake { TlsCall::GoHandshakeReturn } else { TlsCall::GoReturn };
         found.extend(rets.into_iter().map(|at| (name, ret, symbol.offset + at)));
     }
@@ -88,6 +95,39 @@ pub fn entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryErro
     }
     found.sort_unstable();
     Ok(found)
+}
+
+/// Where a function's entry uprobe goes, as an offset from its entry. Go functions open with
+/// their stack check, `cmp rsp, [r14+16]` (or, for a larger frame, `lea r12, [rsp-N]` then
+/// `cmp r12, [r14+16]`), and a `jbe` to the stack growth at their end. The kernel's
+/// uprobes do not emulate the compare or the `lea` (the trap single-steps them out of line, 5-7 us
+/// here) but do emulate a branch (under 1 us). Neither writes a register the programs read
+/// (compare: flags only; R12 is scratch in Go's ABI, no argument), so on the jump the arguments
+/// and g are the entry's. Any other opening keeps the entry.
+fn entry_probe_offset(code: &[u8]) -> u64 {
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut next = decoder.decode();
+    let mut compared = Register::RSP;
+    let is_frame_bound = next.code() == Code::Lea_r64_m
+        && next.op0_register() == Register::R12
+        && next.memory_base() == Register::RSP
+        && next.memory_index() == Register::None;
+    if is_frame_bound {
+        compared = Register::R12;
+        next = decoder.decode();
+    }
+    let check = next;
+    let jump = decoder.decode();
+    let is_stack_check = check.code() == Code::Cmp_r64_rm64
+        && check.op0_register() == compared
+        && check.op1_kind() == OpKind::Memory
+        && check.memory_base() == Register::R14
+        && check.memory_index() == Register::None
+        && check.memory_displacement64() == 0x10
+        && check.segment_prefix() == Register::None;
+    // Go's compiler branches to the stack growth with JLS (`jbe`).
+    let is_conditional_jump = jump.op0_kind() == OpKind::NearBranch64 && jump.mnemonic() == Mnemonic::Jbe;
+    if is_stack_check && is_conditional_jump { jump.ip() } else { 0 }
 }
 
 /// The offsets in `code` (one function's bytes, from its entry) of its RET instructions, or None
@@ -145,6 +185,24 @@ mod tests {
     }
 
     #[test]
+    fn the_entry_probe_goes_on_the_stack_checks_jump() {
+        // cmp rsp,[r14+0x10]; jbe +0x50; push rbp
+        assert_eq!(entry_probe_offset(&[0x49, 0x3b, 0x66, 0x10, 0x76, 0x50, 0x55]), 4);
+        // The same with a near jbe.
+        assert_eq!(entry_probe_offset(&[0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0, 1, 0, 0]), 4);
+        // A larger frame's check: lea r12,[rsp-0x68]; cmp r12,[r14+0x10]; jbe.
+        assert_eq!(entry_probe_offset(&[0x4c, 0x8d, 0x64, 0x24, 0x98, 0x4d, 0x3b, 0x66, 0x10, 0x76, 0x50]), 9);
+        // lea into another register, or r12 compared without its lea: the entry.
+        assert_eq!(entry_probe_offset(&[0x4c, 0x8d, 0x6c, 0x24, 0x98, 0x4d, 0x3b, 0x66, 0x10, 0x76, 0x50]), 0);
+        assert_eq!(entry_probe_offset(&[0x4d, 0x3b, 0x66, 0x10, 0x76, 0x50]), 0);
+        // cmp rsp,[r14+0x18] (not the stack guard); then a jmp (not the branch); then cut short.
+        assert_eq!(entry_probe_offset(&[0x49, 0x3b, 0x66, 0x18, 0x76, 0x50]), 0);
+        assert_eq!(entry_probe_offset(&[0x49, 0x3b, 0x66, 0x10, 0xeb, 0x50]), 0);
+        assert_eq!(entry_probe_offset(&[0x49, 0x3b, 0x66, 0x10, 0x0f]), 0);
+        assert_eq!(entry_probe_offset(&[]), 0);
+    }
+
+    #[test]
     fn the_version_is_read_from_buildinfo() {
         let mut header = b"\xff Go buildinf:\x08\x02".to_vec();
         header.resize(32, 0);
@@ -157,15 +215,16 @@ mod tests {
         assert!(!has_register_abi("go1.16.5") && !has_register_abi("devel go1.23") && !has_register_abi("go2"));
     }
 
-    /// The TLS test server built with the host's Go (skipped without `go`): each hooked function
-    /// found, a RET byte at every return site, and the sites of one function inside its bytes.
-    #[test]
-    fn a_go_https_server_has_its_calls_and_return_sites_found() {
-        let dir = std::env::temp_dir().join(format!("go-tls-unit-{}", std::process::id()));
+    /// The TLS test server built with the host's Go (`extra`: more `go build` flags), or None
+    /// without `go`.
+    fn built_server(tag: &str, extra: &[&str]) -> Option<Vec<u8>> {
+        let dir = std::env::temp_dir().join(format!("go-tls-unit-{tag}-{}", std::process::id()));
         let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/go/tls_server.go");
         let out = dir.join("server");
         let built = std::process::Command::new("go")
-            .args(["build", "-o"])
+            .arg("build")
+            .args(extra)
+            .arg("-o")
             .arg(&out)
             .arg(source)
             .env("GOCACHE", dir.join("cache"))
@@ -174,16 +233,31 @@ mod tests {
             .env("GOFLAGS", "")
             .env("GO111MODULE", "off")
             .status();
-        if !built.is_ok_and(|status| status.success()) {
-            let _ = std::fs::remove_dir_all(&dir);
-            eprintln!("no Go toolchain: skipped");
-            return;
-        }
-        let bytes = std::fs::read(&out).expect("read the built server");
+        let bytes = built.is_ok_and(|status| status.success()).then(|| std::fs::read(&out).expect("read the server"));
         let _ = std::fs::remove_dir_all(&dir);
+        if bytes.is_none() {
+            eprintln!("no Go toolchain: skipped");
+        }
+        bytes
+    }
+
+    /// The TLS test server (skipped without `go`): each hooked function found, a RET byte at every
+    /// return site, and the sites of one function inside its bytes. Stripped (`-s -w`: no
+    /// `.symtab`), `.gopclntab` gives the same sites; and on the unstripped file it finds each
+    /// function where `.symtab` does, its size up to the 32-byte alignment padding larger.
+    #[test]
+    fn a_go_https_server_has_its_calls_and_return_sites_found() {
+        let Some(bytes) = built_server("full", &[]) else { return };
         let found = entries(bytes.as_slice()).expect("crypto/tls calls");
         for (name, call) in GO_CALLS.iter().filter(|(name, _)| !name.contains("clientHandshake")) {
             let entry = found.iter().find(|(n, c, _)| n == name && c == call).expect("its entry");
+            // On the stack check's jump (jbe: 0x76 or 0x0f 0x86), after `cmp rsp|r12, [r14+16]`.
+            let at = entry.2 as usize;
+            assert!(
+                matches!(bytes[at - 4..at], [0x49 | 0x4d, 0x3b, 0x66, 0x10]),
+                "{name}: no stack check before {at:#x}"
+            );
+            assert!(bytes[at] == 0x76 || bytes[at..at + 2] == [0x0f, 0x86], "{name}: no jbe at {at:#x}");
             let rets: Vec<u64> =
                 found.iter().filter(|(n, c, _)| n == name && c.is_go_return()).map(|&(_, _, offset)| offset).collect();
             assert!(!rets.is_empty(), "{name} has return sites");
@@ -191,6 +265,31 @@ mod tests {
                 assert_eq!(bytes[at as usize], 0xc3, "{name}: RET at {at:#x}");
                 assert!(at > entry.2 && at - entry.2 < MAX_FUNCTION_BYTES, "{name}: {at:#x} inside the function");
             }
+        }
+        let names: Vec<&str> = GO_CALLS.iter().map(|(name, _)| *name).collect();
+        let mut symtab = dynamic_symbols::find_static(bytes.as_slice(), &names, MAX_SYMBOL_BYTES).expect(".symtab");
+        let mut pclntab = go_pclntab::find(bytes.as_slice(), &names, MAX_SYMBOL_BYTES).expect(".gopclntab");
+        symtab.sort_by_key(|f| f.index);
+        pclntab.sort_by_key(|f| f.index);
+        assert_eq!(symtab.len(), pclntab.len());
+        for (s, p) in symtab.iter().zip(&pclntab) {
+            assert_eq!((s.index, s.offset), (p.index, p.offset), "{}", names[s.index]);
+            assert!(p.size >= s.size && p.size - s.size < 32, "{}: {} vs {} bytes", names[s.index], p.size, s.size);
+        }
+        let Some(stripped) = built_server("stripped", &["-ldflags=-s -w"]) else { return };
+        assert!(dynamic_symbols::find_static(stripped.as_slice(), &names, MAX_SYMBOL_BYTES).expect("ELF").is_empty());
+        assert_eq!(entries(stripped.as_slice()).expect("crypto/tls calls, stripped"), found);
+        // The file cut short anywhere, or its table's bytes overwritten: an error or fewer calls,
+        // never a panic.
+        let (_, table) = dynamic_symbols::named_section(stripped.as_slice(), ".gopclntab").expect("ELF");
+        let table = table.expect(".gopclntab");
+        for cut in [0, 64, table.start + 40, table.start + 4096, table.end - 8, stripped.len() as u64 - 1] {
+            let _ = entries(&stripped[..cut as usize]);
+        }
+        for at in (table.start..table.start + 72).chain((table.start..table.end).step_by(16411)) {
+            let mut corrupt = stripped.clone();
+            corrupt[at as usize] ^= 0xa5;
+            let _ = entries(corrupt.as_slice());
         }
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod dynamic_symbols;
 pub mod forwarded_calls;
+pub mod go_pclntab;
 pub mod go_tls;
 pub mod hsperfdata;
 pub mod mapped_files;
