@@ -75,14 +75,28 @@ pub fn wait_evidence(observer: &Observer, kind: &str, key: &str, within: Duratio
 
 /// Polls until an alert of `kind` fires, or panics after `within` with what the observer saw.
 pub fn wait_firing(observer: &Observer, kind: &str, within: Duration) -> (Value, Duration) {
+    wait_firing_about(observer, kind, None, within)
+}
+
+/// As `wait_firing`, for an alert about `subject` only when one is given.
+pub fn wait_firing_about(
+    observer: &Observer,
+    kind: &str,
+    subject: Option<&str>,
+    within: Duration,
+) -> (Value, Duration) {
     let start = Instant::now();
     loop {
-        if let Some(alert) = alerts_of(&observer.alerts(), kind, "firing").into_iter().next() {
+        let firing = alerts_of(&observer.alerts(), kind, "firing");
+        if let Some(alert) = firing.into_iter().find(|a| subject.is_none_or(|s| a["subject"] == s)) {
             return (alert, start.elapsed());
         }
         if start.elapsed() >= within {
             let (_, snapshot) = observer.get("/api/v1/snapshot").unwrap_or_default();
-            panic!("no {kind} firing {within:?} into the fault; alerts {:#?}\nsnapshot {snapshot}", observer.alerts());
+            panic!(
+                "no {kind} firing about {subject:?} {within:?} into the fault; alerts {:#?}\nsnapshot {snapshot}",
+                observer.alerts()
+            );
         }
         thread::sleep(Duration::from_millis(100));
     }

@@ -25,7 +25,7 @@ use std::{
 
 use serde_json::Value;
 use tests::{
-    alerts::{alerts_of, assert_likely_cause, assert_quiet, wait_firing, wait_resolved},
+    alerts::{assert_likely_cause, assert_quiet, wait_firing, wait_firing_about, wait_resolved},
     free_port,
     load::{load_paced, stop, stop_flag},
     observer::Observer,
@@ -106,21 +106,6 @@ fn https_through_the_gateway_and_its_tls_upstream_match_wrk() {
     assert_plaintext_only(&observer);
 }
 
-/// The firing `UpstreamNoResponse` about `peer`, and how long it took; panics after `within`.
-fn wait_no_response(observer: &Observer, peer: &str, within: Duration) -> (Value, Duration) {
-    let start = Instant::now();
-    loop {
-        let alerts = observer.alerts();
-        if let Some(alert) =
-            alerts_of(&alerts, "UpstreamNoResponse", "firing").into_iter().find(|a| a["subject"] == peer)
-        {
-            return (alert, start.elapsed());
-        }
-        assert!(start.elapsed() < within, "no UpstreamNoResponse for {peer} within {within:?}: {alerts:#?}");
-        thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn a_tls_upstream_that_stops_answering_is_named() {
     if !privileged(module_path!()) {
@@ -150,7 +135,7 @@ fn a_tls_upstream_that_stops_answering_is_named() {
 
     // Fault: the TLS upstream stops (its sockets still take the requests, nothing answers).
     signal(backend.pid(), libc::SIGSTOP);
-    let (alert, detected) = wait_no_response(&observer, &peer, Duration::from_secs(10));
+    let (alert, detected) = wait_firing_about(&observer, "UpstreamNoResponse", Some(&peer), Duration::from_secs(10));
     eprintln!("UpstreamNoResponse firing {detected:?} into the fault: {alert:#}");
     let evidence = &alert["evidence"];
     assert!(evidence["outstanding"].as_u64().is_some_and(|n| n >= 1), "{evidence:#}");
