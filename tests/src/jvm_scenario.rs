@@ -15,7 +15,7 @@ use crate::{
     alerts::{alerts_of, assert_quiet, wait_resolved},
     http_client::try_request,
     jvm::{JvmGateway, thread_census},
-    load::{load_paced, stop, stop_flag},
+    load::{assert_running, load_paced, stop, stop_flag},
     metrics,
     observer::Observer,
 };
@@ -226,6 +226,9 @@ impl Scenario {
         self.print_census("healthy");
         eprintln!("{} healthy: a request took {latency:?}", self.name);
         assert_quiet(self.observer(), HEALTHY);
+        if let Some(load) = &self.load {
+            assert_running(&load.clients);
+        }
     }
 
     /// Switches `fault` on; returns the latency of a request sent right after, with the

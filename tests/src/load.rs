@@ -31,12 +31,13 @@ pub fn load_paced(
     stop: Arc<AtomicBool>,
     deadline: Instant,
 ) -> Vec<thread::JoinHandle<usize>> {
+    let at_most = max_requests(deadline.saturating_duration_since(Instant::now()));
     (0..clients)
         .map(|_| {
             let stop = stop.clone();
             thread::spawn(move || {
                 let mut done = 0;
-                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && done < 200_000 {
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && done < at_most {
                     let r = try_request(
                         port,
                         "GET",
@@ -57,10 +58,37 @@ pub fn load_paced(
         .collect()
 }
 
+/// A client's request bound: far more than one client can send in `time`, so the deadline or
+/// the stop flag ends the load, never the count. A fixed count once did: a faster CI machine
+/// ran through 200,000 requests a client inside a 60 s healthy phase, and the fault then met a
+/// gateway nobody was calling.
+fn max_requests(time: Duration) -> usize {
+    const FASTER_THAN_ANY_CLIENT_PER_SECOND: u64 = 100_000;
+    usize::try_from(time.as_secs().max(1).saturating_mul(FASTER_THAN_ANY_CLIENT_PER_SECOND)).unwrap_or(usize::MAX)
+}
+
+/// Panics unless every client is still sending: a load that ended early would make a healthy
+/// phase quiet for want of traffic, and a fault meet an idle gateway.
+pub fn assert_running(clients: &[thread::JoinHandle<usize>]) {
+    let ended = clients.iter().filter(|c| c.is_finished()).count();
+    assert_eq!(ended, 0, "{ended} of {} load clients ended before the fault", clients.len());
+}
+
 pub fn stop_flag() -> Arc<AtomicBool> {
     Arc::new(AtomicBool::new(false))
 }
 
 pub fn stop(flag: &AtomicBool) {
     flag.store(true, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_count_bound_outlasts_any_client_within_the_time_bound() {
+        assert_eq!(max_requests(Duration::from_secs(120)), 12_000_000);
+        assert_eq!(max_requests(Duration::ZERO), 100_000, "a passed deadline still has a bound");
+    }
 }

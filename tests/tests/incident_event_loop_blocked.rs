@@ -13,7 +13,7 @@ use std::{
 };
 use tests::{
     alerts::{assert_quiet, blocked_stack, frames_in_order, live_stack, wait_firing, wait_for_evidence, wait_resolved},
-    load::{load, stop, stop_flag},
+    load::{assert_running, load, stop, stop_flag},
     observer::Observer,
     privileged,
     redis_server::Redis,
@@ -53,6 +53,7 @@ fn a_slow_redis_behind_a_blocking_client_is_named_within_seconds() {
     let done = stop_flag();
     let clients = load(gw.port, "/api/x", 4, done.clone(), Instant::now() + healthy_for + Duration::from_secs(60));
     assert_quiet(&observer, healthy_for);
+    assert_running(&clients);
 
     // Fault: Redis stalls for 60 ms out of every 80 (another client pauses all clients again and
     // again), so synchronous GETs park the worker threads in socket reads.

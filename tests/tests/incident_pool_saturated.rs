@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tests::{
     alerts::{assert_quiet, wait_firing, wait_for_evidence, wait_resolved},
     http_client::try_request,
-    load::{load, stop, stop_flag},
+    load::{assert_running, load, stop, stop_flag},
     observer::Observer,
     privileged,
     summary::{Detection, Start},
@@ -56,6 +56,7 @@ fn a_rate_limiter_that_parks_every_worker_is_named_within_seconds() {
     let healthy = stop_flag();
     let clients = load(gw.port, "/rpc/call", 8, healthy.clone(), Instant::now() + Duration::from_secs(60));
     assert_quiet(&observer, Duration::from_secs(10));
+    assert_running(&clients);
     stop(&healthy);
     for c in clients {
         let _ = c.join();
