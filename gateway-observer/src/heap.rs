@@ -12,6 +12,25 @@ use std::{
 /// daemon's heap), and what it frees builds up over seconds, not ticks.
 pub const TRIM_EVERY: Duration = Duration::from_secs(10);
 
+/// Allocations this large get a mapping of their own, unmapped whole when freed.
+const MMAP_THRESHOLD: i32 = 1 << 20;
+/// A thread's arena unmaps its free top once the top is this large.
+const TRIM_THRESHOLD: i32 = 2 << 20;
+
+/// Pins glibc's two thresholds, which it otherwise raises for good on the first free of a large
+/// mapped block (the kernel's BTF, parsed at start and dropped: several MB) to that block's size
+/// and twice it. Past that, a burst's megabytes sit on the free top of a thread's arena, which
+/// `malloc_trim` does not reach (it unmaps only the main arena's top): CI's churn test saw 10 MB
+/// stay resident so. Called first thing, before any thread.
+pub fn pin_thresholds() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets the allocator's parameters; it has no preconditions.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+    }
+}
+
 /// Returns the allocator's free pages to the system (resident memory falls; nothing in use moves).
 pub fn give_back_freed() {
     #[cfg(target_env = "gnu")]
@@ -105,26 +124,48 @@ mod tests {
         assert!(trimmer.maybe_trim(t0 + TRIM_EVERY * 2));
     }
 
+    fn rss_anon_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    }
+
+    #[cfg(target_env = "gnu")]
+    #[test]
+    fn a_burst_in_a_thread_arena_leaves_when_freed_after_a_large_block_was() {
+        pin_thresholds();
+        let released = std::thread::spawn(|| {
+            // A large block mapped and freed, as the kernel's BTF at start: without pinned
+            // thresholds it lifts them to 8 and 16 MB.
+            drop(std::hint::black_box(vec![1u8; 8 << 20]));
+            // 12 MB in blocks under the mmap threshold, on the top of this thread's arena.
+            let blocks: Vec<Vec<u8>> = (0..48).map(|i| vec![i as u8; 256 << 10]).collect();
+            let held = rss_anon_kib();
+            drop(blocks);
+            held.saturating_sub(rss_anon_kib())
+        })
+        .join()
+        .expect("the burst's thread");
+        // No malloc_trim here: the free itself unmaps most of the arena's top (without pinned
+        // thresholds nothing leaves; other test threads move the process's RSS by a few MB).
+        assert!(released >= 5_000, "RssAnon fell by {released} kB after freeing 12 MB");
+    }
+
     #[cfg(target_env = "gnu")]
     #[test]
     fn freed_heap_leaves_resident_memory() {
         // Many small blocks (below the mmap threshold, so they live in the arena), then all but
         // the last freed: without a trim glibc keeps their pages, since the last block pins the
         // top of the heap.
-        let rss = || {
-            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("RssAnon:"))
-                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
         let mut blocks: Vec<Vec<u8>> = (0..20_000).map(|i| vec![i as u8; 2048]).collect();
         let pinned = blocks.pop();
-        let held = rss();
+        let held = rss_anon_kib();
         drop(blocks);
         give_back_freed();
-        let after = rss();
+        let after = rss_anon_kib();
         drop(pinned);
         // 40 MB were freed: at least 20 MB of it must leave (test threads share the process, so
         // its RSS moves by a few MB on its own).

@@ -7,6 +7,7 @@ use gateway_observer::{
 };
 
 fn main() -> ExitCode {
+    gateway_observer::heap::pin_thresholds();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) if !err.use_stderr() => {

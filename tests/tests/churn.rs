@@ -65,6 +65,31 @@ fn rss_kib(pid: u32) -> f64 {
     line.trim().trim_end_matches("kB").trim().parse().expect("kB")
 }
 
+/// Where the daemon's resident memory is, for a failure message: resident anonymous, file and
+/// shared memory, the heap's own figures, and the largest mappings.
+fn memory_breakdown(observer: &Observer) -> String {
+    let pid = observer.pid();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kinds: Vec<&str> = status.lines().filter(|l| l.starts_with("Rss")).map(str::trim).collect();
+    let heap: Vec<String> = metrics::parse(&observer.metrics())
+        .into_iter()
+        .filter(|s| s.name == "gateway_observer_heap_bytes")
+        .map(|s| format!("{:?} {}", s.labels, s.value))
+        .collect();
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut mappings: Vec<(u64, String)> = Vec::new();
+    for line in smaps.lines() {
+        if line.split_whitespace().next().is_some_and(|first| first.contains('-') && !first.ends_with(':')) {
+            mappings.push((0, line.split_whitespace().skip(5).collect::<Vec<_>>().join(" ")));
+        } else if let (Some(kib), Some(last)) = (line.strip_prefix("Rss:"), mappings.last_mut()) {
+            last.0 = kib.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+        }
+    }
+    mappings.sort_by_key(|m| std::cmp::Reverse(m.0));
+    let largest: Vec<String> = mappings.iter().take(6).map(|(kib, name)| format!("{kib} KiB {name:?}")).collect();
+    format!("{kinds:?}; heap {heap:?}; largest mappings {largest:?}")
+}
+
 /// Label values of `/metrics` that name `what`.
 fn series_naming(observer: &Observer, what: &[(&str, &str)]) -> Vec<String> {
     metrics::parse(&observer.metrics())
@@ -106,6 +131,7 @@ fn churn_leaves_nothing_behind() {
     std::thread::sleep(Duration::from_secs(2)); // a few ticks of the baseline
     let stacks_before = stacks_entries(observer.pid());
     let rss_before = rss_kib(observer.pid());
+    eprintln!("baseline: {}", memory_breakdown(&observer));
 
     // A second gateway under another name, restarted three times, each seen by the daemon.
     let dir = temp_dir("churn");
@@ -188,7 +214,7 @@ fn churn_leaves_nothing_behind() {
         (left.is_empty() && targets == 1.0 && threads == live_threads && stacks <= stacks_before && rss_back)
             .then_some(())
     });
-    assert!(settled.is_some(), "not settled within {SETTLE:?}: {last}");
+    assert!(settled.is_some(), "not settled within {SETTLE:?}: {last}; {}", memory_breakdown(&observer));
     let rss_after = rss_kib(observer.pid());
     eprintln!(
         "churn settled {:.1} s after the last connection closed; RSS {rss_before} → {rss_after} KiB; {last}",
