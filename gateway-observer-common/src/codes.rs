@@ -199,6 +199,15 @@ pub mod drop_index {
     pub const COUNT: u32 = 12;
 }
 
+/// Values of `BLOCK_DETAIL` (tid → role): which long blocks are sent to userspace one by one.
+pub mod block_detail {
+    /// An event loop: its own long blocks, each with the blocking call's user stack.
+    pub const LOOP: u8 = 1;
+    /// A thread that ends stop-the-world pauses (HotSpot's `VM Thread` of a process with event
+    /// loops): the long blocks it ends, which tell a pause from a loop's own block.
+    pub const PAUSE_WAKER: u8 = 2;
+}
+
 /// Ring-buffer event kinds.
 pub mod event_kind {
     /// A thread came back on CPU after an off-CPU wait longer than the threshold.

@@ -19,6 +19,8 @@ pub const MAX_SOCKETS: u32 = 65536;
 pub const DATA_HEAD_BYTES: usize = 512;
 /// Last bytes of each data syscall: the end of a chunked body is found there.
 pub const DATA_TAIL_BYTES: usize = 16;
+/// Threads in `BLOCK_DETAIL`: event loops and the threads that end JVM pauses.
+pub const MAX_BLOCK_DETAIL_THREADS: u32 = 4096;
 /// Distinct user stacks kept for evidence.
 pub const MAX_STACKS: u32 = 4096;
 

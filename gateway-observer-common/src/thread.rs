@@ -96,8 +96,12 @@ pub struct ThreadState {
     pub tls_len_out: u64,
     pub tls_sk: u64,
     pub tls_queued_ns: u64,
+    /// Long blocks (at least the block threshold, not idling in the thread's own poll) by
+    /// `reason::*`: every thread's are counted here; only those `BLOCK_DETAIL` asks for are also
+    /// sent one by one. u32 counts wrap; userspace takes wrapping differences.
+    pub long_blocks: [u32; reason::COUNT as usize],
 }
-pub const THREAD_STATE_SIZE: usize = 792;
+pub const THREAD_STATE_SIZE: usize = 840;
 const _: () = assert!(size_of::<ThreadState>() == THREAD_STATE_SIZE);
 
 impl Default for ThreadState {
@@ -145,6 +149,7 @@ impl Default for ThreadState {
             tls_len_out: 0,
             tls_sk: 0,
             tls_queued_ns: 0,
+            long_blocks: [0; reason::COUNT as usize],
         }
     }
 }

@@ -10,8 +10,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, Queue, RingBuf, StackTrace},
 };
 use gateway_observer_common::{
-    BPF_F_MMAPABLE, Event, MAX_STACKS, MAX_SYSCALL_NR, MAX_TARGETS, MAX_THREADS, ProbeConfig, RINGBUF_BYTES,
-    TargetInfo, ThreadState, drop_index, ring_wakes_reader,
+    BPF_F_MMAPABLE, Event, MAX_BLOCK_DETAIL_THREADS, MAX_STACKS, MAX_SYSCALL_NR, MAX_TARGETS, MAX_THREADS, ProbeConfig,
+    RINGBUF_BYTES, TargetInfo, ThreadState, drop_index, ring_wakes_reader,
 };
 
 /// Set by userspace at load time (`EbpfLoader::override_global`).
@@ -89,6 +89,14 @@ pub static SYSCALL_CLASS: Array<u8> = Array::with_max_entries(MAX_SYSCALL_NR, 0)
 /// What could not be recorded, by `drop_index::*`.
 #[map]
 pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop_index::COUNT, 0);
+
+/// Which long blocks userspace wants one by one (tid → `block_detail::*`), for the blocked-loop
+/// detector: those of the event loops it judges (with the blocking call's stack), and those the
+/// threads that end JVM pauses end. Every other long block is only counted
+/// (`ThreadState::long_blocks`): a pool of 2,000 threads napping 100 ms would otherwise send
+/// 20,000 records and take nearly as many stacks a second.
+#[map]
+pub static BLOCK_DETAIL: HashMap<u32, u8> = HashMap::with_max_entries(MAX_BLOCK_DETAIL_THREADS, 0);
 
 /// User stacks of long blocks, by id (the kernel dedups identical stacks).
 #[map]

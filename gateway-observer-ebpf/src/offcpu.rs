@@ -4,12 +4,12 @@
 
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use gateway_observer_common::{
-    Event, ThreadState, drop_index, event_kind, reason, reason_for_syscall, split_span, syscall_class,
+    Event, ThreadState, block_detail, drop_index, event_kind, reason, reason_for_syscall, split_span, syscall_class,
 };
 
 use crate::{
     loop_iterations::{end_iteration, iteration_starts, vote_home_epoll},
-    maps::{btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state},
+    maps::{BLOCK_DETAIL, btf_field, config, count_drop, current_ids, emit, hist_add, now_ns, thread_state},
     syscalls::{Call, current_wakes_futex, note_sleeping_call},
     waits::{take_stack, timed_wait_ended},
 };
@@ -155,7 +155,18 @@ pub fn close_offcpu_span(state: &mut ThreadState, tid: u32, now: u64) {
     // A loop idling in its own poll is no news: only its totals count (userspace never
     // looked at those events, and an idle host's loops sent thousands a second).
     if wait_ns >= config().block_threshold_ns && span_reason != reason::POLL {
-        state.stack_wanted = (state.syscall_nr >= 0) as u8;
+        if let Some(count) = state.long_blocks.get_mut(span_reason as usize) {
+            *count = count.wrapping_add(1);
+        }
+        let detail = |tid: u32| {
+            // SAFETY: a plain value read of a map entry the program does not keep.
+            unsafe { BLOCK_DETAIL.get(&tid) }.copied().unwrap_or(0)
+        };
+        if detail(tid) == block_detail::LOOP {
+            state.stack_wanted = (state.syscall_nr >= 0) as u8;
+        } else if state.waker_tid == 0 || detail(state.waker_tid) != block_detail::PAUSE_WAKER {
+            return;
+        }
         let futex_uaddr = match state.syscall_class {
             syscall_class::FUTEX | syscall_class::FUTEX_WAIT2 => state.syscall_arg0,
             _ => 0,

@@ -37,7 +37,7 @@ pub struct Config {
     /// When requests read and unanswered while the process idles raise RequestsStalled.
     pub requests_stalled: StalledConfig,
     /// How many target threads the kernel can follow at once (each slot is
-    /// `THREAD_STATE_SIZE`, 696 bytes, of locked kernel memory). Threads beyond it are counted in bpf_map_full_total.
+    /// `THREAD_STATE_SIZE`, 840 bytes, of locked kernel memory). Threads beyond it are counted in bpf_map_full_total.
     pub max_threads: u32,
     /// Thread slots one target process may hold (default: a quarter of `max_threads`), so that
     /// any process a spec selects cannot take the room of the others. Beyond it a target's new

@@ -44,7 +44,7 @@ impl Collector {
         }
         let name = &families::LONG_BLOCKS;
         e.family(name);
-        for ((process, group, reason), count) in &self.long_blocks {
+        for ((process, group, reason), count) in self.long_blocks.totals() {
             let labels =
                 [("process", process.as_str()), ("thread_group", group.as_str()), ("reason", reason_label(*reason))];
             e.sample(name, &labels, *count as f64);

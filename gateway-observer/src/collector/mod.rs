@@ -54,8 +54,6 @@ const RECENT_BLOCKS: usize = 16384;
 /// deeper one unwound from userspace.
 const STACK_FRAMES: usize = 12;
 const LIVE_STACK_FRAMES: usize = 32;
-/// Names of exited threads are kept this many ticks for block events that arrive late.
-const EXIT_NAME_TICKS: u64 = 10;
 /// Re-read thread names every this many ticks (young threads: every tick).
 const NAME_REFRESH_TICKS: u64 = 30;
 /// How often threads are checked for having gone without the exit hook seeing them.
@@ -102,13 +100,12 @@ pub struct Collector {
     busy_loops: Vec<Finding>,
     /// Iterations still running past the busy threshold, as of this tick.
     open_iterations: Vec<LongIteration>,
-    /// Blocks received since the last tick, counted at the tick once their threads are named.
-    pending_blocks: Vec<Block>,
-    /// Names of threads that exited, from their slots, with the collection they were read at:
-    /// kept a few ticks, since a block event can arrive after its thread's slot was folded.
-    exit_names: HashMap<u32, (String, u64)>,
-    /// Off-CPU waits past the block threshold, by (process, thread group, reason).
-    long_blocks: BTreeMap<(String, String, u32), u64>,
+    /// Off-CPU waits past the block threshold, counted per thread by the kernel, by (process,
+    /// thread group, reason).
+    long_blocks: DeltaCounters<(u32, u32), (String, String, u32)>,
+    /// What the kernel was told to send one by one (`BLOCK_DETAIL`: tid → `block_detail::*`).
+    block_detail: HashMap<u32, u8>,
+    block_detail_full_warned: bool,
     decode_errors: u64,
     drops: [u64; drop_index::COUNT as usize],
     map_entries: BTreeMap<&'static str, usize>,
@@ -175,7 +172,6 @@ impl Collector {
             hist_count: DeltaCounters::default(),
             hist_sum: DeltaCounters::default(),
             recent_blocks: VecDeque::new(),
-            pending_blocks: Vec::new(),
             recent_iterations: VecDeque::new(),
             thread_states: BTreeMap::new(),
             blocked_in_work: HashSet::new(),
@@ -183,8 +179,9 @@ impl Collector {
             live_stacks: crate::stacks::LiveStacks::new(),
             busy_loops: Vec::new(),
             open_iterations: Vec::new(),
-            exit_names: HashMap::new(),
-            long_blocks: BTreeMap::new(),
+            long_blocks: DeltaCounters::default(),
+            block_detail: HashMap::new(),
+            block_detail_full_warned: false,
             decode_errors: 0,
             drops: [0; drop_index::COUNT as usize],
             map_entries: BTreeMap::new(),
@@ -308,8 +305,7 @@ impl Collector {
                 if self.recent_blocks.len() == RECENT_BLOCKS {
                     self.recent_blocks.pop_front();
                 }
-                self.recent_blocks.push_back(block.clone());
-                self.pending_blocks.push(block);
+                self.recent_blocks.push_back(block);
             }
             Record::BlockStack { tid, stack_id, .. } => {
                 self.retention.note_stack(stack_id, Instant::now());
@@ -360,7 +356,6 @@ impl Collector {
             latest.insert(state.tid, state.offcpu_ns);
             self.fold_thread(slot, &state, now, now_mono)?;
         }
-        self.count_pending_blocks();
         self.names.retain_processes(&owners);
         self.requests.retain_processes(&owners);
         self.measure_cpu(&live_targets, now);
@@ -371,6 +366,7 @@ impl Collector {
         self.request_queues.gather(&mut self.requests, &self.probes, now_mono, window, threshold)?;
         self.renew_budgets(&threads_held)?;
         self.run_detectors(now, &latest);
+        self.sync_block_detail()?;
         self.forget_gone(now, now_mono)?;
         self.drops = self.probes.drops()?;
         // Counting SOCKS takes a syscall per entry: not every tick.
@@ -429,27 +425,6 @@ impl Collector {
             }
         }
         Ok(live)
-    }
-
-    /// Counts the blocks received since the last tick under their thread's group; a thread that
-    /// exited meanwhile is named from its slot (folded just before).
-    fn count_pending_blocks(&mut self) {
-        // Counted per thread first: names are looked up once per thread, not once per block
-        // (2,000 napping threads send 20,000 blocks a second).
-        let mut per_thread: HashMap<(u32, u32, u32), u64> = HashMap::new();
-        for block in self.pending_blocks.drain(..) {
-            *per_thread.entry((block.tgid, block.tid, block.reason)).or_insert(0) += 1;
-        }
-        for ((tgid, tid, reason), count) in per_thread {
-            let process = self.names.process(tgid).to_owned();
-            let group = match self.exit_names.get(&tid) {
-                Some((name, _)) => crate::thread_group::thread_group(name),
-                None => self.names.thread(tid, tgid).group.clone(),
-            };
-            *self.long_blocks.entry((process, group, reason)).or_insert(0) += count;
-        }
-        let now = self.collections;
-        self.exit_names.retain(|_, (_, at)| now.saturating_sub(*at) < EXIT_NAME_TICKS);
     }
 
     /// Adds the loops' untimed waits judged blocking since the last tick to their blocked time
@@ -521,6 +496,29 @@ impl Collector {
         self.paused_jvms = crate::detect::jvm_pause::detect(&state, config, tick);
         self.count_untimed_loop_blocks(recent, now);
         self.recent_blocks = blocks;
+    }
+
+    /// Tells the kernel which long blocks the blocked-loop detector needs one by one now (every
+    /// thread's are counted anyway).
+    fn sync_block_detail(&mut self) -> Result<(), ProbeError> {
+        let loops = self.loops.iter().map(|status| &status.thread);
+        let mut wanted = crate::detect::untimed::block_detail(loops, self.memory.history.threads());
+        if wanted != self.block_detail {
+            let refused = self.probes.set_block_detail(&self.block_detail, &wanted)?;
+            if !refused.is_empty() && !self.block_detail_full_warned {
+                self.block_detail_full_warned = true;
+                tracing::warn!(
+                    refused = refused.len(),
+                    "more event loops than BLOCK_DETAIL holds: their long blocks are only counted"
+                );
+            }
+            // Retried at the next tick, once room may have come back.
+            for tid in refused {
+                wanted.remove(&tid);
+            }
+            self.block_detail = wanted;
+        }
+        Ok(())
     }
 
     /// Cores each target used since the last tick (user + system, from /proc).

@@ -104,7 +104,7 @@ impl Collector {
         }
         // Series of what was never seen alive at a tick (a thread or process that lived and died
         // in between, or while the daemon was stopped) start their keep time now.
-        for (process, group, _) in self.offcpu.totals().keys().chain(self.long_blocks.keys()) {
+        for (process, group, _) in self.offcpu.totals().keys().chain(self.long_blocks.totals().keys()) {
             r.groups.note_if_new((process.clone(), group.clone()), now);
         }
         for (process, thread, _) in self.loop_blocked.totals().keys() {
@@ -124,7 +124,7 @@ impl Collector {
         r.processes.expire(now);
         let group_live = |p: &String, g: &String| r.groups.is_live(&(p.clone(), g.clone()));
         self.offcpu.retain_labels(|(p, g, _)| group_live(p, g));
-        self.long_blocks.retain(|(p, g, _), _| group_live(p, g));
+        self.long_blocks.retain_labels(|(p, g, _)| group_live(p, g));
         self.loop_blocked.retain_labels(|(p, t, _)| r.loop_threads.is_live(&(p.clone(), t.clone())));
         self.hist_count.retain_labels(|(p, _, _)| r.processes.is_live(p.as_str()));
         self.hist_sum.retain_labels(|(p, _)| r.processes.is_live(p.as_str()));

@@ -19,7 +19,6 @@ impl Collector {
             // Exited: its last name, from the kernel, even if /proc never showed it alive; the
             // distinct name it had while alive if it was named then.
             Some(name) => {
-                self.exit_names.insert(tid, (name.clone(), self.collections));
                 let known = self.names.known(tid, state.tgid).filter(|k| k.kernel_name == name);
                 let shown = known.map_or_else(|| name.clone(), |k| k.name.clone());
                 (crate::thread_group::thread_group(&name), shown)
@@ -55,6 +54,7 @@ impl Collector {
         }
         for code in 0..reason::COUNT {
             self.offcpu.forget(&(tid, code));
+            self.long_blocks.forget(&(tid, code));
         }
         for kind in [HistKind::Runqueue, HistKind::FutexWait, HistKind::Iteration] {
             for bucket in 0..THREAD_HIST_BUCKETS {
@@ -125,6 +125,11 @@ impl Collector {
             if ns > 0 {
                 self.offcpu
                     .observe_with_estimate_lazy((tid, code), ns, || (process.to_owned(), group.to_owned(), code));
+            }
+        }
+        for (code, &count) in (0..reason::COUNT).zip(state.long_blocks.iter()) {
+            if count > 0 {
+                self.long_blocks.observe_u32_lazy((tid, code), count, || (process.to_owned(), group.to_owned(), code));
             }
         }
         let runqueue_sum = state.offcpu_ns[reason::RUNQUEUE as usize];

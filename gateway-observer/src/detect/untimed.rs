@@ -29,6 +29,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use gateway_observer_common::block_detail;
+
 use crate::events::Block;
 use crate::state::{
     history::ThreadInfo,
@@ -80,6 +82,29 @@ const HOTSPOT_VM_THREAD: &str = "VM Thread";
 /// Its name, or the distinct one a second JVM's gets (`VM Thread#2`, see `state::threads`).
 fn is_hotspot_vm_thread(name: &str) -> bool {
     name.strip_prefix(HOTSPOT_VM_THREAD).is_some_and(|rest| rest.is_empty() || rest.starts_with('#'))
+}
+
+/// The long blocks the blocked-loop detector needs one by one, as tid → `block_detail::*`: each
+/// event loop's own (`loops`), and those HotSpot's VM thread ends in a process with loops (its
+/// pause releases, which tell a pause from a loop's block). `threads` are every followed thread.
+pub fn block_detail<'a>(
+    loops: impl IntoIterator<Item = &'a ThreadInfo>,
+    threads: impl IntoIterator<Item = &'a ThreadInfo>,
+) -> HashMap<u32, u8> {
+    let mut detail = HashMap::new();
+    let mut with_loops = HashSet::new();
+    for thread in loops {
+        detail.insert(thread.tid, block_detail::LOOP);
+        with_loops.insert(thread.tgid);
+    }
+    if !with_loops.is_empty() {
+        for thread in threads {
+            if with_loops.contains(&thread.tgid) && is_hotspot_vm_thread(&thread.name) {
+                detail.entry(thread.tid).or_insert(block_detail::PAUSE_WAKER);
+            }
+        }
+    }
+    detail
 }
 
 /// Threads of one process that its VM thread released together: a stop-the-world pause ending.
@@ -367,5 +392,15 @@ mod tests {
         let loops_now = crate::detect::loop_threads::event_loops(&history, Instant::now(), &config).map(|t| (t.tid, t));
         baselines.learn(&history, &loops_now.collect(), &released);
         assert!(!baselines.knows_a_group_parking());
+    }
+
+    #[test]
+    fn the_detector_asks_for_loops_blocks_and_the_pauses_of_their_processes_only() {
+        let other_jvm = ThreadInfo::new(20, 200, "java".into(), "VM Thread".into());
+        let threads = [info(1, "nioEventLoopGroup-2-1"), info(2, "VM Thread"), info(3, "rpc-pool-1"), other_jvm];
+        let detail = block_detail([&threads[0]], &threads);
+        let expected = HashMap::from([(1, block_detail::LOOP), (2, block_detail::PAUSE_WAKER)]);
+        assert_eq!(detail, expected, "the loop, and the VM thread of its process, not another JVM's");
+        assert!(block_detail([], &threads).is_empty(), "no loops: nothing one by one");
     }
 }

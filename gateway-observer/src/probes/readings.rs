@@ -76,6 +76,26 @@ impl Probes {
         Ok(())
     }
 
+    /// Makes `new` (tid → `block_detail::*`) the long blocks the kernel sends one by one,
+    /// replacing `old`. Returns the threads of `new` that did not fit (the map is full).
+    pub fn set_block_detail(
+        &mut self,
+        old: &std::collections::HashMap<u32, u8>,
+        new: &std::collections::HashMap<u32, u8>,
+    ) -> Result<Vec<u32>, ProbeError> {
+        let mut detail: HashMap<&mut MapData, u32, u8> = self.map_mut("BLOCK_DETAIL")?;
+        for tid in old.keys().filter(|tid| !new.contains_key(tid)) {
+            // Already gone is fine: the aim is its absence.
+            let _ = detail.remove(tid);
+        }
+        Ok(new
+            .iter()
+            .filter(|(tid, role)| old.get(tid) != Some(role))
+            .filter(|(tid, role)| detail.insert(**tid, **role, 0).is_err())
+            .map(|(tid, _)| *tid)
+            .collect())
+    }
+
     /// Connections in SOCKS (a full map drops new ones; counted in DROPS).
     pub fn socket_count(&self) -> Result<usize, ProbeError> {
         let socks: HashMap<&MapData, u64, gateway_observer_common::SockState> = self.map("SOCKS")?;

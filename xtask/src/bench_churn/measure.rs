@@ -16,7 +16,7 @@ use crate::demo::net::request;
 /// Labels whose values name something that can go away.
 const IDENTITY_LABELS: [&str; 5] = ["process", "thread", "thread_group", "peer", "port"];
 /// Hash maps counted with bpftool (THREADS is an array: the daemon's gauge counts its slots).
-pub(crate) const COUNTED_MAPS: [&str; 4] = ["TARGETS", "SOCKS", "LISTEN_PORTS", "STACKS"];
+pub(crate) const COUNTED_MAPS: [&str; 5] = ["TARGETS", "SOCKS", "LISTEN_PORTS", "BLOCK_DETAIL", "STACKS"];
 /// The RSS goal: within this share of the baseline's.
 pub(crate) const RSS_TOLERANCE: f64 = 0.10;
 /// The heap's own bound: three quarters of the RSS are the kernel's ring buffers and the binary,
@@ -258,7 +258,7 @@ impl Measurement {
             ),
             matches!((self.socks_excess(), b.socks_excess()), (Some(now), Some(then)) if now <= then.max(0)),
         ));
-        for map in ["LISTEN_PORTS", "STACKS"] {
+        for map in ["LISTEN_PORTS", "BLOCK_DETAIL", "STACKS"] {
             out.push((
                 format!("{map} back to the baseline"),
                 format!("{} (baseline {})", show(self.entries(map)), show(b.entries(map))),

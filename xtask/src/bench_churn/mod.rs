@@ -10,10 +10,10 @@
 //!
 //! After each phase, within a bounded settle time: the kernel maps must hold what the live
 //! targets need and no more (TARGETS, THREADS, SOCKS against the processes, threads and
-//! connections that are there, from the daemon's gauges and from `bpftool`; LISTEN_PORTS and
-//! STACKS back to the baseline), the daemon's RSS within ±10 % of the baseline's, its heap in use
-//! within 1 MiB of it, and no series in `/metrics` labelled with a process, thread, thread group,
-//! peer or port that is gone.
+//! connections that are there, from the daemon's gauges and from `bpftool`; LISTEN_PORTS,
+//! BLOCK_DETAIL and STACKS back to the baseline), the daemon's RSS within ±10 % of the baseline's,
+//! its heap in use within 1 MiB of it, and no series in `/metrics` labelled with a process, thread,
+//! thread group, peer or port that is gone.
 //! Then one table of figures and verdicts.
 //!
 //! Privileged. The machine's end-to-end lock is held only while phases run; every process the

@@ -66,12 +66,7 @@ pub(super) fn add_rate_rows(report: &mut Report, gateway: &str, rate: f64, phase
 }
 
 /// The daemon's share of a core per window while it follows the napping threads, and its peak RSS.
-pub(super) fn napping_threads(
-    window: Duration,
-    napping: &Path,
-    observer: &Path,
-    dir: &Path,
-) -> Result<(Vec<f64>, f64)> {
+pub(super) fn napping_threads(window: Duration, napping: &Path, observer: &Path, dir: &Path) -> Result<Naps> {
     println!("\n{NAP_THREADS} threads napping {NAP_MILLIS} ms, observer on");
     let mut procs = Procs::default();
     let lifetime = (window * (NAP_WINDOWS + 2) + Duration::from_secs(30)).as_secs().to_string();
@@ -84,21 +79,41 @@ pub(super) fn napping_threads(
         bail!("napping-threads said {line:?}, not ready");
     }
     let mut daemon = Daemon::start(observer, pid, dir, "napping")?;
-    let mut shares = Vec::new();
+    let mut naps = Naps::default();
     for w in 0..NAP_WINDOWS {
         let before = daemon.snapshot()?;
         std::thread::sleep(window);
-        let share = Cost::between(&before, &daemon.snapshot()?).daemon_share();
-        println!("window {} daemon {:.2} % of a core", w + 1, share * 100.0);
-        shares.push(share);
+        let cost = Cost::between(&before, &daemon.snapshot()?);
+        let (daemon_share, kernel_share) = (cost.daemon_share(), cost.kernel_cpu_s / cost.wall_s);
+        println!(
+            "window {} daemon {:.2} % of a core, kernel programs {:.2} % (bpf_stats)",
+            w + 1,
+            daemon_share * 100.0,
+            kernel_share * 100.0
+        );
+        naps.daemon_shares.push(daemon_share);
+        naps.kernel_shares.push(kernel_share);
     }
     procs.check_alive().context("napping-threads ended early")?;
-    Ok((shares, daemon.peak_rss_mib()?))
+    naps.peak_rss_mib = daemon.peak_rss_mib()?;
+    Ok(naps)
 }
 
-pub(super) fn add_nap_rows(report: &mut Report, (shares, rss): &(Vec<f64>, f64)) {
+/// What following the napping threads cost, per window.
+#[derive(Default)]
+pub(super) struct Naps {
+    daemon_shares: Vec<f64>,
+    /// The kernel programs' run time (bpf_stats), as a share of one core: a nap is a context
+    /// switch each way and, past the block threshold, a long block.
+    kernel_shares: Vec<f64>,
+    peak_rss_mib: f64,
+}
+
+pub(super) fn add_nap_rows(report: &mut Report, naps: &Naps) {
     let goal = Goal::at_most(format!("<= {} % of a core", GOAL_DAEMON_SHARE * 100.0), GOAL_DAEMON_SHARE);
     let label = format!("daemon CPU, {NAP_THREADS} threads napping {NAP_MILLIS} ms");
-    report.cost(label, shares.clone(), Unit::CoreShare, Some(goal));
-    report.rss([*rss]);
+    report.cost(label, naps.daemon_shares.clone(), Unit::CoreShare, Some(goal));
+    let label = format!("kernel programs, {NAP_THREADS} threads napping {NAP_MILLIS} ms");
+    report.cost(label, naps.kernel_shares.clone(), Unit::CoreShare, None);
+    report.rss([naps.peak_rss_mib]);
 }
