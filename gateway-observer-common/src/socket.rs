@@ -51,20 +51,23 @@ const _: () = assert!(size_of::<TlsKey>() == 16);
 pub const MAX_GO_TLS_CALLS: u32 = 16384;
 
 /// A Go `crypto/tls` call in progress, kept per goroutine (a goroutine that parks inside the call
-/// may resume on another thread): its `*tls.Conn`, plaintext buffer, `data_shape::*` (`NONE` for
-/// the handshake), the socket its nested transfers used (0 until one did) and when the bytes its
-/// first nested read took had arrived.
+/// may resume on another thread): its `*tls.Conn`, plaintext buffer and its length,
+/// `data_shape::*` (`NONE` for the handshake), the socket its nested transfers used (0 until one
+/// did), when the bytes its first nested read took had arrived, and whether a `Write`'s
+/// plaintext was sent already (at its first nested transfer).
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct GoTlsCall {
     pub conn: u64,
     pub buf: u64,
+    pub len: u64,
     pub sk: u64,
     pub queued_ns: u64,
     pub shape: u8,
-    pub _pad: [u8; 7],
+    pub sent: u8,
+    pub _pad: [u8; 6],
 }
-const _: () = assert!(size_of::<GoTlsCall>() == 40);
+const _: () = assert!(size_of::<GoTlsCall>() == 48);
 
 /// Listening (namespace, port) pairs followed at once.
 pub const MAX_LISTEN_PORTS: u32 = 4096;

@@ -12,13 +12,19 @@
 //! (`call_in_progress`, from `socket_data.rs`): they name the socket and mark it TLS, as inside
 //! OpenSSL's calls. A read answered from bytes `crypto/tls` already holds uses the socket the
 //! same `*tls.Conn` moved bytes on last (`TLS_SOCKS`, shared with OpenSSL's `SSL *`).
+//!
+//! A `Write`'s plaintext is sent at its first nested transfer, not at its RET: Go's HTTP/2 server
+//! writes from short-lived goroutines, and one held between its `write` and its RET (descheduled,
+//! or waiting for a P) let the peer read the response, close, and the socket leave `SOCKS` before
+//! the RET, which then found its socket gone. `Write` writes the whole slice or fails, so its
+//! length is known at entry. A `Read`'s length is known only at its RET.
 
 use aya_ebpf::{
     macros::{map, uprobe},
     maps::{Array, LruHashMap},
     programs::ProbeContext,
 };
-use gateway_observer_common::{GoTlsCall, MAX_GO_TLS_CALLS, TlsKey, data_shape};
+use gateway_observer_common::{GoTlsCall, MAX_GO_TLS_CALLS, ThreadState, TlsKey, data_shape};
 
 use crate::{
     maps::{btf_field, config, current_ids, thread_state},
@@ -40,6 +46,7 @@ static GO_TLS_PROCESSES: Array<u32> = Array::with_max_entries(1, 0);
 const R14: usize = 8;
 const RBX: usize = 40;
 const RAX: usize = 80;
+const RCX: usize = 88;
 
 #[inline(always)]
 fn reg(ctx: &ProbeContext, offset: usize) -> u64 {
@@ -101,7 +108,7 @@ fn go_data_call_starts(ctx: &ProbeContext, shape: u8) {
 /// and restarts it: the same value is written again.
 #[inline(always)]
 fn go_call_starts(ctx: &ProbeContext, key: TlsKey, shape: u8) {
-    let call = GoTlsCall { conn: reg(ctx, RAX), buf: reg(ctx, RBX), shape, ..GoTlsCall::default() };
+    let call = GoTlsCall { conn: reg(ctx, RAX), buf: reg(ctx, RBX), len: reg(ctx, RCX), shape, ..GoTlsCall::default() };
     let _ = GO_TLS_CALLS.insert(&key, &call, 0);
 }
 
@@ -116,14 +123,21 @@ pub fn call_in_progress(tgid: u32, call: &Call) -> Option<*mut GoTlsCall> {
     GO_TLS_CALLS.get_ptr_mut(&TlsKey { ssl: g, tgid, _pad: 0 })
 }
 
-/// A nested transfer moved ciphertext on `sk` for `call`.
+/// A nested transfer of thread `tid` moved ciphertext on `sk` for `call`; the first of a
+/// `Write` sends its plaintext.
 #[inline(always)]
-pub fn go_transfer(call: *mut GoTlsCall, sk: u64, queued_ns: u64) {
+pub fn go_transfer(state: &mut ThreadState, tid: u32, call: *mut GoTlsCall, sk: u64, queued_ns: u64) {
     // SAFETY: a map value pointer from `call_in_progress`, valid for this program run.
     let call = unsafe { &mut *call };
     call.sk = sk;
     if call.queued_ns == 0 {
         call.queued_ns = queued_ns;
+    }
+    if call.shape == data_shape::WRITE_BUF && call.sent == 0 && call.len > 0 {
+        call.sent = 1;
+        state.tls_buf = call.buf;
+        state.tls_queued_ns = 0;
+        send_plaintext(state, tid, call.shape, call.len, sk, &TlsKey { ssl: call.conn, tgid: state.tgid, _pad: 0 });
     }
 }
 
@@ -146,7 +160,7 @@ fn go_call_returns(ctx: &ProbeContext, handshake: bool) {
     remember_socket(&session, call.sk);
     // Both return (n int, err error): n in RAX.
     let n = reg(ctx, RAX) as i64;
-    if call.shape == data_shape::NONE || n <= 0 {
+    if call.shape == data_shape::NONE || call.sent != 0 || n <= 0 {
         return;
     }
     let Some(state) = thread_state(tid) else { return };

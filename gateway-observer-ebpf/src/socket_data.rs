@@ -256,7 +256,7 @@ fn finish_transfer(state: &mut ThreadState, tid: u32, ret: i32, go: Option<*mut 
         let now = now_ns();
         if state.data_sk != 0 {
             if let Some(call) = go {
-                go_transfer(call, state.data_sk, state.data_queued_ns);
+                go_transfer(state, tid, call, state.data_sk, state.data_queued_ns);
             } else if state.tls_depth != 0 {
                 // Ciphertext inside a TLS library call: its plaintext is sent when the call returns.
                 tls_transfer(state, state.data_sk, state.data_queued_ns);
