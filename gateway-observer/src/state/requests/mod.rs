@@ -282,7 +282,9 @@ impl RequestTracker {
         let Some(((sk, queued_since_ns), lost_seen)) =
             resolved.and_then(|(sk, queued)| Some(((sk, queued), self.conns.get(&sk)?.lost_seen)))
         else {
-            self.counts.tls_unresolved += 1;
+            // A client's first write: tied when its ciphertext is written (`tls_sessions`).
+            self.counts.tls_unresolved +=
+                if data.read || resolved.is_some() { 1 } else { self.tls_sessions.hold_write(data) };
             return;
         };
         let resolved = DataRecord {
@@ -345,6 +347,11 @@ impl RequestTracker {
             // Its plaintext, if any, comes keyed by its session, after the ciphertext it decrypts.
             if data.read {
                 self.tls_sessions.ciphertext_read(data.tid, data.sk, data.queued_since_ns);
+            } else {
+                let lost_seen = conn.lost_seen;
+                for held in self.tls_sessions.ciphertext_written(data.tid, data.sk) {
+                    self.transfer(&held.on_connection(data.tid, data.sk, lost_seen), true);
+                }
             }
             return;
         }

@@ -63,6 +63,12 @@ fn data_after_losses(sk: u64, read: bool, bytes: &[u8], ts: u64, lost: u16) -> S
     SocketRecord::Data(DataRecord { sock_lost: lost, ..record })
 }
 
+/// Plaintext keyed by its TLS session (`ssl`, its `SSL *`): the kernel knew no socket for it.
+fn session_data(ssl: u64, read: bool, bytes: &[u8], ts: u64) -> SocketRecord<'_> {
+    let SocketRecord::Data(record) = data(ssl, read, bytes, ts, None) else { unreachable!() };
+    SocketRecord::Data(DataRecord { fd: gateway_observer_common::DATA_FD_TLS_SESSION, ..record })
+}
+
 /// Two gateway connections, each with a request read and not yet answered.
 fn two_requests_in_flight(tracker: &mut RequestTracker) {
     tracker.handle(open(1, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50000", 0));
@@ -451,10 +457,7 @@ fn tls_nobody_decrypts_is_counted_as_tls_not_as_garbage() {
 #[test]
 fn plaintext_keyed_by_its_session_is_parsed_on_the_connection_read_last() {
     const SSL: u64 = 0x5555_0000;
-    let session = |ssl: u64, read: bool, bytes: &'static [u8], ts: u64| {
-        let SocketRecord::Data(record) = data(ssl, read, bytes, ts, None) else { unreachable!() };
-        SocketRecord::Data(DataRecord { fd: gateway_observer_common::DATA_FD_TLS_SESSION, ..record })
-    };
+    let session = |ssl: u64, read: bool, bytes: &'static [u8], ts: u64| session_data(ssl, read, bytes, ts);
     let mut tracker = RequestTracker::default();
     tracker.handle(open(1, Opened::Accepted, Some(GW), "127.0.0.1:8443", "127.0.0.1:50000", 0));
     tracker.handle(data(1, true, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", MS, None));
@@ -466,10 +469,38 @@ fn plaintext_keyed_by_its_session_is_parsed_on_the_connection_read_last() {
     let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
     assert_eq!(tracker.stats.counts[&(process.clone(), Side::Inbound, "GET", "2xx")], 1);
     assert_eq!(tracker.stats.socket_queue[&process].sum_ns, MS + 1000);
-    // A session never read from is tied to nothing.
+    // A session never read from: its write waits for the thread's next ciphertext write, and is
+    // given up (counted) when the thread writes another session's plaintext first.
     tracker.handle(session(SSL + 1, false, RESPONSE, 14 * MS));
+    assert_eq!(tracker.counts.tls_unresolved, 0);
+    tracker.handle(session(SSL + 2, false, RESPONSE, 14 * MS + 1));
     assert_eq!(tracker.counts.tls_unresolved, 1);
     tracker.handle(close(1, 20 * MS));
     assert!(tracker.tls_unparsed.is_empty(), "{:?}", tracker.tls_unparsed);
     assert!(tracker.non_http_bytes.is_empty(), "{:?}", tracker.non_http_bytes);
+}
+
+/// Node.js as an HTTPS client: its request's plaintext (keyed by the session) comes before any
+/// plaintext read, so no read has tied the session yet; the thread's next ciphertext write on a
+/// TLS connection is that request encrypted, and ties it. The response then comes as on a server.
+#[test]
+fn a_clients_first_request_is_tied_by_the_ciphertext_written_after_it() {
+    const SSL: u64 = 0x6666_0000;
+    let session = |read: bool, bytes: &'static [u8], ts: u64| session_data(SSL, read, bytes, ts);
+    let mut tracker = RequestTracker::default();
+    tracker.handle(open(2, Opened::Connected, Some(GW), "127.0.0.1:50000", "127.0.0.1:8443", 0));
+    tracker.handle(data(2, false, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", MS, None));
+    tracker.handle(data(2, true, b"\x16\x03\x03\x00\x7a\x02\x00", 2 * MS, None));
+    tracker.handle(session(false, UPSTREAM_REQUEST, 3 * MS));
+    tracker.handle(data(2, false, b"\x17\x03\x03\x00\x40\x99", 3 * MS + 1000, None));
+    tracker.handle(data(2, true, b"\x17\x03\x03\x00\x40\x98", 6 * MS, None));
+    tracker.handle(session(true, RESPONSE, 6 * MS + 1000));
+    let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
+    assert_eq!(tracker.stats.counts[&(process, Side::Outbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.counts.tls_unresolved, 0);
+    // Its next request: the session knows its connection now.
+    tracker.handle(session(false, UPSTREAM_REQUEST, 7 * MS));
+    assert_eq!(in_flight(&tracker, 2), 1);
+    tracker.handle(close(2, 20 * MS));
+    assert!(tracker.tls_unparsed.is_empty(), "{:?}", tracker.tls_unparsed);
 }

@@ -4,12 +4,60 @@
 //! read's plaintext comes right after the ciphertext it decrypts, read by the same thread on one
 //! of the connections that began with a TLS record: it belongs there, and teaches the session its
 //! connection. A write's plaintext goes to its session's connection (a server reads a request
-//! before it writes). Both maps are bounded; a session's entry is overwritten at its next read
-//! (an `SSL *` reused by a new session reads first), not looked for at each close.
+//! before it writes). A client writes its request before it reads anything: that plaintext is
+//! held for its thread until the thread writes ciphertext on a TLS connection, which is the
+//! request encrypted (libuv writes what OpenSSL produced right after the call), and teaches the
+//! session its connection. The maps are bounded; a session's entry is overwritten at its next
+//! read or first write (an `SSL *` reused by a new session), not looked for at each close.
 
 use std::collections::HashMap;
 
 use super::FastHash;
+use crate::events::socket::DataRecord;
+
+/// Plaintext writes of one session held for one thread, at most: past it the oldest is dropped.
+const MAX_HELD_WRITES: usize = 8;
+
+/// A write's plaintext whose session has no connection yet: the record, its bytes owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldWrite {
+    pub tgid: u32,
+    pub ssl: u64,
+    pub len: u64,
+    pub timestamp_ns: u64,
+    pub head: Vec<u8>,
+    pub tail: Vec<u8>,
+}
+
+impl HeldWrite {
+    fn of(data: &DataRecord) -> Self {
+        HeldWrite {
+            tgid: data.tgid,
+            ssl: data.sk,
+            len: data.len,
+            timestamp_ns: data.timestamp_ns,
+            head: data.head.to_vec(),
+            tail: data.tail.to_vec(),
+        }
+    }
+
+    /// The record as if the kernel had tied it to connection `sk` (`lost`: its lost-records count).
+    pub fn on_connection(&self, tid: u32, sk: u64, lost: u16) -> DataRecord<'_> {
+        DataRecord {
+            sk,
+            tid,
+            tgid: self.tgid,
+            fd: gateway_observer_common::DATA_FD_UNKNOWN,
+            read: false,
+            len: self.len,
+            timestamp_ns: self.timestamp_ns,
+            queued_since_ns: None,
+            head: &self.head,
+            tail: &self.tail,
+            sock_lost: lost,
+        }
+    }
+}
 
 /// Threads and sessions remembered, at most each: past it the map starts again empty.
 const MAX_ENTRIES: usize = 65_536;
@@ -21,6 +69,8 @@ pub struct TlsSessions {
     last_read: HashMap<u32, (u64, Option<u64>), FastHash>,
     /// (tgid, `SSL *`) → connection.
     sessions: HashMap<(u32, u64), u64, FastHash>,
+    /// Per thread, the plaintext writes of one session not tied to a connection yet.
+    held_writes: HashMap<u32, Vec<HeldWrite>, FastHash>,
 }
 
 impl TlsSessions {
@@ -45,6 +95,42 @@ impl TlsSessions {
         }
         self.sessions.insert((tgid, ssl), found.0);
         Some(found)
+    }
+
+    /// Holds the plaintext of a write `resolve` found no connection for, until its thread writes
+    /// ciphertext. Returns how many held writes were given up for it (another session's, or the
+    /// oldest past the bound).
+    pub fn hold_write(&mut self, data: &DataRecord) -> u64 {
+        if self.held_writes.len() >= MAX_ENTRIES && !self.held_writes.contains_key(&data.tid) {
+            let dropped = self.held_writes.values().map(Vec::len).sum::<usize>();
+            self.held_writes.clear();
+            return dropped as u64 + self.hold_write(data);
+        }
+        let held = self.held_writes.entry(data.tid).or_default();
+        let mut dropped = 0;
+        if held.first().is_some_and(|h| (h.tgid, h.ssl) != (data.tgid, data.sk)) {
+            dropped = held.len();
+            held.clear();
+        }
+        if held.len() >= MAX_HELD_WRITES {
+            held.remove(0);
+            dropped += 1;
+        }
+        held.push(HeldWrite::of(data));
+        dropped as u64
+    }
+
+    /// Thread `tid` wrote ciphertext on TLS connection `sk`: the writes it held are that
+    /// connection's, and so is their session from now on.
+    pub fn ciphertext_written(&mut self, tid: u32, sk: u64) -> Vec<HeldWrite> {
+        let Some(held) = self.held_writes.remove(&tid) else { return Vec::new() };
+        if let Some(first) = held.first() {
+            if self.sessions.len() >= MAX_ENTRIES && !self.sessions.contains_key(&(first.tgid, first.ssl)) {
+                self.sessions.clear();
+            }
+            self.sessions.insert((first.tgid, first.ssl), sk);
+        }
+        held
     }
 
     /// Connection `sk` closed: no thread's next plaintext read comes from it.
@@ -77,5 +163,54 @@ mod tests {
         assert_eq!(sessions.resolve(1, 10, 0xaa, false), Some((100, None)));
         sessions.closed(200);
         assert_eq!(sessions.resolve(1, 10, 0xcc, true), None, "the connection read last closed");
+    }
+
+    fn write(tid: u32, ssl: u64, timestamp_ns: u64) -> DataRecord<'static> {
+        DataRecord {
+            sk: ssl,
+            tid,
+            tgid: 1,
+            fd: gateway_observer_common::DATA_FD_TLS_SESSION,
+            read: false,
+            len: 18,
+            timestamp_ns,
+            queued_since_ns: None,
+            head: b"GET / HTTP/1.1\r\n\r\n",
+            tail: b"",
+            sock_lost: 0,
+        }
+    }
+
+    #[test]
+    fn a_clients_first_writes_wait_for_the_ciphertext_they_become() {
+        let mut sessions = TlsSessions::default();
+        assert_eq!(sessions.resolve(1, 10, 0xaa, false), None, "a client has read nothing");
+        assert_eq!(sessions.hold_write(&write(10, 0xaa, 5)), 0);
+        assert_eq!(sessions.hold_write(&write(10, 0xaa, 6)), 0);
+        assert!(sessions.ciphertext_written(11, 100).is_empty(), "another thread's ciphertext");
+        let held = sessions.ciphertext_written(10, 100);
+        assert_eq!(held.iter().map(|h| h.timestamp_ns).collect::<Vec<_>>(), vec![5, 6]);
+        let record = held[0].on_connection(10, 100, 3);
+        assert_eq!(
+            (record.sk, record.fd, record.read, record.sock_lost),
+            (100, gateway_observer_common::DATA_FD_UNKNOWN, false, 3)
+        );
+        assert_eq!(record.head, b"GET / HTTP/1.1\r\n\r\n");
+        assert_eq!(sessions.resolve(1, 10, 0xaa, false), Some((100, None)), "the session learnt its connection");
+        assert!(sessions.ciphertext_written(10, 100).is_empty(), "nothing held twice");
+    }
+
+    #[test]
+    fn held_writes_are_bounded_and_of_one_session() {
+        let mut sessions = TlsSessions::default();
+        for ts in 0..MAX_HELD_WRITES as u64 {
+            assert_eq!(sessions.hold_write(&write(10, 0xaa, ts)), 0);
+        }
+        assert_eq!(sessions.hold_write(&write(10, 0xaa, 99)), 1, "the oldest given up");
+        assert_eq!(sessions.hold_write(&write(10, 0xbb, 100)), MAX_HELD_WRITES as u64, "another session's");
+        let held = sessions.ciphertext_written(10, 200);
+        assert_eq!(held.len(), 1);
+        assert_eq!(sessions.resolve(1, 10, 0xbb, false), Some((200, None)));
+        assert_eq!(sessions.resolve(1, 10, 0xaa, false), None, "given up, never tied");
     }
 }
