@@ -100,6 +100,8 @@ pub struct Collector {
     busy_loops: Vec<Finding>,
     /// Iterations still running past the busy threshold, as of this tick.
     open_iterations: Vec<LongIteration>,
+    /// The THREADS slots copied at the start of a tick, its room kept for the next.
+    slot_copies: Vec<(u32, ThreadState)>,
     /// Off-CPU waits past the block threshold, counted per thread by the kernel, by (process,
     /// thread group, reason).
     long_blocks: DeltaCounters<(u32, u32), (String, String, u32)>,
@@ -179,6 +181,7 @@ impl Collector {
             live_stacks: crate::stacks::LiveStacks::new(),
             busy_loops: Vec::new(),
             open_iterations: Vec::new(),
+            slot_copies: Vec::new(),
             long_blocks: DeltaCounters::default(),
             block_detail: HashMap::new(),
             block_detail_full_warned: false,
@@ -340,7 +343,9 @@ impl Collector {
         let live_targets = self.sync_targets()?;
         self.tls.sync(&mut self.probes, &live_targets, self.collections);
         self.sync_listen_ports(&live_targets)?;
-        let threads = self.drop_orphan_slots(self.probes.threads())?;
+        let mut threads = std::mem::take(&mut self.slot_copies);
+        self.probes.threads_into(&mut threads);
+        self.drop_orphan_slots(&mut threads)?;
         let followed = threads.len();
         let threads_held =
             crate::probes::quotas::held_per_process(threads.iter().filter(|(_, s)| s.exited == 0).map(|(_, s)| s.tgid));
@@ -351,11 +356,12 @@ impl Collector {
         self.thread_states.clear();
         self.blocked_in_work.clear();
         self.open_iterations.clear();
-        for (slot, state) in threads {
+        for (slot, state) in &threads {
             owners.insert(state.tgid);
             latest.insert(state.tid, state.offcpu_ns);
-            self.fold_thread(slot, &state, now, now_mono)?;
+            self.fold_thread(*slot, state, now, now_mono)?;
         }
+        self.slot_copies = threads;
         self.names.retain_processes(&owners);
         self.requests.retain_processes(&owners);
         self.measure_cpu(&live_targets, now);

@@ -92,23 +92,25 @@ impl Collector {
     /// A thread the fork hook gave a slot while userspace was giving it one too (a target added
     /// while it creates threads) has two slots; only the one TRACKED points at is live. The other
     /// is freed unread, so the thread is neither counted twice nor seen as blocked forever.
-    pub(super) fn drop_orphan_slots(
-        &mut self,
-        threads: Vec<(u32, ThreadState)>,
-    ) -> Result<Vec<(u32, ThreadState)>, ProbeError> {
+    pub(super) fn drop_orphan_slots(&mut self, threads: &mut Vec<(u32, ThreadState)>) -> Result<(), ProbeError> {
         let mut slots_of: HashMap<u32, usize> = HashMap::new();
-        for (_, state) in &threads {
+        for (_, state) in threads.iter() {
             *slots_of.entry(state.tid).or_insert(0) += 1;
         }
-        let mut kept = Vec::with_capacity(threads.len());
-        for (slot, state) in threads {
-            if slots_of[&state.tid] > 1 && self.probes.tracked_slot(state.tid)? != Some(slot) {
-                self.probes.release_thread(slot, state.tid)?;
-                continue;
-            }
-            kept.push((slot, state));
+        if slots_of.len() == threads.len() {
+            return Ok(()); // one slot each: the usual case
         }
-        Ok(kept)
+        let mut orphans = Vec::new();
+        for (slot, state) in threads.iter() {
+            if slots_of[&state.tid] > 1 && self.probes.tracked_slot(state.tid)? != Some(*slot) {
+                orphans.push((*slot, state.tid));
+            }
+        }
+        for &(slot, tid) in &orphans {
+            self.probes.release_thread(slot, tid)?;
+        }
+        threads.retain(|(slot, state)| !orphans.contains(&(*slot, state.tid)));
+        Ok(())
     }
 
     /// `totals` are the thread's off-CPU totals with its open span (`with_open_span`): a thread

@@ -133,14 +133,18 @@ impl Probes {
         Ok(targets.iter().filter_map(Result::ok).collect())
     }
 
-    /// Every occupied slot: (slot, a copy of its state).
-    pub fn threads(&self) -> Vec<(u32, ThreadState)> {
-        (0..self.slots.slots())
-            .filter(|&slot| self.slots.tid(slot).is_some_and(|tid| tid != 0))
-            .filter_map(|slot| self.slots.read(slot).map(|state| (slot, state)))
-            // Again on the copy: the kernel can free the slot between the cheap tid read and the copy.
-            .filter(|(_, state)| state.tid != 0)
-            .collect()
+    /// Every occupied slot: (slot, a copy of its state), into `out`, emptied first. The caller
+    /// keeps `out` from tick to tick: 2,000 threads' copies are 1.7 MB, which a new vector would
+    /// map and fault in afresh each tick (above the allocator's mmap threshold).
+    pub fn threads_into(&self, out: &mut Vec<(u32, ThreadState)>) {
+        out.clear();
+        out.extend(
+            (0..self.slots.slots())
+                .filter(|&slot| self.slots.tid(slot).is_some_and(|tid| tid != 0))
+                .filter_map(|slot| self.slots.read(slot).map(|state| (slot, state)))
+                // Again on the copy: the kernel can free the slot between the cheap tid read and the copy.
+                .filter(|(_, state)| state.tid != 0),
+        );
     }
 
     /// A fresh copy of one slot.
