@@ -67,6 +67,11 @@ impl Parser {
                 State::Held | State::Stopped => cur.vis = &[],
                 State::AwaitBody | State::EndNow(_) => return None,
                 _ => {
+                    if self.state == State::Idle && b != b'\r' && b != b'\n' {
+                        // A message starts here: begun before the runs, so that its whole start
+                        // line is taken in one go (`byte` would begin it and then walk it).
+                        self.begin(cur);
+                    }
                     let run = self.run(cur.vis);
                     if run > 0 {
                         cur.vis = cur.vis.get(run..).unwrap_or_default();
