@@ -142,6 +142,9 @@ impl Accumulated {
     /// [`Self::value_byte`] over each byte of `value` but CR, the header's kind matched once
     /// rather than per byte.
     fn value_bytes(&mut self, value: &[u8]) {
+        if self.simple_value(value) {
+            return;
+        }
         match self.header {
             HeaderKind::Other | HeaderKind::Upgrade => {}
             HeaderKind::ContentLength => {
@@ -158,6 +161,41 @@ impl Accumulated {
                     }
                 }
             }
+        }
+    }
+
+    /// The common values taken whole, leaving the state the bytes one by one would: a
+    /// Content-Length of digits only, or a single token without parameters, each after optional
+    /// blanks and before an optional CR, at the start of a value (nothing of it taken yet).
+    /// False, with nothing taken, for any other value.
+    fn simple_value(&mut self, value: &[u8]) -> bool {
+        if matches!(self.header, HeaderKind::Other | HeaderKind::Upgrade) {
+            return false;
+        }
+        let start = value.iter().position(|&b| b != b' ' && b != b'\t').unwrap_or(value.len());
+        let value = value.get(start..).unwrap_or_default();
+        let value = value.strip_suffix(b"\r").unwrap_or(value);
+        match self.header {
+            HeaderKind::ContentLength => {
+                // 19 digits cannot overflow a u64.
+                let fresh = self.length.is_none() && !self.length_bad && !self.length_ws_after;
+                if !fresh || value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+                    return false;
+                }
+                self.length = Some(value.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')));
+                true
+            }
+            HeaderKind::TransferEncoding | HeaderKind::Connection => {
+                let fresh = self.token_len == 0 && !self.token_overflow && !self.token_param;
+                let plain = !value.iter().any(|b| matches!(b, b',' | b';' | b' ' | b'\t' | b'\r'));
+                let Some(slots) = self.token.get_mut(..value.len()).filter(|_| fresh && plain) else { return false };
+                for (slot, b) in slots.iter_mut().zip(value) {
+                    *slot = b.to_ascii_lowercase();
+                }
+                self.token_len = value.len() as u8; // at most MAX_TOKEN, as it fit
+                true
+            }
+            HeaderKind::Other | HeaderKind::Upgrade => false,
         }
     }
 
