@@ -100,42 +100,102 @@ impl Accumulated {
         header_kind(self.name.get(..usize::from(self.name_len)).unwrap_or_default())
     }
 
+    /// The whole header lines (and obs-fold lines) at the start of `bytes`, one after the
+    /// other: [`Self::header_line`] in a loop of its own, as a header block is mostly such
+    /// lines. Returns how many bytes they took.
+    pub(super) fn header_lines(&mut self, bytes: &[u8]) -> usize {
+        let mut taken = 0;
+        while let Some(n) = bytes.get(taken..).map(|rest| self.header_line(rest)).filter(|&n| n > 0) {
+            taken += n;
+        }
+        taken
+    }
+
     /// A whole header line at the start of `bytes` (name, colon, value, LF) or a whole obs-fold
     /// continuation line, taken in one go without copying the name. Returns its length, or 0 when
     /// `bytes` hold no whole line or it is not well-formed: the per-byte state machine then takes
     /// it (carrying a line cut by a segment end over to the next, in its fixed-size fields) and
     /// reports what is wrong.
-    pub(super) fn header_line(&mut self, bytes: &[u8]) -> usize {
-        let Some(lf) = find_lf(bytes) else { return 0 };
-        let line = bytes.get(..lf).unwrap_or_default();
-        match line.first() {
-            Some(b' ' | b'\t') => return lf + 1,
+    #[inline]
+    fn header_line(&mut self, bytes: &[u8]) -> usize {
+        match bytes.first() {
+            Some(b' ' | b'\t') => return find_lf(bytes).map_or(0, |lf| lf + 1),
             Some(&b) if is_tchar(b) => {}
             _ => return 0,
         }
-        let colon = line.iter().position(|&b| !is_tchar(b)).unwrap_or(line.len());
-        let (name, value) = line.split_at(colon);
-        let Some((b':', value)) = value.split_first() else { return 0 };
-        self.header = header_kind(name);
+        // The name, then the LF looked for after the colon only: an LF is no tchar, so it cannot
+        // be in the name, and the name's bytes are not scanned twice.
+        let colon = tchar_run(bytes);
+        let (name, rest) = bytes.split_at(colon);
+        let Some((b':', rest)) = rest.split_first() else { return 0 };
+        let Some(lf) = find_lf(rest) else { return 0 };
+        // Most names have none of the framing headers' lengths: no call for them.
+        self.header = if matches!(name.len(), 7 | 10 | 14 | 17) { header_kind(name) } else { HeaderKind::Other };
         // Other headers leave nothing to finish: their values are never read.
         if self.header != HeaderKind::Other {
-            self.value_bytes(value);
+            self.value_bytes(rest.get(..lf).unwrap_or_default());
             self.finish_value();
         }
-        lf + 1
+        colon + 1 + lf + 1
     }
 
-    /// [`Self::value_byte`] over each byte of `value` but CR, the header's kind matched once.
+    /// [`Self::value_byte`] over each byte of `value` but CR, the header's kind matched once
+    /// rather than per byte.
     fn value_bytes(&mut self, value: &[u8]) {
+        if self.simple_value(value) {
+            return;
+        }
         match self.header {
             HeaderKind::Other | HeaderKind::Upgrade => {}
-            HeaderKind::ContentLength | HeaderKind::TransferEncoding | HeaderKind::Connection => {
+            HeaderKind::ContentLength => {
                 for &b in value {
                     if b != b'\r' {
-                        self.value_byte(b);
+                        self.length_byte(b);
                     }
                 }
             }
+            HeaderKind::TransferEncoding | HeaderKind::Connection => {
+                for &b in value {
+                    if b != b'\r' {
+                        self.token_byte(b);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The common values taken whole, leaving the state the bytes one by one would: a
+    /// Content-Length of digits only, or a single token without parameters, each after optional
+    /// blanks and before an optional CR, at the start of a value (nothing of it taken yet).
+    /// False, with nothing taken, for any other value.
+    fn simple_value(&mut self, value: &[u8]) -> bool {
+        if matches!(self.header, HeaderKind::Other | HeaderKind::Upgrade) {
+            return false;
+        }
+        let start = value.iter().position(|&b| b != b' ' && b != b'\t').unwrap_or(value.len());
+        let value = value.get(start..).unwrap_or_default();
+        let value = value.strip_suffix(b"\r").unwrap_or(value);
+        match self.header {
+            HeaderKind::ContentLength => {
+                // 19 digits cannot overflow a u64.
+                let fresh = self.length.is_none() && !self.length_bad && !self.length_ws_after;
+                if !fresh || value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+                    return false;
+                }
+                self.length = Some(value.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')));
+                true
+            }
+            HeaderKind::TransferEncoding | HeaderKind::Connection => {
+                let fresh = self.token_len == 0 && !self.token_overflow && !self.token_param;
+                let plain = !value.iter().any(|b| matches!(b, b',' | b';' | b' ' | b'\t' | b'\r'));
+                let Some(slots) = self.token.get_mut(..value.len()).filter(|_| fresh && plain) else { return false };
+                for (slot, b) in slots.iter_mut().zip(value) {
+                    *slot = b.to_ascii_lowercase();
+                }
+                self.token_len = value.len() as u8; // at most MAX_TOKEN, as it fit
+                true
+            }
+            HeaderKind::Other | HeaderKind::Upgrade => false,
         }
     }
 
@@ -143,29 +203,40 @@ impl Accumulated {
     pub(super) fn value_byte(&mut self, b: u8) {
         match self.header {
             HeaderKind::Other | HeaderKind::Upgrade => {}
-            HeaderKind::ContentLength => match b {
-                b' ' | b'\t' => self.length_ws_after = self.length.is_some(),
-                b'0'..=b'9' if !self.length_ws_after => {
-                    self.length =
-                        self.length.unwrap_or(0).checked_mul(10).and_then(|n| n.checked_add(u64::from(b - b'0')));
-                    if self.length.is_none() {
-                        self.length_bad = true;
-                    }
+            HeaderKind::ContentLength => self.length_byte(b),
+            HeaderKind::TransferEncoding | HeaderKind::Connection => self.token_byte(b),
+        }
+    }
+
+    /// One byte of a Content-Length value.
+    #[inline]
+    fn length_byte(&mut self, b: u8) {
+        match b {
+            b' ' | b'\t' => self.length_ws_after = self.length.is_some(),
+            b'0'..=b'9' if !self.length_ws_after => {
+                self.length = self.length.unwrap_or(0).checked_mul(10).and_then(|n| n.checked_add(u64::from(b - b'0')));
+                if self.length.is_none() {
+                    self.length_bad = true;
                 }
-                _ => self.length_bad = true,
-            },
-            HeaderKind::TransferEncoding | HeaderKind::Connection => match b {
-                b',' => self.finish_token(),
-                b' ' | b'\t' => {}
-                b';' => self.token_param = true,
-                _ if self.token_param => {}
-                _ => match self.token.get_mut(usize::from(self.token_len)) {
-                    Some(slot) => {
-                        *slot = b.to_ascii_lowercase();
-                        self.token_len += 1;
-                    }
-                    None => self.token_overflow = true,
-                },
+            }
+            _ => self.length_bad = true,
+        }
+    }
+
+    /// One byte of a Transfer-Encoding or Connection value: a list of tokens.
+    #[inline]
+    fn token_byte(&mut self, b: u8) {
+        match b {
+            b',' => self.finish_token(),
+            b' ' | b'\t' => {}
+            b';' => self.token_param = true,
+            _ if self.token_param => {}
+            _ => match self.token.get_mut(usize::from(self.token_len)) {
+                Some(slot) => {
+                    *slot = b.to_ascii_lowercase();
+                    self.token_len += 1;
+                }
+                None => self.token_overflow = true,
             },
         }
     }
@@ -183,8 +254,13 @@ impl Accumulated {
         if method.is_empty() || target.is_empty() || !is_version(version) {
             return 0;
         }
-        self.method_run(method);
-        self.target_run(target);
+        // Both were scanned whole above: kept without scanning them again.
+        if let Some(dst) = self.method.get_mut(..method.len()) {
+            dst.copy_from_slice(method);
+            self.method_len = method.len() as u8; // at most MAX_METHOD, by the scan's bound
+        }
+        self.target_len = target.len() as u64;
+        self.keep_path(target);
         let taken = method.len() + target.len() + version.len() + 2;
         if bytes.get(taken) == Some(&b'\r') { taken + 1 } else { taken }
     }
@@ -222,27 +298,35 @@ impl Accumulated {
     /// control byte), keeping its path part up to [`MAX_PATH`] bytes.
     pub(super) fn target_run(&mut self, bytes: &[u8]) -> usize {
         let run = bytes.iter().position(|&b| b <= b' ' || b == 0x7f).unwrap_or(bytes.len());
-        let target = bytes.get(..run).unwrap_or_default();
         self.target_len = self.target_len.saturating_add(run as u64);
-        if !self.path_done {
-            let end = target.iter().position(|&b| b == b'?' || b == b'#');
-            let path = target.get(..end.unwrap_or(target.len())).unwrap_or_default();
-            let len = usize::from(self.path_len);
-            let space = self.path.get_mut(len..).unwrap_or_default();
-            let take = path.len().min(space.len());
-            if let (Some(dst), Some(src)) = (space.get_mut(..take), path.get(..take)) {
-                dst.copy_from_slice(src);
-                self.path_len += take as u8; // take <= MAX_PATH
-            }
-            self.path_done = end.is_some() || path.len() > take;
-        }
+        self.keep_path(bytes.get(..run).unwrap_or_default());
         run
+    }
+
+    /// Keeps the path part of `target` (more of the request target) up to [`MAX_PATH`] bytes.
+    fn keep_path(&mut self, target: &[u8]) {
+        if self.path_done {
+            return;
+        }
+        let len = usize::from(self.path_len);
+        let space = self.path.get_mut(len..).unwrap_or_default();
+        // Only the bytes that fit are looked at for the query or fragment: past them, the path
+        // is done either way.
+        let seen = target.get(..space.len().saturating_add(1)).unwrap_or(target);
+        let end = seen.iter().position(|&b| b == b'?' || b == b'#');
+        let path = seen.get(..end.unwrap_or(seen.len())).unwrap_or_default();
+        let take = path.len().min(space.len());
+        if let (Some(dst), Some(src)) = (space.get_mut(..take), path.get(..take)) {
+            dst.copy_from_slice(src);
+            self.path_len += take as u8; // take <= MAX_PATH
+        }
+        self.path_done = end.is_some() || path.len() > take;
     }
 
     /// Takes the longest prefix of `bytes` that continues a header name, lower-cased into the
     /// name buffer while it fits.
     pub(super) fn name_run(&mut self, bytes: &[u8]) -> usize {
-        let run = bytes.iter().position(|&b| !is_tchar(b)).unwrap_or(bytes.len());
+        let run = tchar_run(bytes);
         let name = bytes.get(..run).unwrap_or_default();
         let len = usize::from(self.name_len);
         let space = self.name.get_mut(len..).unwrap_or_default();
@@ -312,17 +396,37 @@ pub(super) fn is_version(bytes: &[u8]) -> bool {
         && bytes.last().is_some_and(u8::is_ascii_digit)
 }
 
-/// Which framing header `name` is (case-insensitive).
+/// Which framing header `name` is (case-insensitive). It runs on every header line: the length
+/// rules out most names at once (each candidate has its own), and the compare has no early exit,
+/// so that it is a few wide operations rather than a loop of branches.
+#[inline]
 fn header_kind(name: &[u8]) -> HeaderKind {
-    // Longer names are none of them; their first byte tells the candidates apart.
-    let candidate = match name.first().map(u8::to_ascii_lowercase) {
-        Some(b'c') if name.len() == 14 => (&b"content-length"[..], HeaderKind::ContentLength),
-        Some(b'c') if name.len() == 10 => (&b"connection"[..], HeaderKind::Connection),
-        Some(b't') if name.len() == 17 => (&b"transfer-encoding"[..], HeaderKind::TransferEncoding),
-        Some(b'u') if name.len() == 7 => (&b"upgrade"[..], HeaderKind::Upgrade),
+    let (candidate, kind) = match name.len() {
+        14 => (&b"content-length"[..], HeaderKind::ContentLength),
+        10 => (&b"connection"[..], HeaderKind::Connection),
+        17 => (&b"transfer-encoding"[..], HeaderKind::TransferEncoding),
+        7 => (&b"upgrade"[..], HeaderKind::Upgrade),
         _ => return HeaderKind::Other,
     };
-    if name.eq_ignore_ascii_case(candidate.0) { candidate.1 } else { HeaderKind::Other }
+    if same_name(name, candidate) { kind } else { HeaderKind::Other }
+}
+
+/// Whether header name `name` is `lower` (a lower-case name of 8 bytes or more, of letters and
+/// `-`) in any case: three 8-byte words compared with their case bit (0x20) masked, rather than a
+/// byte at a time. Masking the bit matches each letter in either case; it also matches a `-` with
+/// a CR, which no header name holds (names are tchars), and nothing else.
+fn same_name(name: &[u8], lower: &[u8]) -> bool {
+    const CASE: u64 = u64::from_ne_bytes([0x20; 8]);
+    if name.len() != lower.len() || name.len() < 8 {
+        return name.eq_ignore_ascii_case(lower);
+    }
+    let word = |bytes: &[u8], at: usize| bytes.get(at..at + 8).and_then(|w| w.try_into().ok()).map(u64::from_ne_bytes);
+    // The first, the middle (or a second) and the last eight bytes cover names of up to 24.
+    let last = name.len() - 8;
+    [0, last.min(8), last].into_iter().all(|at| match (word(name, at), word(lower, at)) {
+        (Some(a), Some(b)) => (a ^ b) & !CASE == 0,
+        _ => false,
+    })
 }
 
 /// Request methods are upper-case tokens (`M-SEARCH`, `BASELINE_CONTROL`).
@@ -333,6 +437,22 @@ pub(super) fn is_method_byte(b: u8) -> bool {
 /// RFC 9110 tchar.
 pub(super) fn is_tchar(b: u8) -> bool {
     TCHAR[usize::from(b)]
+}
+
+/// How many bytes at the start of `bytes` are tchars (a header name's length), eight at a time:
+/// eight independent lookups and one branch rather than a branch per byte.
+#[inline]
+fn tchar_run(bytes: &[u8]) -> usize {
+    let mut chunks = bytes.chunks_exact(8);
+    let mut offset = 0;
+    for chunk in &mut chunks {
+        if !chunk.iter().fold(true, |all, &b| all & is_tchar(b)) {
+            return offset + chunk.iter().position(|&b| !is_tchar(b)).unwrap_or(chunk.len());
+        }
+        offset += 8;
+    }
+    let rest = chunks.remainder();
+    offset + rest.iter().position(|&b| !is_tchar(b)).unwrap_or(rest.len())
 }
 
 const TCHAR: [bool; 256] = {

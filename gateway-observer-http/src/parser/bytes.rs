@@ -67,6 +67,11 @@ impl Parser {
                 State::Held | State::Stopped => cur.vis = &[],
                 State::AwaitBody | State::EndNow(_) => return None,
                 _ => {
+                    if self.state == State::Idle && b != b'\r' && b != b'\n' {
+                        // A message starts here: begun before the runs, so that its whole start
+                        // line is taken in one go (`byte` would begin it and then walk it).
+                        self.begin(cur);
+                    }
                     let run = self.run(cur.vis);
                     if run > 0 {
                         cur.vis = cur.vis.get(run..).unwrap_or_default();
@@ -89,13 +94,7 @@ impl Parser {
     /// start of a version. The bytes that end them are left to `byte`. Returns how many it took.
     fn run(&mut self, vis: &[u8]) -> usize {
         match self.state {
-            State::LineStart => {
-                let mut taken = 0;
-                while let Some(n) = vis.get(taken..).map(|rest| self.acc.header_line(rest)).filter(|&n| n > 0) {
-                    taken += n;
-                }
-                taken
-            }
+            State::LineStart => self.acc.header_lines(vis),
             State::Method if self.acc.method_len == 0 => match self.acc.request_line(vis) {
                 0 => self.acc.method_run(vis),
                 n => {

@@ -2,6 +2,9 @@
 
 use crate::connection::Segment;
 
+/// Bytes of a segment's end the end-of-chunked-body check looks at (`X0\r\n\r\n`).
+const SUFFIX: usize = 6;
+
 /// The visible parts of one segment as the parser walks it: `vis` now, then `gap` unseen bytes,
 /// then `rest`.
 pub struct Cursor<'a> {
@@ -11,9 +14,10 @@ pub struct Cursor<'a> {
     pub(super) vis: &'a [u8],
     pub(super) gap: u64,
     pub(super) rest: &'a [u8],
-    /// The segment's last bytes, when visible (the end-of-chunked-body check).
-    pub(super) suffix: [u8; 6],
-    pub(super) suffix_len: u8,
+    /// The segment's last (at most [`SUFFIX`]) bytes, when visible, in two parts (of the head
+    /// and of the rest): the end-of-chunked-body check, put together only when it is made
+    /// (rarely), not for every segment.
+    suffix: (&'a [u8], &'a [u8]),
     pub(super) fresh: bool,
     pub(super) end_checked: bool,
 }
@@ -34,20 +38,14 @@ impl<'a> Cursor<'a> {
         } else {
             (tail_start.saturating_sub(head_len), tail)
         };
-        let mut suffix = [0u8; 6];
-        let mut suffix_len = 0u8;
-        if gap == 0 || rest.len() >= suffix.len() {
+        let mut suffix: (&[u8], &[u8]) = (&[], &[]);
+        if gap == 0 || rest.len() >= SUFFIX {
             // The last bytes of head ++ rest.
-            let take_rest = rest.len().min(suffix.len());
-            let take_head = if gap == 0 { head.len().min(suffix.len() - take_rest) } else { 0 };
+            let take_rest = rest.len().min(SUFFIX);
+            let take_head = if gap == 0 { head.len().min(SUFFIX - take_rest) } else { 0 };
             let from_head = head.get(head.len() - take_head..).unwrap_or_default();
             let from_rest = rest.get(rest.len() - take_rest..).unwrap_or_default();
-            for &b in from_head.iter().chain(from_rest) {
-                if let Some(slot) = suffix.get_mut(usize::from(suffix_len)) {
-                    *slot = b;
-                    suffix_len += 1;
-                }
-            }
+            suffix = (from_head, from_rest);
         }
         Self {
             ts_ns: seg.ts_ns,
@@ -57,7 +55,6 @@ impl<'a> Cursor<'a> {
             gap,
             rest,
             suffix,
-            suffix_len,
             fresh: true,
             end_checked: false,
         }
@@ -75,7 +72,13 @@ impl<'a> Cursor<'a> {
     /// The segment visibly ends with the last chunk of a chunked body (`0\r\n\r\n`, not preceded
     /// by another hex digit).
     pub(super) fn ends_with_last_chunk(&self) -> bool {
-        let s = self.suffix.get(..usize::from(self.suffix_len)).unwrap_or_default();
+        let mut suffix = [0u8; SUFFIX];
+        let (from_head, from_rest) = self.suffix;
+        let len = from_head.len() + from_rest.len();
+        for (slot, &b) in suffix.iter_mut().zip(from_head.iter().chain(from_rest)) {
+            *slot = b;
+        }
+        let s = suffix.get(..len.min(SUFFIX)).unwrap_or_default();
         match s.len() {
             6 => s.ends_with(b"0\r\n\r\n") && s.first().is_some_and(|b| !b.is_ascii_hexdigit()),
             5 => s == b"0\r\n\r\n",

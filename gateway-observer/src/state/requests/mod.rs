@@ -404,7 +404,7 @@ impl RequestTracker {
         if !done.is_empty() {
             let (side, peer, process) = (conn.side, conn.peer.clone(), conn.process.clone());
             for exchange in done.drain(..) {
-                self.finished(data.tgid, process.clone(), side, peer.as_ref(), &exchange);
+                self.finished(data.tgid, process.as_ref(), side, peer.as_ref(), &exchange);
             }
         }
         self.scratch = done;
@@ -418,7 +418,7 @@ impl RequestTracker {
         let mut done = std::mem::take(&mut self.scratch);
         http.on_close(ts_ns, &mut done);
         for exchange in done.drain(..) {
-            self.finished(tgid, conn.process.clone(), conn.side, conn.peer.as_ref(), &exchange);
+            self.finished(tgid, conn.process.as_ref(), conn.side, conn.peer.as_ref(), &exchange);
         }
         self.scratch = done;
         self.counts.closed_resyncs += http.lost_sync();
@@ -454,21 +454,29 @@ impl RequestTracker {
     fn finished(
         &mut self,
         tgid: u32,
-        process: Option<Arc<str>>,
+        process: Option<&Arc<str>>,
         side: Option<Side>,
         peer: Option<&Arc<str>>,
         exchange: &Exchange,
     ) {
         let Some(side) = side else { return };
-        let process = process.unwrap_or_else(|| self.process_name(tgid));
+        // Borrowed: a clone per exchange is an atomic increment and decrement.
+        let named;
+        let process = match process {
+            Some(process) => process,
+            None => {
+                named = self.process_name(tgid);
+                &named
+            }
+        };
         let duration = exchange.response_end_ns.saturating_sub(exchange.request_start_ns);
         let queue = exchange.queued_since_ns.map(|q| exchange.request_start_ns.saturating_sub(q));
         let method = exchange.method.as_str();
-        self.stats.record(&process, tgid, side, method, exchange.status, duration, exchange.response_end_ns, queue);
+        self.stats.record(process, tgid, side, method, exchange.status, duration, exchange.response_end_ns, queue);
         match side {
             Side::Inbound => self.slowest.inbound_finished(&Finished {
                 pid: tgid,
-                process: &process,
+                process,
                 thread: exchange.tid,
                 method,
                 path: &exchange.path,
