@@ -186,6 +186,12 @@ impl Walker {
         self.state == State::Lost
     }
 
+    /// The next byte fed starts a frame header, or may (a lost walker resumes only at a syscall
+    /// that starts with frames).
+    pub fn at_boundary(&self) -> bool {
+        self.state == State::Lost || (self.state == State::Header && self.have == 0)
+    }
+
     /// Walks one syscall's bytes (`pieces` in order, `len` in all); `on_frame` gets each frame
     /// that ends in it. Returns false when sync was lost in this syscall.
     pub fn feed(&mut self, info: SyscallInfo, len: u64, pieces: &[Piece], on_frame: &mut dyn FnMut(Frame)) -> bool {

@@ -5,8 +5,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use gateway_observer_common::{
     CONN_EVENT_SIZE, ConnEvent, DATA_EVENT_SIZE, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FLOW_EVENT_SIZE,
-    FlowEvent, conn_role, data_shape, event_kind,
+    FlowEvent, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2DataEvent, H2Walk, conn_role, data_shape, event_kind,
 };
+use gateway_observer_http::h2::Walked;
 
 const AF_INET6: u16 = 10;
 
@@ -76,6 +77,8 @@ pub struct DataRecord<'a> {
     /// The socket's count of data records the kernel lost (low 16 bits): when it moves, records
     /// of this connection were lost before this one.
     pub sock_lost: u16,
+    /// HTTP/2 frame headers the kernel walked past the head (empty unless it did).
+    pub walked: Walked<'a>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -146,6 +149,30 @@ fn data_record<'a>(event: &DataEvent, bytes: &'a [u8]) -> DataRecord<'a> {
         head: &bytes[head_at..head_at + head_len],
         tail: &bytes[tail_at..tail_at + tail_len],
         sock_lost: event.sock_lost,
+        walked: if event.h2_walk != 0 { walked(bytes) } else { Walked::default() },
+    }
+}
+
+/// The frame walk of an `H2DataEvent` (`bytes` holds the whole record), borrowed from `bytes`;
+/// empty when the record is too short for one.
+fn walked(bytes: &[u8]) -> Walked<'_> {
+    // read_struct checks that the whole walk is there, so the slices below are in range.
+    let walk_at = std::mem::offset_of!(H2DataEvent, walk);
+    let Some(Ok(walk)) = bytes.get(walk_at..).map(|b| read_struct::<H2Walk>(b, size_of::<H2Walk>())) else {
+        return Walked::default();
+    };
+    let at = |field: usize| walk_at + field;
+    let frames = usize::from(walk.frames).min(H2_WALK_FRAMES);
+    let headers = at(std::mem::offset_of!(H2Walk, headers));
+    let lens = at(std::mem::offset_of!(H2Walk, payload_lens));
+    let payloads = at(std::mem::offset_of!(H2Walk, payloads));
+    Walked {
+        origin: u64::from(walk.origin),
+        start: u64::from(walk.start),
+        headers: &bytes[headers..headers + frames * 9],
+        payload_lens: &bytes[lens..lens + frames],
+        payloads: &bytes[payloads..payloads + size_of_val(&walk.payloads)],
+        payload_slot: H2_WALK_PAYLOAD_BYTES,
     }
 }
 
@@ -199,7 +226,7 @@ mod tests {
             len: 700,
             queued_since_ns: 900,
             shape: data_shape::READ_BUF,
-            _pad: 0,
+            h2_walk: 0,
             head_len: 5,
             tail_len: 2,
             sock_lost: 0,
@@ -227,7 +254,7 @@ mod tests {
             len: 1,
             queued_since_ns: 0,
             shape: data_shape::WRITE_IOV,
-            _pad: 0,
+            h2_walk: 0,
             head_len: 9999,
             tail_len: 9999,
             sock_lost: 0,
