@@ -242,9 +242,9 @@ mod tests {
         assert_eq!((data.len, data.queued_since_ns, data.tid), (700, Some(900), 7));
     }
 
-    #[test]
-    fn lengths_past_the_arrays_are_clamped() {
-        let event = DataEvent {
+    /// A write of one byte with every head and tail byte set, lengths past the arrays.
+    fn write_event() -> DataEvent {
+        DataEvent {
             kind: event_kind::SOCKET_DATA,
             tid: 1,
             tgid: 1,
@@ -260,12 +260,49 @@ mod tests {
             sock_lost: 0,
             head: [b'x'; DATA_HEAD_BYTES],
             tail: [b'y'; DATA_TAIL_BYTES],
-        };
+        }
+    }
+
+    #[test]
+    fn lengths_past_the_arrays_are_clamped() {
+        let event = write_event();
         let bytes = bytes_of(&event);
         let Ok(SocketRecord::Data(data)) = decode(&bytes) else { panic!("data record") };
         assert_eq!((data.head.len(), data.tail.len()), (DATA_HEAD_BYTES, DATA_TAIL_BYTES));
         assert!(!data.read);
         assert_eq!(data.queued_since_ns, None);
+    }
+
+    #[test]
+    fn walked_frame_headers_come_with_their_record() {
+        let data = DataEvent { len: 5000, h2_walk: 1, ..write_event() };
+        let mut walk = H2Walk {
+            origin: 0,
+            start: 600,
+            frames: 2,
+            _pad: [0; 7],
+            headers: [[0; 9]; H2_WALK_FRAMES],
+            payload_lens: [0; H2_WALK_FRAMES],
+            payloads: [[0; H2_WALK_PAYLOAD_BYTES]; H2_WALK_FRAMES],
+        };
+        walk.headers[0] = [0, 0, 1, 1, 4, 0, 0, 0, 3];
+        walk.headers[1] = [0, 0, 7, 0, 1, 0, 0, 0, 3];
+        walk.payload_lens[0] = 1;
+        walk.payloads[0][0] = 0x88;
+        let bytes = bytes_of(&H2DataEvent { data, walk });
+        let Ok(SocketRecord::Data(record)) = decode(&bytes) else { panic!("data record") };
+        let walked = record.walked;
+        assert_eq!((walked.origin, walked.start, walked.headers.len()), (0, 600, 18));
+        assert_eq!(&walked.headers[9..], &[0, 0, 7, 0, 1, 0, 0, 0, 3]);
+        assert_eq!((walked.payload_lens, walked.payload_slot), (&[1, 0][..], H2_WALK_PAYLOAD_BYTES));
+        assert_eq!(walked.payloads[0], 0x88);
+        // The flag without the walk's bytes (a short record): no walk, the data still decodes.
+        let Ok(SocketRecord::Data(short)) = decode(&bytes[..DATA_EVENT_SIZE]) else { panic!("data record") };
+        assert!(short.walked.is_empty());
+        // A plain record says nothing of frames.
+        let plain = bytes_of(&DataEvent { h2_walk: 0, ..data });
+        let Ok(SocketRecord::Data(plain)) = decode(&plain) else { panic!("data record") };
+        assert!(plain.walked.is_empty());
     }
 
     #[test]
