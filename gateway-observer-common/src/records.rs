@@ -64,10 +64,10 @@ pub const H2_WALK_FRAMES: usize = 32;
 /// come first), a WINDOW_UPDATE's increment, a RST_STREAM's code.
 pub const H2_WALK_PAYLOAD_BYTES: usize = 48;
 
-/// HTTP/2 frame headers of one transfer that lie past its copied head: the kernel walks them with
-/// a read per header, from a frame boundary (the transfer's start, or the end of the client
-/// preface), through the transfer's first buffer. The frames follow each other from `start`, so
-/// only their 9-byte headers are kept.
+/// HTTP/2 frame headers of one transfer whose frames end past its copied head: the kernel walks
+/// them with a read per header, from a frame boundary (the transfer's start, or the end of the
+/// client preface), through the transfer's first buffer. The frames follow each other from
+/// `start`, so only their 9-byte headers are kept.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct H2Walk {

@@ -29,8 +29,8 @@ fn frame_len(header: &[u8; HEADER as usize]) -> Option<u64> {
 }
 
 /// Walks the frames of the `avail` bytes at `base` from the frame boundary `origin`: through the
-/// first `copied` bytes (the head), then keeping the headers that end past them with the start of
-/// their payloads but DATA's. Stops at the bound, at a header that is not one, or at the end of
+/// frames that end inside the first `copied` bytes (the head), then keeping the headers of the
+/// others with the start of their payloads but DATA's. Stops at the bound, at a header that is not one, or at the end of
 /// the buffer.
 ///
 /// # Safety
@@ -53,6 +53,10 @@ pub unsafe fn walk_frames(walk: *mut H2Walk, base: u64, avail: u64, origin: u64,
             return;
         }
         let Some(len) = frame_len(&header) else { return };
+        if at + HEADER + len > copied {
+            // Its payload runs past the head: kept below, with its start.
+            break;
+        }
         at += HEADER + len;
     }
     walk.start = at as u32;

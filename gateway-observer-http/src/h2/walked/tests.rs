@@ -33,6 +33,9 @@ impl KernelWalk {
         let mut at = origin;
         while at + 9 <= copied {
             let Some(len) = len_of(&bytes[at..at + 9]) else { return w };
+            if at + 9 + len > copied {
+                break;
+            }
             at += 9 + len;
         }
         w.start = at as u64;
@@ -101,14 +104,15 @@ fn ok(stream: u32, body: usize) -> Vec<u8> {
 fn walked_headers_sit_at_their_offsets_and_agree_with_the_bytes() {
     let write = cat(&[&ok(1, 600), &ok(3, 10), &frame(WINDOW_UPDATE, 0, 0, &[0, 0, 1, 0]), &ok(5, 2000)]);
     let walk = KernelWalk::of(&write, 0);
-    assert_eq!(walk.lens.len(), 5, "frames past the head: HEADERS+DATA 3, WINDOW_UPDATE, 5's two");
+    assert_eq!(walk.lens.len(), 6, "frames ending past the head: DATA 1, HEADERS+DATA 3, WINDOW_UPDATE, 5's two");
     let (head, tail) = (&write[..HEAD], &write[write.len() - TAIL..]);
     let mut laid = Vec::new();
     pieces(head, write.len() as u64, tail, &walk.walked(), &mut laid);
     assert_eq!(total_len(&laid), write.len() as u64);
     let bytes = rebuilt(&laid);
     assert!(bytes.iter().zip(&write).all(|(seen, real)| seen.is_none_or(|b| b == *real)), "every seen byte is right");
-    // The head, 5 headers, the HEADERS' and WINDOW_UPDATE's payloads, the tail.
+    // The head, 5 headers past it (DATA 1's is inside), the HEADERS' and WINDOW_UPDATE's
+    // payloads, the tail.
     assert_eq!(seen_len(&laid), (HEAD + 5 * 9 + 1 + 1 + 4 + TAIL) as u64);
 }
 
@@ -214,5 +218,46 @@ fn a_walk_from_the_wrong_place_is_not_used() {
     c.syscall(Direction::Write, 4, b, Some(0));
     assert_eq!(c.out.len(), 1);
     assert_eq!((c.out[0].status, c.out[0].response_end_ns), (Some(200), 4));
+    assert_eq!(c.conn.lost_sync(), 0);
+}
+
+/// The client's first write: preface, SETTINGS and twelve requests whose paths are
+/// `path_len` bytes, past the head.
+fn first_write(path_len: usize) -> Vec<u8> {
+    let requests = (0..12u8)
+        .flat_map(|i| get(2 * u32::from(i) + 1, &[b"/api/".as_slice(), &vec![b'a' + i; path_len - 5]].concat()));
+    cat(&[PREFACE, &frame(SETTINGS, 0, 0, &[])]).into_iter().chain(requests).collect()
+}
+
+fn paths_in_flight(c: &Walking) -> Vec<usize> {
+    c.conn.in_flight().map(|r| r.path.as_str().len()).collect()
+}
+
+#[test]
+fn a_first_read_walked_from_the_end_of_the_preface() {
+    // Header blocks of 42 bytes: whole in the kernel's 48-byte payload starts.
+    let first = first_write(35);
+    assert!(first.len() > HEAD + 100);
+    let mut c = Walking { conn: Connection::new(Role::Server), out: Vec::new() };
+    c.syscall(Direction::Read, 1, &first, Some(PREFACE.len()));
+    assert_eq!(paths_in_flight(&c), vec![35; 12], "every request and its path, those past the head included");
+    assert_eq!(c.conn.lost_sync(), 0);
+    // A walk that claims to start at the syscall's first byte while the preface is still to
+    // skip is not used: sync is lost as without it.
+    let mut wrong = Walking { conn: Connection::new(Role::Server), out: Vec::new() };
+    wrong.syscall(Direction::Read, 1, &first, Some(0));
+    assert_eq!(wrong.conn.lost_sync(), 1);
+}
+
+#[test]
+fn header_blocks_longer_than_the_kept_start_still_count() {
+    // 67-byte blocks: past the head only their first 48 bytes, not the whole path; each request
+    // is still counted, and the walk keeps sync.
+    let first = first_write(60);
+    let mut c = Walking { conn: Connection::new(Role::Server), out: Vec::new() };
+    c.syscall(Direction::Read, 1, &first, Some(PREFACE.len()));
+    let paths = paths_in_flight(&c);
+    assert_eq!(paths.len(), 12);
+    assert!(paths[..5].iter().all(|&n| n == 60) && paths[7..].iter().all(|&n| n == 0), "{paths:?}");
     assert_eq!(c.conn.lost_sync(), 0);
 }
