@@ -64,7 +64,7 @@ impl<'a> Layout<'a, '_> {
     /// out, after the unseen bytes before it.
     fn seen(&mut self, at: u64, bytes: &'a [u8]) {
         let end = at.saturating_add(bytes.len() as u64).min(self.len);
-        if end <= self.pos {
+        if end <= self.pos || at >= end {
             return;
         }
         let from = usize::try_from(self.pos.saturating_sub(at)).unwrap_or(usize::MAX);

@@ -141,6 +141,28 @@ fn no_walk_leaves_head_gap_tail() {
     );
 }
 
+#[test]
+fn a_walk_past_the_syscall_is_cut_at_its_end() {
+    // Offsets no kernel walk gives (past the bytes moved): nothing beyond `len`, no panic.
+    let headers = [0u8, 0, 4, 8, 0, 0, 0, 0, 0].repeat(3);
+    let lens = [4u8; 3];
+    let payloads = [1u8; 3 * PAYLOAD];
+    let bytes = vec![0u8; 600];
+    for start in [590, 600, 700, u64::from(u32::MAX)] {
+        let walked = Walked {
+            origin: 0,
+            start,
+            headers: &headers,
+            payload_lens: &lens,
+            payloads: &payloads,
+            payload_slot: PAYLOAD,
+        };
+        let mut laid = Vec::new();
+        pieces(&bytes[..HEAD], 600, &bytes[600 - TAIL..], &walked, &mut laid);
+        assert_eq!(total_len(&laid), 600, "start {start}");
+    }
+}
+
 /// A server connection whose syscalls the kernel reports with the walk past the head.
 struct Walking {
     conn: Connection,
