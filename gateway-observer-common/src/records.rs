@@ -45,7 +45,8 @@ pub struct DataEvent {
     pub queued_since_ns: u64,
     /// `data_shape::*` of the syscall.
     pub shape: u8,
-    pub _pad: u8,
+    /// 1 when an [`H2Walk`] follows the record (an [`H2DataEvent`]).
+    pub h2_walk: u8,
     /// Valid bytes in `head` (the first ones transferred) and `tail` (the last ones).
     pub head_len: u16,
     pub tail_len: u16,
@@ -56,6 +57,43 @@ pub struct DataEvent {
 }
 pub const DATA_EVENT_SIZE: usize = 584;
 const _: () = assert!(size_of::<DataEvent>() == DATA_EVENT_SIZE);
+
+/// Frame headers walked past the copied head, at most (HTTP/2 connections only).
+pub const H2_WALK_FRAMES: usize = 32;
+/// Payload bytes kept of one walked frame other than DATA: a header block (the pseudo-headers
+/// come first), a WINDOW_UPDATE's increment, a RST_STREAM's code.
+pub const H2_WALK_PAYLOAD_BYTES: usize = 48;
+
+/// HTTP/2 frame headers of one transfer whose frames end past its copied head: the kernel walks
+/// them with a read per header, from a frame boundary (the transfer's start, or the end of the
+/// client preface), through the transfer's first buffer. The frames follow each other from
+/// `start`, so only their 9-byte headers are kept.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct H2Walk {
+    /// Where the walk began (a frame boundary, unless the transfer started mid-frame).
+    pub origin: u32,
+    /// Where the first header below starts (it may begin inside the head).
+    pub start: u32,
+    /// Headers below (at most `H2_WALK_FRAMES`).
+    pub frames: u8,
+    pub _pad: [u8; 7],
+    pub headers: [[u8; 9]; H2_WALK_FRAMES],
+    /// Bytes of each frame's payload start kept in its slot of `payloads`.
+    pub payload_lens: [u8; H2_WALK_FRAMES],
+    pub payloads: [[u8; H2_WALK_PAYLOAD_BYTES]; H2_WALK_FRAMES],
+}
+
+/// A `SOCKET_DATA` record with `h2_walk` set: the transfer of an HTTP/2 connection whose bytes run
+/// past the head.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct H2DataEvent {
+    pub data: DataEvent,
+    pub walk: H2Walk,
+}
+pub const H2_DATA_EVENT_SIZE: usize = 2456;
+const _: () = assert!(size_of::<H2DataEvent>() == H2_DATA_EVENT_SIZE);
 
 /// Socket ring-buffer record `SOCKET_OPEN` / `SOCKET_CLOSE`.
 #[repr(C)]

@@ -24,8 +24,12 @@ pub struct SockState {
     pub tls: u32,
     /// 1 once a transfer on it was seen: the first one's bytes say whether it speaks TLS.
     pub data_seen: u32,
+    /// 1 once its first transfer opened with the HTTP/2 client preface: transfers that run past
+    /// the copied head get their frame headers walked (`H2Walk`).
+    pub h2: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<SockState>() == 40);
+const _: () = assert!(size_of::<SockState>() == 48);
 
 /// Key of `LISTEN_PORTS`: a port in one network namespace.
 pub fn listen_key(netns_inum: u32, port: u16) -> u64 {

@@ -75,7 +75,8 @@ pub struct ThreadState {
     pub tls_shape: u8,
     /// `SockState::lost` of the transfer's socket, read when the transfer was seen.
     pub data_sock_lost: u32,
-    /// 1 when the transfer is the first seen on its socket (`SockState::data_seen` was 0).
+    /// Bits: 1 when the transfer is the first seen on its socket (`SockState::data_seen` was 0),
+    /// 2 when its socket speaks HTTP/2 (`SockState::h2`: frame headers past the head are walked).
     pub data_first: u32,
     /// Waiting time of timed futex waits that ended by their timeout, and of those woken.
     pub futex_timeout_ns: u64,

@@ -13,12 +13,13 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
 use gateway_observer_common::{
-    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, GoTlsCall, SOCKET_RINGBUF_BYTES, SockState,
-    ThreadState, conn_role, data_shape, drop_index, event_kind, syscall_class,
+    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, GoTlsCall, H2DataEvent, SOCKET_RINGBUF_BYTES,
+    SockState, ThreadState, conn_role, data_shape, drop_index, event_kind, syscall_class,
 };
 
 use crate::{
     go_tls::{call_in_progress, go_transfer},
+    h2_walk::walk_frames,
     loop_iterations::transfer_boundary,
     maps::{btf_field, config, count_drop, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
     sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, ring_share_left, socket_ring_unread},
@@ -28,6 +29,14 @@ use crate::{
 };
 
 const MSG_PEEK: i32 = 2;
+
+/// Bits of `ThreadState::data_first`: the transfer is the first seen on its socket, and its socket
+/// speaks HTTP/2 (`SockState::h2`), so that its record needs no second map lookup.
+const FIRST_ON_SOCKET: u32 = 1;
+const ON_H2: u32 = 2;
+/// "PRI * HT", the client preface's first 8 bytes, read as a little-endian word.
+const PREFACE_START: u64 = u64::from_le_bytes(*b"PRI * HT");
+const PREFACE_LEN: u64 = 24;
 
 /// tcp_recvmsg(struct sock *sk, struct msghdr *msg, size_t len, int flags[, int *addr_len])
 #[fentry(function = "tcp_recvmsg")]
@@ -187,8 +196,8 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
                 sock.tgid = tgid;
             }
             state.data_sock_lost = sock.lost;
-            state.data_first = u32::from(sock.data_seen == 0);
-            if state.data_first != 0 {
+            state.data_first = u32::from(sock.data_seen == 0) | if sock.h2 != 0 { ON_H2 } else { 0 };
+            if sock.data_seen == 0 {
                 sock.data_seen = 1;
             }
             if in_tls {
@@ -213,7 +222,7 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             }
             emit_conn(event_kind::SOCKET_OPEN, sk, tgid, conn_role::UNKNOWN);
             state.data_sock_lost = 0;
-            state.data_first = 1;
+            state.data_first = FIRST_ON_SOCKET;
         }
     }
     state.data_sk = key;
@@ -236,6 +245,16 @@ fn silence_if_undecrypted(key: u64) {
     if let Some(sock) = SOCKS.get_ptr_mut(&key) {
         // SAFETY: a map value pointer, valid for this program run.
         unsafe { (*sock).tls = 1 };
+    }
+}
+
+/// The connection's first bytes are the HTTP/2 client preface: its transfers that run past the
+/// head get their frame headers walked from now on.
+#[inline(always)]
+fn mark_h2(key: u64) {
+    if let Some(sock) = SOCKS.get_ptr_mut(&key) {
+        // SAFETY: a map value pointer, valid for this program run.
+        unsafe { (*sock).h2 = 1 };
     }
 }
 
@@ -395,6 +414,9 @@ fn lose_record(state: &ThreadState, drop: u32) {
     }
 }
 
+/// Sends a data record. A transfer of an HTTP/2 connection (or a connection's first one, which
+/// may open with the preface) that runs past the head gets the larger record with its frame
+/// headers walked; any other pays one test more.
 #[inline(always)]
 pub fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
     let unread = socket_ring_unread();
@@ -402,12 +424,64 @@ pub fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
         lose_record(state, drop_index::RING_SHARE);
         return;
     }
+    let buffers = buffers(state, len);
+    if state.data_first != 0 && buffers.1 > DATA_HEAD_BYTES as u64 {
+        emit_walked(state, tid, len, now, buffers, unread);
+        return;
+    }
     let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
         lose_record(state, drop_index::SOCKET_RINGBUF);
         return;
     };
+    // SAFETY: a reserved record of a DataEvent's size.
+    unsafe { fill_data(entry.as_mut_ptr(), state, tid, len, now, buffers) };
+    // The ring's unread bytes with this record (and its 8-byte header), read once above.
+    let record = size_of::<DataEvent>();
+    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
+}
+
+/// `emit_data` for a transfer that may carry HTTP/2 frames past its head.
+#[inline(always)]
+fn emit_walked(state: &ThreadState, tid: u32, len: u64, now: u64, buffers: (u64, u64, u64, u64), unread: u64) {
+    let Some(mut entry) = SOCKET_EVENTS.reserve::<H2DataEvent>(0) else {
+        lose_record(state, drop_index::SOCKET_RINGBUF);
+        return;
+    };
     let event = entry.as_mut_ptr();
-    let (head_base, head_avail, tail_end, tail_avail) = buffers(state, len);
+    // SAFETY: a reserved record of an H2DataEvent's size, whose first field is the DataEvent.
+    unsafe {
+        let data = &raw mut (*event).data;
+        fill_data(data, state, tid, len, now, buffers);
+        let copied = u64::from((*data).head_len);
+        let preface = state.data_first & FIRST_ON_SOCKET != 0
+            && copied >= PREFACE_LEN
+            && u64::from_le_bytes(*(*data).head.as_ptr().cast::<[u8; 8]>()) == PREFACE_START;
+        if state.data_first & ON_H2 != 0 || preface {
+            let origin = if preface { PREFACE_LEN } else { 0 };
+            walk_frames(&raw mut (*event).walk, buffers.0, buffers.1, origin, copied);
+            (*data).h2_walk = 1;
+        }
+    }
+    let record = size_of::<H2DataEvent>();
+    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
+}
+
+/// Fills a data record's fields: the transfer, its head and tail. Returns nothing: `head_len`
+/// says what was copied.
+///
+/// # Safety
+/// `event` points at a reserved ring-buffer record at least a DataEvent long; every field is
+/// written (the byte arrays as far as their valid length).
+#[inline(always)]
+unsafe fn fill_data(
+    event: *mut DataEvent,
+    state: &ThreadState,
+    tid: u32,
+    len: u64,
+    now: u64,
+    buffers: (u64, u64, u64, u64),
+) {
+    let (head_base, head_avail, tail_end, tail_avail) = buffers;
     let head_len = if head_avail < DATA_HEAD_BYTES as u64 { head_avail as u32 } else { DATA_HEAD_BYTES as u32 };
     // Only bytes of the buffer the transfer ended in: the one before it may lie anywhere.
     let tail_len = if tail_end == 0 {
@@ -417,8 +491,7 @@ pub fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
     } else {
         DATA_TAIL_BYTES as u32
     };
-    // SAFETY: `event` points at a reserved ring-buffer record of size_of::<DataEvent>() bytes;
-    // every field is written before submit (the byte arrays as far as their valid length).
+    // SAFETY: the caller's.
     unsafe {
         (*event).kind = event_kind::SOCKET_DATA;
         (*event).tid = tid;
@@ -429,7 +502,7 @@ pub fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
         (*event).len = len;
         (*event).queued_since_ns = state.data_queued_ns;
         (*event).shape = state.data_shape;
-        (*event)._pad = 0;
+        (*event).h2_walk = 0;
         (*event).sock_lost = state.data_sock_lost as u16;
         let head_len = verifier_bounded(head_len, DATA_HEAD_BYTES as u32);
         let tail_len = verifier_bounded(tail_len, DATA_TAIL_BYTES as u32);
@@ -441,8 +514,15 @@ pub fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
             copied = head_len as u16;
         }
         (*event).head_len = copied;
-        if state.data_first != 0 && copied >= 3 && starts_tls_record(&(*event).head) {
-            silence_if_undecrypted(state.data_sk);
+        if state.data_first & FIRST_ON_SOCKET != 0 && copied >= 3 {
+            let head = &(*event).head;
+            if starts_tls_record(head) {
+                silence_if_undecrypted(state.data_sk);
+            } else if copied as u64 >= PREFACE_LEN
+                && u64::from_le_bytes(*head.as_ptr().cast::<[u8; 8]>()) == PREFACE_START
+            {
+                mark_h2(state.data_sk);
+            }
         }
         let mut tail_copied = 0u16;
         if tail_len > 0
@@ -457,7 +537,4 @@ pub fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
         }
         (*event).tail_len = tail_copied;
     }
-    // The ring's unread bytes with this record (and its 8-byte header), read once above.
-    let record = size_of::<DataEvent>();
-    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
 }

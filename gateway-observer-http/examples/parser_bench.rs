@@ -148,7 +148,15 @@ fn round(
         let Some(syscalls) = mix.get(i % mix.len()) else { continue };
         for (client_side, s) in syscalls {
             *ts += 1_000;
-            let seg = Segment { ts_ns: *ts, tid: 1, len: s.len, head: &s.head, tail: &s.tail, queued_since_ns: None };
+            let seg = Segment {
+                ts_ns: *ts,
+                tid: 1,
+                len: s.len,
+                head: &s.head,
+                tail: &s.tail,
+                queued_since_ns: None,
+                walked: Default::default(),
+            };
             let conn = if *client_side { &mut *client } else { &mut *upstream };
             conn.on_segment(s.dir, black_box(&seg), out);
             fed += 1;

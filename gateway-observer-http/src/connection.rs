@@ -47,6 +47,8 @@ pub struct Segment<'a> {
     pub tail: &'a [u8],
     /// Reads: when the data first arrived in the socket.
     pub queued_since_ns: Option<u64>,
+    /// HTTP/2 frame headers the kernel walked past the head (empty for most syscalls).
+    pub walked: crate::h2::Walked<'a>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

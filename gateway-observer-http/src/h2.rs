@@ -11,9 +11,11 @@ pub mod hpack;
 mod huffman;
 mod huffman_table;
 pub mod session;
+pub mod walked;
 
 pub use flow::Stalls;
 pub use session::{PREFACE, Session, Signals};
+pub use walked::Walked;
 
 #[cfg(test)]
 mod fixtures;

@@ -78,6 +78,7 @@ impl<'a> Iterator for Decoder<'a> {
                     head,
                     tail,
                     queued_since_ns: (queued > 0).then(|| ts_ns.saturating_sub(u64::from(queued - 1))),
+                    walked: Default::default(),
                 };
                 Some(Op::Segment(if dir == 0 { Direction::Read } else { Direction::Write }, seg))
             }

@@ -90,7 +90,7 @@ fn data(sk: u64, read: bool, bytes: &[u8], ts: u64) -> Vec<u8> {
         len: bytes.len() as u64,
         queued_since_ns: if read { ts - 1_000 } else { 0 },
         shape: if read { data_shape::READ_BUF } else { data_shape::WRITE_BUF },
-        _pad: 0,
+        h2_walk: 0,
         head_len: head_len as u16,
         tail_len: tail_len as u16,
         sock_lost: 0,

@@ -95,19 +95,33 @@ pub fn assert_matches_h2load(observer: &Observer, url: &str) {
     );
 }
 
-/// h2load with eight streams at a time per connection: every stream counted once.
-pub fn assert_multiplexed_counted(observer: &Observer, url: &str) {
-    let total = || metric_sum(&observer.metrics(), "gateway_observer_http_requests_total", &[("direction", "inbound")]);
-    let before = total();
+/// Streams of the multiplexed run allowed to end without a status where the kernel walks frame
+/// headers past the copied head (h2c): a stream the walk could not follow (more than 32 frames
+/// past the head of one write, or a write that starts mid-frame) still loses it.
+pub const WALKED_STATUSLESS_TOLERANCE: f64 = 3.0;
+
+/// h2load with eight streams at a time per connection: every stream counted once. `walked`: the
+/// kernel walks the frames past each write's head (h2c, not TLS plaintext yet), so the walk never
+/// loses sync and every stream but a few has its status.
+pub fn assert_multiplexed_counted(observer: &Observer, url: &str, walked: bool) {
+    let counts = || {
+        let metrics = observer.metrics();
+        let inbound = [("direction", "inbound")];
+        (
+            metric_sum(&metrics, "gateway_observer_http_requests_total", &inbound),
+            metric_sum(&metrics, "gateway_observer_http_requests_total", &[inbound[0], ("status_class", "none")]),
+            metric_sum(&metrics, "gateway_observer_http_parse_resyncs_total", &[]),
+        )
+    };
+    let before = counts();
     let load = h2load(url, 8);
     std::thread::sleep(Duration::from_millis(1500));
-    let metrics = observer.metrics();
-    let unseen = metric_sum(
-        &metrics,
-        "gateway_observer_http_requests_total",
-        &[("direction", "inbound"), ("status_class", "none")],
-    );
-    let resyncs = metric_sum(&metrics, "gateway_observer_http_parse_resyncs_total", &[]);
-    eprintln!("multiplexed: {} streams counted, {unseen} without a status, {resyncs} resyncs", total() - before);
-    assert_eq!(total() - before, load.succeeded as f64, "multiplexed streams vs h2load's requests");
+    let after = counts();
+    let (counted, statusless, resyncs) = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+    eprintln!("multiplexed: {counted} streams counted, {statusless} without a status, {resyncs} resyncs");
+    assert_eq!(counted, load.succeeded as f64, "multiplexed streams vs h2load's requests");
+    if walked {
+        assert_eq!(resyncs, 0.0, "the walk past the head keeps every frame header");
+        assert!(statusless <= WALKED_STATUSLESS_TOLERANCE, "{statusless} streams without a status");
+    }
 }

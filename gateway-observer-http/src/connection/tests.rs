@@ -64,6 +64,7 @@ fn run_cut(role: Role, steps: &[Step], cuts: &dyn Fn(usize, usize) -> Vec<usize>
                         head: &data[..data.len().min(512)],
                         tail: &data[data.len().saturating_sub(16)..],
                         queued_since_ns: *queued,
+                        walked: Default::default(),
                     };
                     conn.on_segment(*dir, &seg, &mut exchanges);
                 }
@@ -443,7 +444,15 @@ fn close_with_requests_in_flight() {
     conn.on_close(1, &mut out);
     conn.on_segment(
         Direction::Read,
-        &Segment { ts_ns: 2, tid: 1, len: 3, head: b"GET", tail: b"GET", queued_since_ns: None },
+        &Segment {
+            ts_ns: 2,
+            tid: 1,
+            len: 3,
+            head: b"GET",
+            tail: b"GET",
+            queued_since_ns: None,
+            walked: Default::default(),
+        },
         &mut out,
     );
     assert!(out.is_empty() && conn.in_flight().next().is_none());
@@ -512,8 +521,15 @@ fn in_flight_is_capped() {
     let mut out = Vec::new();
     let req = get("/x");
     for i in 0..(MAX_IN_FLIGHT as u64 + 76) {
-        let seg =
-            Segment { ts_ns: i, tid: 1, len: req.len() as u64, head: req.as_bytes(), tail: &[], queued_since_ns: None };
+        let seg = Segment {
+            ts_ns: i,
+            tid: 1,
+            len: req.len() as u64,
+            head: req.as_bytes(),
+            tail: &[],
+            queued_since_ns: None,
+            walked: Default::default(),
+        };
         conn.on_segment(Direction::Read, &seg, &mut out);
     }
     assert_eq!((conn.in_flight().count(), conn.dropped_in_flight()), (MAX_IN_FLIGHT, 76));
@@ -526,6 +542,7 @@ fn in_flight_is_capped() {
         head: resp.as_bytes(),
         tail: &[],
         queued_since_ns: None,
+        walked: Default::default(),
     };
     conn.on_segment(Direction::Write, &seg, &mut out);
     assert_eq!(out.iter().map(|e| e.request_start_ns).collect::<Vec<_>>(), vec![76]);

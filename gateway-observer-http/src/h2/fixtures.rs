@@ -79,7 +79,15 @@ fn replay(bin: &[u8], from: usize) -> (Connection, Vec<Stream>) {
     let all = syscalls(bin);
     for (i, s) in all.iter().enumerate().skip(from) {
         let dir = if s.from_client { Direction::Read } else { Direction::Write };
-        let seg = Segment { ts_ns: ts(i), tid: 1, len: s.len, head: s.head, tail: s.tail, queued_since_ns: None };
+        let seg = Segment {
+            ts_ns: ts(i),
+            tid: 1,
+            len: s.len,
+            head: s.head,
+            tail: s.tail,
+            queued_since_ns: None,
+            walked: Default::default(),
+        };
         conn.on_segment(dir, &seg, &mut out);
     }
     conn.on_close(ts(all.len()), &mut out);

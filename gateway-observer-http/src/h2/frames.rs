@@ -4,6 +4,7 @@
 //! Every frame header is walked, so a frame whose payload was not copied still ends where it
 //! should and the next header is found. A header that falls in unseen bytes loses sync; the walk
 //! resumes at a later syscall whose first bytes look like a frame header ([`plausible_start`]).
+//! (Headers past the head the kernel walked come as seen pieces: [`super::walked`].)
 //! Payload bytes are kept only for the frames that carry framing or flow-control facts (HEADERS,
 //! CONTINUATION, RST_STREAM, GOAWAY, SETTINGS, WINDOW_UPDATE), and at most [`MAX_KEPT_PAYLOAD`]
 //! of each.
@@ -184,6 +185,12 @@ impl Walker {
 
     pub fn is_lost(&self) -> bool {
         self.state == State::Lost
+    }
+
+    /// The next byte fed starts a frame header, or may (a lost walker resumes only at a syscall
+    /// that starts with frames).
+    pub fn at_boundary(&self) -> bool {
+        self.state == State::Lost || (self.state == State::Header && self.have == 0)
     }
 
     /// Walks one syscall's bytes (`pieces` in order, `len` in all); `on_frame` gets each frame

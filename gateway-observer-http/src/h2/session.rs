@@ -15,6 +15,7 @@ use super::frames::{
     SyscallInfo, Walker,
 };
 use super::hpack::Decoder;
+use super::walked;
 use crate::connection::{
     Direction, Exchange, ExchangeOutcome, InFlight, MAX_IN_FLIGHT, Method, Pending, Role, Segment, finish,
 };
@@ -73,6 +74,10 @@ pub struct Session {
     signals: Signals,
     flow: Flow,
     dropped_in_flight: u64,
+    /// Syscalls whose frames past the head came from the kernel's walk.
+    walked_syscalls: u64,
+    /// Scratch for a syscall's pieces (no allocation per syscall).
+    pieces: Vec<Piece<'static>>,
 }
 
 impl Session {
@@ -88,6 +93,8 @@ impl Session {
             signals: Signals::default(),
             flow: Flow::fresh(),
             dropped_in_flight: 0,
+            walked_syscalls: 0,
+            pieces: Vec::new(),
         };
         session.requests.preface_left = if preface { PREFACE.len() as u64 } else { 0 };
         session
@@ -127,6 +134,11 @@ impl Session {
         self.requests.hpack.broken_blocks().saturating_add(self.responses.hpack.broken_blocks())
     }
 
+    /// Syscalls whose frames past the head came from the kernel's walk.
+    pub fn walked_syscalls(&self) -> u64 {
+        self.walked_syscalls
+    }
+
     pub fn dropped_in_flight(&self) -> u64 {
         self.dropped_in_flight
     }
@@ -143,7 +155,6 @@ impl Session {
     pub fn on_segment(&mut self, dir: Direction, seg: &Segment, out: &mut Vec<Exchange>) {
         let is_request = matches!((self.role, dir), (Role::Server, Direction::Read) | (Role::Client, Direction::Write));
         let (head, gap, tail) = Cursor::new(seg).parts();
-        let mut pieces = [Piece::Seen(head), Piece::Unseen(gap), Piece::Seen(tail)];
         let mut len = seg.len;
         let side = if is_request { &mut self.requests } else { &mut self.responses };
         if is_request && side.walker.is_lost() && head.starts_with(PREFACE) {
@@ -151,6 +162,17 @@ impl Session {
             side.walker = Walker::new();
             side.preface_left = PREFACE.len() as u64;
             self.flow.preface();
+        }
+        let mut pieces = reuse(std::mem::take(&mut self.pieces));
+        // The kernel's walk began where this side's walker stands at a frame boundary: after
+        // the preface bytes still to skip, at the syscall's start otherwise.
+        let preface_here = side.preface_left.min(seg.len);
+        if !seg.walked.is_empty() && side.walker.at_boundary() && seg.walked.origin == preface_here {
+            walked::pieces(seg.head, seg.len, seg.tail, &seg.walked, &mut pieces);
+            self.walked_syscalls = self.walked_syscalls.saturating_add(1);
+        } else {
+            pieces.clear();
+            pieces.extend([Piece::Seen(head), Piece::Unseen(gap), Piece::Seen(tail)]);
         }
         if side.preface_left > 0 {
             let skipped = skip(&mut pieces, side.preface_left);
@@ -160,6 +182,7 @@ impl Session {
         let info = SyscallInfo { ts_ns: seg.ts_ns, tid: seg.tid, queued_since_ns: seg.queued_since_ns };
         let mut walker = std::mem::take(&mut side.walker);
         let in_sync = walker.feed(info, len, &pieces, &mut |frame| self.on_frame(is_request, &frame, out));
+        self.pieces = reuse(pieces);
         let side = if is_request { &mut self.requests } else { &mut self.responses };
         side.walker = walker;
         if !in_sync {
@@ -353,6 +376,13 @@ fn header_fragment<'a>(frame: &Frame<'a>) -> &'a [u8] {
     let fragment_len = usize::try_from(h.len).unwrap_or(usize::MAX).saturating_sub(from).saturating_sub(pad);
     let to = from.saturating_add(fragment_len).min(frame.payload.len());
     frame.payload.get(from..to).unwrap_or_default()
+}
+
+/// An emptied vector of pieces with another lifetime, keeping its allocation (the collect is
+/// done in place).
+fn reuse<'b>(mut pieces: Vec<Piece<'_>>) -> Vec<Piece<'b>> {
+    pieces.clear();
+    pieces.into_iter().map(|_| Piece::Unseen(0)).collect()
 }
 
 /// Drops the first `n` bytes of a syscall's pieces; returns how many were dropped.

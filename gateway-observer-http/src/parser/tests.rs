@@ -10,6 +10,7 @@ fn seg(len: u64, head: &[u8], tail: &[u8]) -> Segment<'static> {
         head: Box::leak(head.to_vec().into_boxed_slice()),
         tail: Box::leak(tail.to_vec().into_boxed_slice()),
         queued_since_ns: None,
+        walked: Default::default(),
     }
 }
 

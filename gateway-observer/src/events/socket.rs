@@ -5,8 +5,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use gateway_observer_common::{
     CONN_EVENT_SIZE, ConnEvent, DATA_EVENT_SIZE, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FLOW_EVENT_SIZE,
-    FlowEvent, conn_role, data_shape, event_kind,
+    FlowEvent, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2DataEvent, H2Walk, conn_role, data_shape, event_kind,
 };
+use gateway_observer_http::h2::Walked;
 
 const AF_INET6: u16 = 10;
 
@@ -76,6 +77,8 @@ pub struct DataRecord<'a> {
     /// The socket's count of data records the kernel lost (low 16 bits): when it moves, records
     /// of this connection were lost before this one.
     pub sock_lost: u16,
+    /// HTTP/2 frame headers the kernel walked past the head (empty unless it did).
+    pub walked: Walked<'a>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -146,6 +149,30 @@ fn data_record<'a>(event: &DataEvent, bytes: &'a [u8]) -> DataRecord<'a> {
         head: &bytes[head_at..head_at + head_len],
         tail: &bytes[tail_at..tail_at + tail_len],
         sock_lost: event.sock_lost,
+        walked: if event.h2_walk != 0 { walked(bytes) } else { Walked::default() },
+    }
+}
+
+/// The frame walk of an `H2DataEvent` (`bytes` holds the whole record), borrowed from `bytes`;
+/// empty when the record is too short for one.
+fn walked(bytes: &[u8]) -> Walked<'_> {
+    // read_struct checks that the whole walk is there, so the slices below are in range.
+    let walk_at = std::mem::offset_of!(H2DataEvent, walk);
+    let Some(Ok(walk)) = bytes.get(walk_at..).map(|b| read_struct::<H2Walk>(b, size_of::<H2Walk>())) else {
+        return Walked::default();
+    };
+    let at = |field: usize| walk_at + field;
+    let frames = usize::from(walk.frames).min(H2_WALK_FRAMES);
+    let headers = at(std::mem::offset_of!(H2Walk, headers));
+    let lens = at(std::mem::offset_of!(H2Walk, payload_lens));
+    let payloads = at(std::mem::offset_of!(H2Walk, payloads));
+    Walked {
+        origin: u64::from(walk.origin),
+        start: u64::from(walk.start),
+        headers: &bytes[headers..headers + frames * 9],
+        payload_lens: &bytes[lens..lens + frames],
+        payloads: &bytes[payloads..payloads + size_of_val(&walk.payloads)],
+        payload_slot: H2_WALK_PAYLOAD_BYTES,
     }
 }
 
@@ -199,7 +226,7 @@ mod tests {
             len: 700,
             queued_since_ns: 900,
             shape: data_shape::READ_BUF,
-            _pad: 0,
+            h2_walk: 0,
             head_len: 5,
             tail_len: 2,
             sock_lost: 0,
@@ -215,9 +242,9 @@ mod tests {
         assert_eq!((data.len, data.queued_since_ns, data.tid), (700, Some(900), 7));
     }
 
-    #[test]
-    fn lengths_past_the_arrays_are_clamped() {
-        let event = DataEvent {
+    /// A write of one byte with every head and tail byte set, lengths past the arrays.
+    fn write_event() -> DataEvent {
+        DataEvent {
             kind: event_kind::SOCKET_DATA,
             tid: 1,
             tgid: 1,
@@ -227,18 +254,55 @@ mod tests {
             len: 1,
             queued_since_ns: 0,
             shape: data_shape::WRITE_IOV,
-            _pad: 0,
+            h2_walk: 0,
             head_len: 9999,
             tail_len: 9999,
             sock_lost: 0,
             head: [b'x'; DATA_HEAD_BYTES],
             tail: [b'y'; DATA_TAIL_BYTES],
-        };
+        }
+    }
+
+    #[test]
+    fn lengths_past_the_arrays_are_clamped() {
+        let event = write_event();
         let bytes = bytes_of(&event);
         let Ok(SocketRecord::Data(data)) = decode(&bytes) else { panic!("data record") };
         assert_eq!((data.head.len(), data.tail.len()), (DATA_HEAD_BYTES, DATA_TAIL_BYTES));
         assert!(!data.read);
         assert_eq!(data.queued_since_ns, None);
+    }
+
+    #[test]
+    fn walked_frame_headers_come_with_their_record() {
+        let data = DataEvent { len: 5000, h2_walk: 1, ..write_event() };
+        let mut walk = H2Walk {
+            origin: 0,
+            start: 600,
+            frames: 2,
+            _pad: [0; 7],
+            headers: [[0; 9]; H2_WALK_FRAMES],
+            payload_lens: [0; H2_WALK_FRAMES],
+            payloads: [[0; H2_WALK_PAYLOAD_BYTES]; H2_WALK_FRAMES],
+        };
+        walk.headers[0] = [0, 0, 1, 1, 4, 0, 0, 0, 3];
+        walk.headers[1] = [0, 0, 7, 0, 1, 0, 0, 0, 3];
+        walk.payload_lens[0] = 1;
+        walk.payloads[0][0] = 0x88;
+        let bytes = bytes_of(&H2DataEvent { data, walk });
+        let Ok(SocketRecord::Data(record)) = decode(&bytes) else { panic!("data record") };
+        let walked = record.walked;
+        assert_eq!((walked.origin, walked.start, walked.headers.len()), (0, 600, 18));
+        assert_eq!(&walked.headers[9..], &[0, 0, 7, 0, 1, 0, 0, 0, 3]);
+        assert_eq!((walked.payload_lens, walked.payload_slot), (&[1, 0][..], H2_WALK_PAYLOAD_BYTES));
+        assert_eq!(walked.payloads[0], 0x88);
+        // The flag without the walk's bytes (a short record): no walk, the data still decodes.
+        let Ok(SocketRecord::Data(short)) = decode(&bytes[..DATA_EVENT_SIZE]) else { panic!("data record") };
+        assert!(short.walked.is_empty());
+        // A plain record says nothing of frames.
+        let plain = bytes_of(&DataEvent { h2_walk: 0, ..data });
+        let Ok(SocketRecord::Data(plain)) = decode(&plain) else { panic!("data record") };
+        assert!(plain.walked.is_empty());
     }
 
     #[test]

@@ -55,7 +55,15 @@ impl Conn {
     fn syscall(&mut self, dir: Direction, ts: u64, bytes: &[u8]) {
         let head = &bytes[..bytes.len().min(HEAD)];
         let tail = &bytes[bytes.len().saturating_sub(TAIL)..];
-        let seg = Segment { ts_ns: ts, tid: 7, len: bytes.len() as u64, head, tail, queued_since_ns: None };
+        let seg = Segment {
+            ts_ns: ts,
+            tid: 7,
+            len: bytes.len() as u64,
+            head,
+            tail,
+            queued_since_ns: None,
+            walked: Default::default(),
+        };
         self.conn.on_segment(dir, &seg, &mut self.out);
     }
 

@@ -383,6 +383,7 @@ impl RequestTracker {
             head: data.head,
             tail: data.tail,
             queued_since_ns: data.queued_since_ns,
+            walked: data.walked,
         };
         let direction = if data.read { Direction::Read } else { Direction::Write };
         if data.read {

@@ -54,6 +54,7 @@ pub(crate) fn data(sk: u64, read: bool, bytes: &[u8], ts: u64, queued: Option<u6
         head: bytes,
         tail: &bytes[bytes.len().saturating_sub(16)..],
         sock_lost: 0,
+        walked: Default::default(),
     })
 }
 

@@ -12,6 +12,8 @@
 
 use std::collections::HashMap;
 
+use gateway_observer_http::h2::Walked;
+
 use super::FastHash;
 use crate::events::socket::DataRecord;
 
@@ -55,6 +57,8 @@ impl HeldWrite {
             head: &self.head,
             tail: &self.tail,
             sock_lost: lost,
+            // Plaintext: the kernel walks no frames in it.
+            walked: Walked::default(),
         }
     }
 }
@@ -178,6 +182,7 @@ mod tests {
             head: b"GET / HTTP/1.1\r\n\r\n",
             tail: b"",
             sock_lost: 0,
+            walked: Walked::default(),
         }
     }
 
