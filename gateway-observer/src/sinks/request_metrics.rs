@@ -75,13 +75,13 @@ pub fn render_requests(tracker: &RequestTracker, e: &mut Exposition, now_ns: u64
     }
     let name = &families::HTTP2_STREAM_RESETS;
     e.family(name);
-    for (process, s) in tracker.h2_signals() {
+    for (process, s) in tracker.h2_totals().signals() {
         e.sample(name, &[("process", process), ("reason", "refused")], s.refused_streams as f64);
         e.sample(name, &[("process", process), ("reason", "other")], s.reset_streams as f64);
     }
     let name = &families::HTTP2_GOAWAYS;
     e.family(name);
-    for (process, s) in tracker.h2_signals() {
+    for (process, s) in tracker.h2_totals().signals() {
         e.sample(name, &[("process", process)], s.goaways as f64);
     }
     let flow: [(&Family, StallValue); 3] = [
@@ -91,7 +91,7 @@ pub fn render_requests(tracker: &RequestTracker, e: &mut Exposition, now_ns: u64
     ];
     for (name, value) in flow {
         e.family(name);
-        for ((process, side, sender), s) in tracker.h2_stalls() {
+        for ((process, side, sender), s) in tracker.h2_totals().stalls() {
             e.sample(name, &[("process", process), ("direction", side.as_str()), ("sender", sender)], value(s));
         }
     }

@@ -7,6 +7,7 @@
 //! connections older than the daemon, a local port the process listens on means inbound.
 
 pub mod flows;
+pub mod h2_totals;
 pub mod peers;
 pub mod queueing;
 pub mod slowest;
@@ -23,10 +24,8 @@ use std::sync::Arc;
 
 use crate::events::socket::{ConnInfo, DataRecord, FlowRecord, Opened, SocketRecord};
 use flows::FlowState;
-use gateway_observer_http::{
-    Connection, Direction, Exchange, Role, Segment,
-    h2::{Signals as H2Signals, Stalls as H2Stalls},
-};
+use gateway_observer_http::{Connection, Direction, Exchange, Role, Segment};
+use h2_totals::H2Totals;
 use peers::PeerLabels;
 use slowest::{Finished, Slowest, UpstreamCall};
 use stats::{RequestStats, Side};
@@ -107,11 +106,8 @@ pub struct RequestTracker {
     non_http_bytes: BTreeMap<Arc<str>, u64>,
     /// Connections that spoke TLS we could not read (closed ones), by process.
     tls_unparsed: BTreeMap<Arc<str>, u64>,
-    /// HTTP/2 refused and reset streams and GOAWAYs of closed connections, by process.
-    h2_signals: BTreeMap<Arc<str>, H2Signals>,
-    /// HTTP/2 flow-control stalls of closed connections, by process, direction and sender
-    /// (`gateway` or `peer`).
-    h2_stalls: BTreeMap<(Arc<str>, Side, &'static str), H2Stalls>,
+    /// HTTP/2 signals and flow-control stalls of closed connections.
+    h2_totals: H2Totals,
     tls_sessions: tls_sessions::TlsSessions,
     /// Retransmitted segments by (process, peer label; `clients` for inbound connections).
     retransmits: BTreeMap<(Arc<str>, String), u64>,
@@ -201,8 +197,7 @@ impl RequestTracker {
         self.stats.socket_queue.retain(|process, _| process_live(process));
         self.non_http_bytes.retain(|process, _| process_live(process));
         self.tls_unparsed.retain(|process, _| process_live(process));
-        self.h2_signals.retain(|process, _| process_live(process));
-        self.h2_stalls.retain(|(process, ..), _| process_live(process));
+        self.h2_totals.retain_processes(&process_live);
         self.retransmits.retain(|(process, peer), _| peer_live(process, peer));
     }
 
@@ -425,17 +420,8 @@ impl RequestTracker {
         self.counts.closed_resyncs += http.lost_sync();
         if http.is_h2() {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
-            let (s, total) = (http.h2_signals(), self.h2_signals.entry(process.clone()).or_default());
-            total.refused_streams = total.refused_streams.saturating_add(s.refused_streams);
-            total.reset_streams = total.reset_streams.saturating_add(s.reset_streams);
-            total.goaways = total.goaways.saturating_add(s.goaways);
             let side = if http.role() == Role::Server { Side::Inbound } else { Side::Outbound };
-            for (sender, stalls) in [("gateway", s.gateway_stalls), ("peer", s.peer_stalls)] {
-                let total = self.h2_stalls.entry((process.clone(), side, sender)).or_default();
-                total.count = total.count.saturating_add(stalls.count);
-                total.stalled_ns = total.stalled_ns.saturating_add(stalls.stalled_ns);
-                total.dropped_streams = total.dropped_streams.saturating_add(stalls.dropped_streams);
-            }
+            self.h2_totals.add(&process, side, &http.h2_signals());
         }
         if conn.tls && !conn.plaintext {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
@@ -574,14 +560,9 @@ impl RequestTracker {
         &self.non_http_bytes
     }
 
-    /// HTTP/2 signals of closed connections (refused and reset streams, GOAWAYs), per process.
-    pub fn h2_signals(&self) -> &BTreeMap<Arc<str>, H2Signals> {
-        &self.h2_signals
-    }
-
-    /// HTTP/2 flow-control stalls of closed connections, per (process, direction, sender).
-    pub fn h2_stalls(&self) -> &BTreeMap<(Arc<str>, Side, &'static str), H2Stalls> {
-        &self.h2_stalls
+    /// HTTP/2 signals and flow-control stalls of closed connections.
+    pub fn h2_totals(&self) -> &H2Totals {
+        &self.h2_totals
     }
 
     /// Connections known to be TLS whose plaintext is not seen, per process name.

@@ -127,9 +127,9 @@ fn http2_streams_are_requests() {
     let mut refuse = vec![0, 0, 4, 3, 0, 0, 0, 0, 5, 0, 0, 0, 7];
     refuse.extend([0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0]);
     tracker.handle(data(1, false, &refuse, 32 * MS, None));
-    assert!(tracker.h2_signals().is_empty());
+    assert!(tracker.h2_totals().signals().is_empty());
     tracker.handle(close(1, 33 * MS));
-    let s = tracker.h2_signals()[&std::sync::Arc::from(GW.to_string())];
+    let s = tracker.h2_totals().signals()[&std::sync::Arc::from(GW.to_string())];
     assert_eq!((s.refused_streams, s.reset_streams, s.goaways), (1, 0, 1));
 }
 
@@ -154,7 +154,7 @@ fn http2_flow_control_stalls_by_sender() {
     tracker.handle(data(1, false, &last, 15 * MS, None));
     tracker.handle(close(1, 20 * MS));
     let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
-    let stalls = tracker.h2_stalls();
+    let stalls = tracker.h2_totals().stalls();
     let gateway = stalls[&(process.clone(), Side::Inbound, "gateway")];
     assert_eq!((gateway.count, gateway.stalled_ns), (1, 3 * MS));
     assert_eq!(stalls[&(process, Side::Inbound, "peer")].count, 0);
