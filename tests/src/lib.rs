@@ -7,6 +7,7 @@
 //! tests use the unprivileged parts.
 
 pub mod alerts;
+pub mod c_fixtures;
 pub mod deploy;
 pub mod firing_watch;
 pub mod fixture;

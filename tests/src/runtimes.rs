@@ -235,7 +235,7 @@ pub fn fixture_dir() -> PathBuf {
 }
 
 /// The workspace's target directory ($CARGO_TARGET_DIR if set).
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"))

@@ -18,7 +18,9 @@ const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// load, in nghttp2-client), runqlat
 /// (libbpf-tools: `bench overhead` compares our scheduler hooks with it), bpftool (`bench churn`
 /// counts the daemon's map entries with it), nftables and
-/// iproute2 for network faults in namespaces, openssl (certificates) and curl for the TLS tests,
+/// iproute2 for network faults in namespaces, openssl (certificates), curl, and gcc, binutils and
+/// android-libboringssl-dev (a C HTTPS server built on BoringSSL and on a static libssl.a) for the
+/// TLS tests,
 /// tmux for the terminal view, Alertmanager for the alert push, Prometheus for promtool (checks
 /// and unit tests of deploy/'s alert rules), and the runtimes of gateways this project did not write (Netty and
 /// netty-tcnative's OpenSSL engine, Guava, embedded Tomcat for the JDK 17
@@ -35,6 +37,9 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "nghttp2-client",
     "openssl",
     "curl",
+    "gcc",
+    "binutils",
+    "android-libboringssl-dev",
     "libbpf-tools",
     "bpftool",
     "nftables",

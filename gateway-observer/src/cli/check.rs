@@ -140,8 +140,9 @@ const LIBRARY_DIRS: &[&str] =
 /// found and attached for this process (targets get theirs at run time, per pid).
 fn tls_line(probes: &mut Probes) -> Line {
     const REQUIREMENT: &str = "TLS plaintext (uprobes)";
-    let covered = "covered: OpenSSL 1.1/3 in libssl.so* or linked into an executable that exports its calls (Node.js); \
-         not yet: BoringSSL, Go, netty-tcnative, JDK (counted as TLS connections unparsed)";
+    let covered = "covered: OpenSSL 1.1/3 and BoringSSL in libssl.so*, or linked into a file that exports their \
+         calls (Node.js) or names them in .symtab, netty-tcnative on a shared libssl, Go's crypto/tls; \
+         not covered: stripped static builds, rustls, the JDK's TLS (counted as TLS connections unparsed)";
     let degraded = |detail: String| Line { requirement: REQUIREMENT.into(), status: Status::Degraded, detail };
     let found =
         LIBRARY_DIRS.iter().flat_map(|dir| ["libssl.so.3", "libssl.so.1.1"].map(|name| format!("{dir}/{name}")));

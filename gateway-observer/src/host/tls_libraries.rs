@@ -1,13 +1,14 @@
 //! The TLS libraries a target process has loaded, and where in each the calls the kernel
-//! programs hook begin. Covered: OpenSSL (1.1 and 3), dynamically linked (`libssl.so*`) or linked
-//! into an executable or library that exports its calls (Node.js's `node`); Go's `crypto/tls` in
+//! programs hook begin. Covered: OpenSSL (1.1 and 3) and BoringSSL (same names), dynamically
+//! linked (`libssl.so*`), linked into an executable or library that exports its calls (Node.js's
+//! `node`), or linked in without exporting them where `.symtab` names them; Go's `crypto/tls` in
 //! a Go executable (`go_tls`: its entries and RET sites, from `.symtab`). Every file the
 //! process maps executable is a candidate (`libssl` first); each is opened as the process sees
 //! it, through `target_files` (inside its root, no symlink followed out of it, a regular file
 //! owned by root or the process, no larger than [`MAX_LIBRARY_BYTES`]), or through
 //! `/proc/PID/map_files` when its path no longer names it (`mapped_files`: netty-tcnative deletes
-//! its library once loaded) and checked the same way, and only its dynamic
-//! symbols are read (`dynamic_symbols`): they give the file offsets uprobes attach at. Nothing
+//! its library once loaded) and checked the same way, and only its symbol tables are read
+//! (`dynamic_symbols`): they give the file offsets uprobes attach at. Nothing
 //! here touches a kernel handle: `probes::tls` attaches, on the opened file itself.
 
 use std::{collections::HashSet, fs::File};
@@ -84,9 +85,9 @@ pub enum LibraryError {
     Mapped(BoxedError),
     #[error(transparent)]
     Symbols(#[from] SymbolsError),
-    /// None of `SSL_read`, `SSL_write`, `SSL_read_ex`, `SSL_write_ex` is exported, nor is it a Go
-    /// executable with `crypto/tls`.
-    #[error("exports no SSL_read/SSL_write")]
+    /// None of `SSL_read`, `SSL_write`, `SSL_read_ex`, `SSL_write_ex` is exported or named in
+    /// `.symtab`, nor is it a Go executable with `crypto/tls`.
+    #[error("has no SSL_read/SSL_write in its symbols")]
     NoCalls,
     /// A Go executable whose `crypto/tls` calls cannot be hooked.
     #[error(transparent)]
@@ -177,12 +178,18 @@ fn open_one(
     Ok(target_files::check(file, owners, MAX_LIBRARY_BYTES)?)
 }
 
-/// Where to hook the calls of a file: OpenSSL's from its dynamic symbols, with the read and
-/// write wrappers replaced by the function they forward to where they visibly do
+/// Where to hook the calls of a file: OpenSSL's (or BoringSSL's, which keeps its names) from its
+/// dynamic symbols, else from its full symbol table where it is linked in without exporting them
+/// (a static `libssl.a`, Envoy's BoringSSL: found only where `.symtab` was kept), with the read
+/// and write wrappers replaced by the function they forward to where they visibly do
 /// (`forwarded_calls`: a uprobe there costs a seventh as much); else Go's.
 pub fn entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryError> {
-    match exported_entries(file) {
-        Ok(exported) => Ok(crate::host::forwarded_calls::prefer_forwarded(file, exported)),
+    let openssl = match exported_entries(file) {
+        Err(LibraryError::NoCalls) if !go_tls::is_go(file) => linked_entries(file),
+        found => found,
+    };
+    match openssl {
+        Ok(found) => Ok(crate::host::forwarded_calls::prefer_forwarded(file, found)),
         Err(LibraryError::NoCalls) => go_tls::entries(file),
         Err(e) => Err(e),
     }
@@ -190,8 +197,27 @@ pub fn entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryErro
 
 /// The file offsets of the OpenSSL calls a file exports, from its dynamic symbols.
 pub fn exported_entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryError> {
-    let names: Vec<&str> = OPENSSL_CALLS.iter().map(|(name, _)| *name).collect();
-    let mut found: Entries = dynamic_symbols::find(file, &names, MAX_SYMBOL_BYTES)?
+    let names = openssl_names();
+    let found = dynamic_symbols::find(file, &names, MAX_SYMBOL_BYTES)?;
+    openssl_entries(found)
+}
+
+/// The file offsets of the OpenSSL calls linked into a file that does not export them, from its
+/// `.symtab`: none where it was stripped.
+pub fn linked_entries(file: &(impl Positioned + ?Sized)) -> Result<Entries, LibraryError> {
+    let names = openssl_names();
+    let found = dynamic_symbols::find_static(file, &names, MAX_SYMBOL_BYTES)?;
+    openssl_entries(found.into_iter().map(|f| (f.index, f.offset)).collect())
+}
+
+fn openssl_names() -> Vec<&'static str> {
+    OPENSSL_CALLS.iter().map(|(name, _)| *name).collect()
+}
+
+/// Symbols found (index in `OPENSSL_CALLS`, file offset) as entries: `NoCalls` unless a read or
+/// write is among them.
+fn openssl_entries(found: Vec<(usize, u64)>) -> Result<Entries, LibraryError> {
+    let mut found: Entries = found
         .into_iter()
         .filter_map(|(index, offset)| OPENSSL_CALLS.get(index).map(|&(name, call)| (name, call, offset)))
         .collect();
@@ -258,6 +284,44 @@ mod tests {
         assert_eq!(exported_entries(&file).expect("entries from the file"), found);
         // Hooked where a uprobe is cheap (`forwarded_calls`), the same from bytes as from the file.
         assert_eq!(entries(&file).expect("entries"), entries(bytes.as_slice()).expect("entries"));
+    }
+
+    /// OpenSSL's `libssl.a` linked into an executable (built here with `cc`, when it and Debian's
+    /// libssl-dev are installed): nothing exported, every call found in `.symtab`, and the read
+    /// and write pairs hooked in the function they forward to, as in `libssl.so.3`.
+    #[test]
+    fn openssl_linked_in_unexported_is_found_in_its_symtab() {
+        if !std::path::Path::new("/usr/lib/x86_64-linux-gnu/libssl.a").exists() {
+            eprintln!("no libssl.a: skipped");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("linked-openssl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let (source, exe) = (dir.join("main.c"), dir.join("main"));
+        let calls = "SSL_read(0, 0, 0); SSL_write(0, 0, 0); SSL_read_ex(0, 0, 0, 0); SSL_write_ex(0, 0, 0, 0); \
+                     SSL_do_handshake(0); SSL_shutdown(0);";
+        std::fs::write(&source, format!("#include <openssl/ssl.h>\nint main(void) {{ {calls} return 0; }}\n"))
+            .expect("write source");
+        let built = std::process::Command::new("cc")
+            .arg("-o")
+            .arg(&exe)
+            .arg(&source)
+            .args(["-Wl,-Bstatic", "-lssl", "-lcrypto", "-Wl,-Bdynamic"])
+            .status();
+        let file = built.ok().filter(|s| s.success()).and_then(|_| std::fs::File::open(&exe).ok());
+        let _ = std::fs::remove_dir_all(&dir);
+        let Some(file) = file else {
+            eprintln!("cc could not link libssl.a: skipped");
+            return;
+        };
+        assert!(matches!(exported_entries(&file), Err(LibraryError::NoCalls)), "nothing is exported");
+        let linked = linked_entries(&file).expect("calls in .symtab");
+        let names: BTreeSet<_> = linked.iter().map(|(n, _, _)| *n).collect();
+        assert_eq!(names, OPENSSL_CALLS.iter().map(|(n, _)| *n).collect());
+        let hooked = entries(&file).expect("entries");
+        let hooked_names: BTreeSet<_> = hooked.iter().map(|(n, _, _)| *n).collect();
+        assert!(hooked_names.contains("SSL_read/SSL_read_ex body"), "read pair not forwarded: {hooked:?}");
+        assert!(hooked_names.contains("SSL_write/SSL_write_ex body"), "write pair not forwarded: {hooked:?}");
     }
 
     /// A file read through positioned reads, counting the bytes asked for.
