@@ -9,16 +9,23 @@
 //! stall; at most one stall per grant plus one per stream), with stalled time under the run's.
 //! Controls: the same file with h2load's default 1 GiB windows, and a 10,000-byte body that fits
 //! the small window: no stall in either.
+//!
+//! Then a connection held open on a stall (a hand-made h2c client that never grants window): its
+//! stall shows in /metrics while the connection is open, its seconds growing with the wait (within
+//! a tick of it), and the close neither counts it again nor takes any of its time back.
 
 use std::time::{Duration, Instant};
 
-use tests::{h2load, nginx::Nginx, observer::Observer, privileged, temp_dir, wrk::metric_sum};
+use tests::{h2c::StalledStream, h2load, nginx::Nginx, observer::Observer, privileged, temp_dir, wrk::metric_sum};
 
 const BIG: usize = 1 << 20;
 const SMALL: usize = 10_000;
 const WINDOW: f64 = 16_383.0;
 const REQUESTS: u64 = 40;
 const CONNECTIONS: u64 = 2;
+/// How old /metrics may be: the observer's interval here (`Observer::start`), and as long again
+/// for a tick delayed on a busy host.
+const TICK: f64 = 0.5 + 0.5;
 
 /// The observer's stalls and stalled seconds of nginx sending on connections it accepted.
 fn stalls(observer: &Observer) -> (f64, f64) {
@@ -79,4 +86,35 @@ fn nginx_h2c_stalls_on_small_client_windows() {
     assert!((low..=high).contains(&count), "{count} stalls, want [{low}, {high}]");
     let bound = took.as_secs_f64() * CONNECTIONS as f64;
     assert!(seconds > 0.0 && seconds <= bound, "{seconds} s stalled, at most {bound} s");
+
+    held_open_stall(&observer, port);
+}
+
+/// One stall on a connection held open: seen before the close, counted once.
+fn held_open_stall(observer: &Observer, port: u16) {
+    let before = stalls(observer);
+    let sent = Instant::now();
+    let client = StalledStream::open(port, "/big.bin", WINDOW as u32);
+    let filled = Instant::now();
+    let deadline = filled + Duration::from_secs(5);
+    while stalls(observer).0 == before.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let open = stalls(observer);
+    // The stall began between the request's sending and the window's filling; the metrics are
+    // at most a tick old.
+    let (low, high) = (filled.elapsed().as_secs_f64() - TICK, sent.elapsed().as_secs_f64());
+    let shown = open.1 - before.1;
+    eprintln!("held open: {} stall, {shown:.3} s stalled so far, want [{low:.3}, {high:.3}]", open.0 - before.0);
+    assert_eq!(open.0 - before.0, 1.0, "the stall of the connection still open");
+    assert!((low..=high).contains(&shown), "{shown} s stalled while open, want [{low}, {high}]");
+    drop(client);
+    let closed_by = sent.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(1500));
+    let closed = stalls(observer);
+    let total = closed.1 - before.1;
+    eprintln!("closed: {} stall, {total:.3} s stalled, want [{shown:.3}, {closed_by:.3}]", closed.0 - before.0);
+    assert_eq!(closed.0, open.0, "the close counts the stall again");
+    assert!((shown..=closed_by + TICK).contains(&total), "{total} s stalled after the close");
 }
