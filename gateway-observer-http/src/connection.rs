@@ -332,7 +332,17 @@ impl Connection {
 
     /// HTTP/2 signals (refused and reset streams, GOAWAY); zero for HTTP/1.x.
     pub fn h2_signals(&self) -> Signals {
-        self.h2.as_ref().map(|s| s.signals()).unwrap_or_default()
+        self.h2.as_ref().map(|s| s.signals(None)).unwrap_or_default()
+    }
+
+    /// As [`Connection::h2_signals`], a flow-control stall still open timed up to `now_ns`.
+    pub fn h2_signals_at(&self, now_ns: u64) -> Signals {
+        self.h2.as_ref().map(|s| s.signals(Some(now_ns))).unwrap_or_default()
+    }
+
+    /// An HTTP/2 flow-control stall is open now.
+    pub fn h2_stalled(&self) -> bool {
+        self.h2.as_ref().is_some_and(|s| s.stalled())
     }
 
     /// Bytes ignored because they were not HTTP.

@@ -11,6 +11,7 @@ pub mod c_fixtures;
 pub mod deploy;
 pub mod firing_watch;
 pub mod fixture;
+pub mod h2c;
 pub mod h2load;
 pub mod http_client;
 pub mod jvm;

@@ -9,16 +9,25 @@
 //! stall; at most one stall per grant plus one per stream), with stalled time under the run's.
 //! Controls: the same file with h2load's default 1 GiB windows, and a 10,000-byte body that fits
 //! the small window: no stall in either.
+//!
+//! Then a connection held open on a stall (a hand-made h2c client that never grants window): its
+//! stall shows in /metrics while the connection is open, its seconds growing with the wait (within
+//! a tick of it), and the close neither counts it again nor takes any of its time back. nginx
+//! takes one stream at a time per connection here (h2load's runs use one), so a second stream
+//! on the held connection is refused (REFUSED_STREAM): counted while open, and once.
 
 use std::time::{Duration, Instant};
 
-use tests::{h2load, nginx::Nginx, observer::Observer, privileged, temp_dir, wrk::metric_sum};
+use tests::{h2c::StalledStream, h2load, nginx::Nginx, observer::Observer, privileged, temp_dir, wrk::metric_sum};
 
 const BIG: usize = 1 << 20;
 const SMALL: usize = 10_000;
 const WINDOW: f64 = 16_383.0;
 const REQUESTS: u64 = 40;
 const CONNECTIONS: u64 = 2;
+/// How old /metrics may be: the observer's interval here (`Observer::start`), and as long again
+/// for a tick delayed on a busy host.
+const TICK: f64 = 0.5 + 0.5;
 
 /// The observer's stalls and stalled seconds of nginx sending on connections it accepted.
 fn stalls(observer: &Observer) -> (f64, f64) {
@@ -53,7 +62,7 @@ fn nginx_h2c_stalls_on_small_client_windows() {
     // sendfile off: the body goes through writev, where the kernel sees each DATA frame's header
     // first. Chunks of 16 KiB: one DATA frame fills a 16,383-byte window, one frame per write.
     let body = format!(
-        "  server {{\n    listen 127.0.0.1:{port} http2;\n    root {};\n    sendfile off;\n    http2_chunk_size 16k;\n  }}",
+        "  server {{\n    listen 127.0.0.1:{port} http2;\n    root {};\n    sendfile off;\n    http2_chunk_size 16k;\n    http2_max_concurrent_streams 1;\n  }}",
         root.display()
     );
     let nginx = Nginx::start(&[], 1, &body, ("127.0.0.1", port));
@@ -79,4 +88,52 @@ fn nginx_h2c_stalls_on_small_client_windows() {
     assert!((low..=high).contains(&count), "{count} stalls, want [{low}, {high}]");
     let bound = took.as_secs_f64() * CONNECTIONS as f64;
     assert!(seconds > 0.0 && seconds <= bound, "{seconds} s stalled, at most {bound} s");
+
+    held_open_stall(&observer, port);
+}
+
+/// nginx's refused streams (REFUSED_STREAM).
+fn refused(observer: &Observer) -> f64 {
+    let labels = [("process", "nginx"), ("reason", "refused")];
+    metric_sum(&observer.metrics(), "gateway_observer_http2_stream_resets_total", &labels)
+}
+
+/// One stall and one refused stream on a connection held open: seen before the close, counted
+/// once.
+fn held_open_stall(observer: &Observer, port: u16) {
+    let before = stalls(observer);
+    let refused_before = refused(observer);
+    let sent = Instant::now();
+    let mut client = StalledStream::open(port, "/big.bin", WINDOW as u32);
+    let filled = Instant::now();
+    let deadline = filled + Duration::from_secs(5);
+    while stalls(observer).0 == before.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let open = stalls(observer);
+    // The stall began between the request's sending and the window's filling; the metrics are
+    // at most a tick old.
+    let (low, high) = (filled.elapsed().as_secs_f64() - TICK, sent.elapsed().as_secs_f64());
+    let shown = open.1 - before.1;
+    eprintln!("held open: {} stall, {shown:.3} s stalled so far, want [{low:.3}, {high:.3}]", open.0 - before.0);
+    assert_eq!(open.0 - before.0, 1.0, "the stall of the connection still open");
+    assert!((low..=high).contains(&shown), "{shown} s stalled while open, want [{low}, {high}]");
+    assert_eq!(client.reset_code(3), 7, "nginx's answer to a second stream: REFUSED_STREAM");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while refused(observer) == refused_before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let refused_open = refused(observer) - refused_before;
+    eprintln!("held open: {refused_open} stream refused");
+    assert_eq!(refused_open, 1.0, "the refused stream while the connection is open");
+    drop(client);
+    let closed_by = sent.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(1500));
+    let closed = stalls(observer);
+    let total = closed.1 - before.1;
+    eprintln!("closed: {} stall, {total:.3} s stalled, want [{shown:.3}, {closed_by:.3}]", closed.0 - before.0);
+    assert_eq!(closed.0, open.0, "the close counts the stall again");
+    assert!((shown..=closed_by + TICK).contains(&total), "{total} s stalled after the close");
+    assert_eq!(refused(observer) - refused_before, 1.0, "the refused stream after the close");
 }

@@ -38,7 +38,7 @@ fuzz_target!(|input: &[u8]| {
         }
         assert!(session.in_flight().count() <= MAX_IN_FLIGHT);
         assert!(session.in_flight().all(|r| r.path.redacted().len() <= MAX_PATH && r.request_bytes <= fed));
-        let signals = session.signals();
+        let signals = session.signals(None);
         assert!(signals.resyncs <= session.lost_sync());
         // Stall time is a union of intervals between the times fed.
         for stalls in [signals.gateway_stalls, signals.peer_stalls] {

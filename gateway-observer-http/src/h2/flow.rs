@@ -70,6 +70,15 @@ impl Episodes {
     }
 }
 
+impl Episodes {
+    /// The stalls so far, one still open counted up to `now_ns` when given (a figure its end,
+    /// stamped by a frame that may come later, can fall short of by the frame's delay).
+    fn until(&self, now_ns: Option<u64>) -> Stalls {
+        let open = now_ns.filter(|_| self.open > 0).map_or(0, |now| now.saturating_sub(self.since_ns));
+        Stalls { stalled_ns: self.stalls.stalled_ns.saturating_add(open), ..self.stalls }
+    }
+}
+
 /// One sender's windows, as its receiver granted them; `None` is unknown.
 #[derive(Clone, Debug, Default)]
 struct Sender {
@@ -208,9 +217,16 @@ impl Flow {
         }
     }
 
-    /// The stalls of the requester's or the responder's sending.
-    pub fn stalls(&self, requester: bool) -> Stalls {
-        if requester { self.requester.episodes.stalls } else { self.responder.episodes.stalls }
+    /// The stalls of the requester's or the responder's sending; with `now_ns`, a stall still
+    /// open counts its time up to then.
+    pub fn stalls(&self, requester: bool, now_ns: Option<u64>) -> Stalls {
+        let sender = if requester { &self.requester } else { &self.responder };
+        sender.episodes.until(now_ns)
+    }
+
+    /// A window of either sender is closed now: a stall is open.
+    pub fn stalled(&self) -> bool {
+        self.requester.episodes.open > 0 || self.responder.episodes.open > 0
     }
 
     /// Stream windows followed now (both senders).

@@ -110,14 +110,21 @@ impl Session {
         session
     }
 
-    pub fn signals(&self) -> Signals {
+    /// The signals so far; with `now_ns`, a flow-control stall still open counts its time up to
+    /// then (without, only finished stalls are timed).
+    pub fn signals(&self, now_ns: Option<u64>) -> Signals {
         let gateway_requests = self.role == Role::Client;
         Signals {
             resyncs: self.requests.walker.resyncs().saturating_add(self.responses.walker.resyncs()),
-            gateway_stalls: self.flow.stalls(gateway_requests),
-            peer_stalls: self.flow.stalls(!gateway_requests),
+            gateway_stalls: self.flow.stalls(gateway_requests, now_ns),
+            peer_stalls: self.flow.stalls(!gateway_requests, now_ns),
             ..self.signals
         }
+    }
+
+    /// A flow-control stall is open now: its time grows until a frame ends it.
+    pub fn stalled(&self) -> bool {
+        self.flow.stalled()
     }
 
     /// Stream windows followed now (bounded by `flow::MAX_STREAMS` per direction).

@@ -367,6 +367,7 @@ impl Collector {
         self.measure_cpu(&live_targets, now);
         self.jvm.tick(&live_targets, self.collections, now, &mut self.names, &mut self.memory);
         self.requests.expire(now_mono);
+        self.requests.settle_h2(now_mono);
         let window = u64::try_from(self.detect.event_loop.window.as_nanos()).unwrap_or(u64::MAX);
         let threshold = u64::try_from(self.detect.queueing.threshold.as_nanos()).unwrap_or(u64::MAX);
         self.request_queues.gather(&mut self.requests, &self.probes, now_mono, window, threshold)?;

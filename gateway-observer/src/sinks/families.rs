@@ -359,28 +359,28 @@ pub const TLS_UNATTRIBUTED_RECORDS: Family = Family {
 pub const HTTP2_STREAM_RESETS: Family = Family {
     name: "gateway_observer_http2_stream_resets",
     kind: Kind::Counter,
-    help: "HTTP/2 streams reset (RST_STREAM) on targets' closed connections; reason=\"refused\" is REFUSED_STREAM (the server would not take the stream).",
+    help: "HTTP/2 streams reset (RST_STREAM) on targets' connections, closed and open (as of the last tick); reason=\"refused\" is REFUSED_STREAM (the server would not take the stream).",
     labels: &["process", "reason"],
 };
 
 pub const HTTP2_GOAWAYS: Family = Family {
     name: "gateway_observer_http2_goaways",
     kind: Kind::Counter,
-    help: "HTTP/2 GOAWAY frames on targets' closed connections (a peer shutting the connection down).",
+    help: "HTTP/2 GOAWAY frames (a peer shutting the connection down) on targets' connections, closed and open (as of the last tick).",
     labels: &["process"],
 };
 
 pub const HTTP2_FLOW_CONTROL_STALLS: Family = Family {
     name: "gateway_observer_http2_flow_control_stalls",
     kind: Kind::Counter,
-    help: "HTTP/2 flow-control windows (a connection's, or an open stream's) that closed while their sender had a stream open, on targets' closed h2 connections; sender=\"gateway\" is the target held back by its peer's window (direction=\"inbound\": responses to a slow-reading client), sender=\"peer\" the peer held back by the target's.",
+    help: "HTTP/2 flow-control windows (a connection's, or an open stream's) that closed while their sender had a stream open, on targets' h2 connections, closed and open (as of the last tick); sender=\"gateway\" is the target held back by its peer's window (direction=\"inbound\": responses to a slow-reading client), sender=\"peer\" the peer held back by the target's.",
     labels: &["process", "direction", "sender"],
 };
 
 pub const HTTP2_FLOW_CONTROL_STALLED_SECONDS: Family = Family {
     name: "gateway_observer_http2_flow_control_stalled_seconds",
     kind: Kind::Counter,
-    help: "Time a sender on targets' closed h2 connections had at least one flow-control window closed, from the frames' syscall times: until the WINDOW_UPDATE that reopened it.",
+    help: "Time a sender on targets' h2 connections, closed and open, had at least one flow-control window closed, from the frames' syscall times: until the WINDOW_UPDATE that reopened it, or the last tick for a window still closed.",
     labels: &["process", "direction", "sender"],
 };
 

@@ -48,7 +48,13 @@ fn stream_window_stall_ends_at_its_window_update() {
     c.read(10, &get(1, b"/"));
     c.write(20, &cat(&[&status(1), &data(1, 100, false)]));
     assert_eq!(gateway(&c).count, 1);
+    // Still open: timed up to the moment asked, and only when asked.
+    assert_eq!(c.conn.h2_signals_at(30).gateway_stalls.stalled_ns, 10);
+    assert_eq!(gateway(&c).stalled_ns, 0);
+    assert!(c.conn.h2_stalled());
     c.read(35, &window_update(1, 100));
+    assert!(!c.conn.h2_stalled());
+    assert_eq!(c.conn.h2_signals_at(1_000).gateway_stalls.stalled_ns, 15, "an ended stall keeps its time");
     c.write(40, &data(1, 50, true));
     close(&mut c, 50);
     assert_eq!(gateway(&c), Stalls { count: 1, stalled_ns: 15, dropped_streams: 0 });

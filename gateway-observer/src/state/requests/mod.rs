@@ -68,6 +68,11 @@ struct Tracked {
     plaintext: bool,
     /// Bytes were seen on it: only its first ones can open a TLS record.
     started: bool,
+    /// What the HTTP/2 totals hold of its session's signals (`h2_totals`).
+    h2_added: Option<Box<gateway_observer_http::h2::Signals>>,
+    /// The totals hold all its session shows, until its next record (no stall open): a tick
+    /// passes it by without reaching into the session.
+    h2_settled: bool,
 }
 
 /// What a followed connection is doing, for metrics and snapshot.
@@ -106,7 +111,7 @@ pub struct RequestTracker {
     non_http_bytes: BTreeMap<Arc<str>, u64>,
     /// Connections that spoke TLS we could not read (closed ones), by process.
     tls_unparsed: BTreeMap<Arc<str>, u64>,
-    /// HTTP/2 signals and flow-control stalls of closed connections.
+    /// HTTP/2 signals and flow-control stalls, open connections' as of the last tick.
     h2_totals: H2Totals,
     tls_sessions: tls_sessions::TlsSessions,
     /// Retransmitted segments by (process, peer label; `clients` for inbound connections).
@@ -238,7 +243,7 @@ impl RequestTracker {
         if self.conns.len() >= MAX_CONNECTIONS && !self.conns.contains_key(&info.sk) {
             self.evict_least_active();
         }
-        self.conns.insert(
+        let replaced = self.conns.insert(
             info.sk,
             Tracked {
                 tgid: info.tgid,
@@ -256,13 +261,23 @@ impl RequestTracker {
                 tls: false,
                 plaintext: false,
                 started: false,
+                h2_added: None,
+                h2_settled: false,
             },
         );
+        // A socket reused (its close was lost): what its last session showed stays counted.
+        if let Some(mut old) = replaced {
+            let end_ns = old.last_active_ns;
+            self.h2_totals.retire(&mut old, end_ns);
+        }
     }
 
     fn evict_least_active(&mut self) {
-        if let Some(sk) = self.conns.iter().min_by_key(|(_, c)| c.last_active_ns).map(|(sk, _)| *sk) {
-            self.conns.remove(&sk);
+        if let Some(sk) = self.conns.iter().min_by_key(|(_, c)| c.last_active_ns).map(|(sk, _)| *sk)
+            && let Some(mut conn) = self.conns.remove(&sk)
+        {
+            let end_ns = conn.last_active_ns;
+            self.h2_totals.retire(&mut conn, end_ns);
             self.counts.evicted_connections += 1;
         }
     }
@@ -321,6 +336,8 @@ impl RequestTracker {
                 tls: false,
                 plaintext: false,
                 started: false,
+                h2_added: None,
+                h2_settled: false,
             };
             self.conns.insert(data.sk, tracked);
         }
@@ -361,11 +378,8 @@ impl RequestTracker {
             // Records of this connection were lost before this one: what it was parsing may
             // miss its end (a response), so start again here. Other connections are untouched.
             conn.lost_seen = data.sock_lost;
-            if let (Some(side), Some(http)) = (conn.side, conn.http.as_mut()) {
-                self.counts.abandoned_after_loss += http.in_flight().count() as u64;
-                self.counts.closed_resyncs += http.lost_sync();
-                *http = new_connection(side);
-            }
+            let abandoned = parse_afresh(conn, &mut self.counts, &mut self.h2_totals);
+            self.counts.abandoned_after_loss += abandoned;
         }
         let Some(http) = conn.http.as_mut() else {
             self.counts.unattributed_records += 1;
@@ -388,6 +402,7 @@ impl RequestTracker {
         }
         let mut done = std::mem::take(&mut self.scratch);
         http.on_segment(direction, &segment, &mut done);
+        conn.h2_settled = false;
         if done.iter().any(|e| e.status.is_some()) {
             conn.flow.on_response();
         }
@@ -418,18 +433,18 @@ impl RequestTracker {
         }
         self.scratch = done;
         self.counts.closed_resyncs += http.lost_sync();
-        if http.is_h2() {
-            let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
-            let side = if http.role() == Role::Server { Side::Inbound } else { Side::Outbound };
-            self.h2_totals.add(&process, side, &http.h2_signals());
+        let http_h2 = http.is_h2();
+        let non_http = (!http.is_http()).then(|| http.non_http_bytes());
+        if http_h2 {
+            self.h2_totals.retire(&mut conn, ts_ns);
         }
         if conn.tls && !conn.plaintext {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
             *self.tls_unparsed.entry(process).or_default() += 1;
-        } else if !http.is_http() {
+        } else if let Some(bytes) = non_http {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
             let total = self.non_http_bytes.entry(process).or_default();
-            *total = total.saturating_add(http.non_http_bytes());
+            *total = total.saturating_add(bytes);
         }
     }
 
@@ -521,11 +536,7 @@ impl RequestTracker {
                 continue;
             }
             conn.lost_seen = lost.map_or(conn.lost_seen, |lost| lost as u16);
-            if let (Some(side), Some(http)) = (conn.side, conn.http.as_mut()) {
-                abandoned += http.in_flight().count() as u64;
-                self.counts.closed_resyncs += http.lost_sync();
-                *http = new_connection(side);
-            }
+            abandoned += parse_afresh(conn, &mut self.counts, &mut self.h2_totals);
         }
         self.counts.abandoned_after_loss += abandoned;
         abandoned
@@ -537,11 +548,7 @@ impl RequestTracker {
     pub fn resync_after_loss(&mut self) -> u64 {
         let mut abandoned = 0;
         for conn in self.conns.values_mut() {
-            if let (Some(side), Some(http)) = (conn.side, conn.http.as_mut()) {
-                abandoned += http.in_flight().count() as u64;
-                self.counts.closed_resyncs += http.lost_sync();
-                *http = new_connection(side);
-            }
+            abandoned += parse_afresh(conn, &mut self.counts, &mut self.h2_totals);
         }
         self.counts.abandoned_after_loss += abandoned;
         abandoned
@@ -560,7 +567,16 @@ impl RequestTracker {
         &self.non_http_bytes
     }
 
-    /// HTTP/2 signals and flow-control stalls of closed connections.
+    /// Adds the HTTP/2 signals and stalls of open connections to the totals (once a tick,
+    /// before the metrics are rendered): a stall still open is timed up to `now_ns`.
+    pub fn settle_h2(&mut self, now_ns: u64) {
+        for conn in self.conns.values_mut() {
+            self.h2_totals.settle(conn, now_ns);
+        }
+    }
+
+    /// HTTP/2 signals and flow-control stalls of closed and open connections (as of the last
+    /// `settle_h2`).
     pub fn h2_totals(&self) -> &H2Totals {
         &self.h2_totals
     }
@@ -580,6 +596,19 @@ impl RequestTracker {
         let live: u64 = self.conns.values().filter_map(|c| c.http.as_ref()).map(Connection::lost_sync).sum();
         live + self.counts.closed_resyncs
     }
+}
+
+/// Parses `conn` afresh from its next message, its framing perhaps lost with records the
+/// kernel dropped: its requests in flight are forgotten (returned: how many), its HTTP/2
+/// signals so far stay in the totals.
+fn parse_afresh(conn: &mut Tracked, counts: &mut TrackerCounts, h2_totals: &mut H2Totals) -> u64 {
+    let end_ns = conn.last_active_ns;
+    h2_totals.retire(conn, end_ns);
+    let (Some(side), Some(http)) = (conn.side, conn.http.as_mut()) else { return 0 };
+    counts.closed_resyncs += http.lost_sync();
+    let abandoned = http.in_flight().count() as u64;
+    *http = new_connection(side);
+    abandoned
 }
 
 fn new_connection(side: Side) -> Connection {

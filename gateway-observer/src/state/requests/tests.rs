@@ -7,6 +7,8 @@ use super::queueing::UnreadCandidate;
 use super::*;
 use crate::events::socket::{ConnInfo, DataRecord, Opened, SocketRecord};
 
+mod h2;
+
 pub(crate) const GW: u32 = u32::MAX - 7; // a pid that does not exist: its name is the number
 const NETNS: u32 = 4_026_531_840;
 
@@ -97,67 +99,6 @@ pub(crate) fn proxied_request(tracker: &mut RequestTracker) {
     tracker.handle(data(2, false, UPSTREAM_REQUEST, 101 * MS, None));
     tracker.handle(data(2, true, RESPONSE, 121 * MS, Some(120 * MS)));
     tracker.handle(data(1, false, RESPONSE, 122 * MS, None));
-}
-
-/// h2c: two streams on one connection, answered out of order, are two requests with their own
-/// latencies; while one is open it is in flight.
-#[test]
-fn http2_streams_are_requests() {
-    // Frames: HEADERS (END_STREAM | END_HEADERS) of GET / (static :method, :scheme, :path), and
-    // a response HEADERS of :status 200 (static 8) with END_STREAM.
-    let get = |stream: u8| [0, 0, 3, 1, 5, 0, 0, 0, stream, 0x82, 0x86, 0x84];
-    let ok = |stream: u8| [0, 0, 1, 1, 5, 0, 0, 0, stream, 0x88];
-    let mut first = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    first.extend([0, 0, 0, 4, 0, 0, 0, 0, 0]);
-    first.extend(get(1));
-    let mut tracker = RequestTracker::default();
-    tracker.handle(open(1, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50000", 0));
-    tracker.handle(data(1, true, &first, 10 * MS, None));
-    tracker.handle(data(1, true, &get(3), 11 * MS, None));
-    tracker.handle(data(1, false, &ok(3), 14 * MS, None));
-    assert_eq!(in_flight(&tracker, 1), 1);
-    tracker.handle(data(1, false, &ok(1), 30 * MS, None));
-    assert_eq!(in_flight(&tracker, 1), 0);
-    let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
-    assert_eq!(tracker.stats.counts[&(process, Side::Inbound, "GET", "2xx")], 2);
-    let summary = &tracker.per_process(40 * MS)[&GW];
-    assert_eq!(summary.inbound.requests, 2);
-    // Stream 5 refused, then GOAWAY; counted per process once the connection closes.
-    tracker.handle(data(1, true, &get(5), 31 * MS, None));
-    let mut refuse = vec![0, 0, 4, 3, 0, 0, 0, 0, 5, 0, 0, 0, 7];
-    refuse.extend([0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0]);
-    tracker.handle(data(1, false, &refuse, 32 * MS, None));
-    assert!(tracker.h2_totals().signals().is_empty());
-    tracker.handle(close(1, 33 * MS));
-    let s = tracker.h2_totals().signals()[&std::sync::Arc::from(GW.to_string())];
-    assert_eq!((s.refused_streams, s.reset_streams, s.goaways), (1, 0, 1));
-}
-
-/// h2c with a client window of 100 bytes: the gateway's response stalls from its first DATA
-/// to the client's WINDOW_UPDATE, counted for the gateway as sender once the connection closes.
-#[test]
-fn http2_flow_control_stalls_by_sender() {
-    let mut first = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    // SETTINGS: INITIAL_WINDOW_SIZE (4) = 100; then GET / on stream 1.
-    first.extend([0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 100]);
-    first.extend([0, 0, 3, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84]);
-    // :status 200, then 100 bytes of DATA: the window is closed with the stream open.
-    let mut response = vec![0, 0, 1, 1, 4, 0, 0, 0, 1, 0x88, 0, 0, 100, 0, 0, 0, 0, 0, 1];
-    response.extend([b'x'; 100]);
-    let update = [0, 0, 4, 8, 0, 0, 0, 0, 1, 0, 0, 0, 100];
-    let last = [0, 0, 1, 0, 1, 0, 0, 0, 1, b'x'];
-    let mut tracker = RequestTracker::default();
-    tracker.handle(open(1, Opened::Accepted, None, "127.0.0.1:8080", "127.0.0.1:50000", 0));
-    tracker.handle(data(1, true, &first, 10 * MS, None));
-    tracker.handle(data(1, false, &response, 11 * MS, None));
-    tracker.handle(data(1, true, &update, 14 * MS, None));
-    tracker.handle(data(1, false, &last, 15 * MS, None));
-    tracker.handle(close(1, 20 * MS));
-    let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
-    let stalls = tracker.h2_totals().stalls();
-    let gateway = stalls[&(process.clone(), Side::Inbound, "gateway")];
-    assert_eq!((gateway.count, gateway.stalled_ns), (1, 3 * MS));
-    assert_eq!(stalls[&(process, Side::Inbound, "peer")].count, 0);
 }
 
 #[test]
