@@ -27,9 +27,18 @@ pub struct SockState {
     /// 1 once its first transfer opened with the HTTP/2 client preface: transfers that run past
     /// the copied head get their frame headers walked (`H2Walk`).
     pub h2: u32,
+    /// HTTP/2 connections: bytes from the start of its next read (`[0]`) and write (`[1]`) to
+    /// their first frame header, where the last transfer's walk left it (a transfer may end
+    /// inside a frame: a large DATA frame is read in pieces); `H2_NEXT_UNKNOWN` when the walk
+    /// could not tell (a header past its bound, in a later buffer, cut by the transfer's end).
+    pub h2_next: [u32; 2],
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<SockState>() == 48);
+const _: () = assert!(size_of::<SockState>() == 56);
+
+/// `SockState::h2_next` not known: the next transfer's walk starts at its first byte, and
+/// userspace uses it only where its own walk agrees.
+pub const H2_NEXT_UNKNOWN: u32 = u32::MAX;
 
 /// Key of `LISTEN_PORTS`: a port in one network namespace.
 pub fn listen_key(netns_inum: u32, port: u16) -> u64 {

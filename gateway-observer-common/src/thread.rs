@@ -101,8 +101,12 @@ pub struct ThreadState {
     /// `reason::*`: every thread's are counted here; only those `BLOCK_DETAIL` asks for are also
     /// sent one by one. u32 counts wrap; userspace takes wrapping differences.
     pub long_blocks: [u32; reason::COUNT as usize],
+    /// The transfer being reported, on an HTTP/2 connection: where its first frame header is
+    /// (`SockState::h2_next` when the transfer was seen).
+    pub data_h2_origin: u32,
+    pub _pad_h2: u32,
 }
-pub const THREAD_STATE_SIZE: usize = 840;
+pub const THREAD_STATE_SIZE: usize = 848;
 const _: () = assert!(size_of::<ThreadState>() == THREAD_STATE_SIZE);
 
 impl Default for ThreadState {
@@ -151,6 +155,8 @@ impl Default for ThreadState {
             tls_sk: 0,
             tls_queued_ns: 0,
             long_blocks: [0; reason::COUNT as usize],
+            data_h2_origin: 0,
+            _pad_h2: 0,
         }
     }
 }

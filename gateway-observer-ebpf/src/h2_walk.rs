@@ -9,7 +9,7 @@
 //! copy indexed by the offset, it gave up after a million instructions.
 
 use aya_ebpf::helpers::generated::bpf_probe_read_user;
-use gateway_observer_common::{DATA_HEAD_BYTES, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2Walk};
+use gateway_observer_common::{DATA_HEAD_BYTES, H2_NEXT_UNKNOWN, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2Walk};
 
 const HEADER: u64 = 9;
 const DATA: u8 = 0;
@@ -28,15 +28,28 @@ fn frame_len(header: &[u8; HEADER as usize]) -> Option<u64> {
     Some((u64::from(header[0]) << 16) | (u64::from(header[1]) << 8) | u64::from(header[2]))
 }
 
+/// The payload length of the frame whose header is at user address `addr`; None when it cannot
+/// be read or is not a header.
+#[inline(always)]
+fn payload_len_at(addr: u64) -> Option<u64> {
+    let mut header = [0u8; HEADER as usize];
+    // SAFETY: copies 9 bytes of user memory into a local.
+    if unsafe { bpf_probe_read_user(header.as_mut_ptr().cast(), HEADER as u32, addr as *const _) } != 0 {
+        return None;
+    }
+    frame_len(&header)
+}
+
 /// Walks the frames of the `avail` bytes at `base` from the frame boundary `origin`: through the
 /// frames that end inside the first `copied` bytes (the head), then keeping the headers of the
 /// others with the start of their payloads but DATA's. Stops at the bound, at a header that is not one, or at the end of
-/// the buffer.
+/// the buffer. Returns where the frame after the last one walked starts, when the walk reached
+/// the buffer's end (None when it stopped before: the bound, a header that is not one).
 ///
 /// # Safety
 /// `walk` points at a reserved ring-buffer record.
 #[inline(always)]
-pub unsafe fn walk_frames(walk: *mut H2Walk, base: u64, avail: u64, origin: u64, copied: u64) {
+pub unsafe fn walk_frames(walk: *mut H2Walk, base: u64, avail: u64, origin: u64, copied: u64) -> Option<u64> {
     // SAFETY: the caller's.
     let walk = unsafe { &mut *walk };
     walk.origin = origin as u32;
@@ -47,12 +60,7 @@ pub unsafe fn walk_frames(walk: *mut H2Walk, base: u64, avail: u64, origin: u64,
     let mut step = 0;
     while step < HEAD_FRAMES && at + HEADER <= copied {
         step += 1;
-        let mut header = [0u8; HEADER as usize];
-        // SAFETY: copies 9 bytes of user memory into a local.
-        if unsafe { bpf_probe_read_user(header.as_mut_ptr().cast(), HEADER as u32, (base + at) as *const _) } != 0 {
-            return;
-        }
-        let Some(len) = frame_len(&header) else { return };
+        let len = payload_len_at(base + at)?;
         if at + HEADER + len > copied {
             // Its payload runs past the head: kept below, with its start.
             break;
@@ -86,4 +94,31 @@ pub unsafe fn walk_frames(walk: *mut H2Walk, base: u64, avail: u64, origin: u64,
         at = payload_at + len;
     }
     walk.frames = frames as u8;
+    (at + HEADER > avail).then_some(at)
+}
+
+/// Where the frame after those in the `avail` bytes at `base` starts, walking from the frame
+/// boundary `origin` (a transfer no longer than the head: its headers need no record of their
+/// own, but the connection's position in its frames moves on). None past the bound or at a
+/// header that is not one.
+#[inline(always)]
+pub fn frames_end(base: u64, avail: u64, origin: u64) -> Option<u64> {
+    let mut at = origin;
+    let mut step = 0;
+    while step < HEAD_FRAMES && at + HEADER <= avail {
+        step += 1;
+        at += HEADER + payload_len_at(base + at)?;
+    }
+    (at + HEADER > avail).then_some(at)
+}
+
+/// `SockState::h2_next` after a transfer of `len` bytes whose walk ended at `end`: the next
+/// transfer starts `end - len` bytes before its first header, unless the walk stopped early or
+/// its last header lies in bytes it did not read (a later buffer, or cut by the transfer's end).
+#[inline(always)]
+pub fn next_origin(end: Option<u64>, len: u64) -> u32 {
+    match end {
+        Some(end) if end >= len && end - len < u64::from(H2_NEXT_UNKNOWN) => (end - len) as u32,
+        _ => H2_NEXT_UNKNOWN,
+    }
 }

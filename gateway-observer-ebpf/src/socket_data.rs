@@ -13,13 +13,13 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
 use gateway_observer_common::{
-    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, GoTlsCall, H2DataEvent, SOCKET_RINGBUF_BYTES,
-    SockState, ThreadState, conn_role, data_shape, drop_index, event_kind, syscall_class,
+    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, GoTlsCall, H2_NEXT_UNKNOWN, H2DataEvent,
+    SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index, event_kind, syscall_class,
 };
 
 use crate::{
     go_tls::{call_in_progress, go_transfer},
-    h2_walk::walk_frames,
+    h2_walk::{frames_end, next_origin, walk_frames},
     loop_iterations::transfer_boundary,
     maps::{btf_field, config, count_drop, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
     sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, ring_share_left, socket_ring_unread},
@@ -197,6 +197,14 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             }
             state.data_sock_lost = sock.lost;
             state.data_first = u32::from(sock.data_seen == 0) | if sock.h2 != 0 { ON_H2 } else { 0 };
+            if sock.h2 != 0
+                && let Some(next) = sock.h2_next.get_mut(usize::from(!recv))
+            {
+                // Unknown until this transfer's walk says where the next header is: a transfer
+                // whose record is lost leaves it so.
+                state.data_h2_origin = *next;
+                *next = H2_NEXT_UNKNOWN;
+            }
             if sock.data_seen == 0 {
                 sock.data_seen = 1;
             }
@@ -245,6 +253,29 @@ fn silence_if_undecrypted(key: u64) {
     if let Some(sock) = SOCKS.get_ptr_mut(&key) {
         // SAFETY: a map value pointer, valid for this program run.
         unsafe { (*sock).tls = 1 };
+    }
+}
+
+/// Where the transfer's first frame header is, on an HTTP/2 connection: where the last walk in
+/// its direction left it, or its first byte when that is not known (or not HTTP/2).
+#[inline(always)]
+fn h2_origin(state: &ThreadState) -> u64 {
+    if state.data_first & ON_H2 != 0 && state.data_h2_origin != H2_NEXT_UNKNOWN {
+        u64::from(state.data_h2_origin)
+    } else {
+        0
+    }
+}
+
+/// Where the next transfer in this one's direction starts in its frames.
+#[inline(always)]
+fn set_h2_next(state: &ThreadState, next: u32) {
+    if let Some(sock) = SOCKS.get_ptr_mut(&state.data_sk) {
+        let dir = usize::from(!data_shape::is_read(state.data_shape));
+        // SAFETY: a map value pointer, valid for this program run.
+        if let Some(slot) = unsafe { (*sock).h2_next.get_mut(dir) } {
+            *slot = next;
+        }
     }
 }
 
@@ -425,9 +456,14 @@ pub fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
         return;
     }
     let buffers = buffers(state, len);
-    if state.data_first != 0 && buffers.1 > DATA_HEAD_BYTES as u64 {
+    let origin = h2_origin(state);
+    if state.data_first != 0 && buffers.1 > DATA_HEAD_BYTES as u64 && origin < buffers.1 {
         emit_walked(state, tid, len, now, buffers, unread);
         return;
+    }
+    if state.data_first & ON_H2 != 0 {
+        // No header past the head to keep, but the connection's place in its frames moves on.
+        set_h2_next(state, next_origin(frames_end(buffers.0, buffers.1, origin), len));
     }
     let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
         lose_record(state, drop_index::SOCKET_RINGBUF);
@@ -457,9 +493,10 @@ fn emit_walked(state: &ThreadState, tid: u32, len: u64, now: u64, buffers: (u64,
             && copied >= PREFACE_LEN
             && u64::from_le_bytes(*(*data).head.as_ptr().cast::<[u8; 8]>()) == PREFACE_START;
         if state.data_first & ON_H2 != 0 || preface {
-            let origin = if preface { PREFACE_LEN } else { 0 };
-            walk_frames(&raw mut (*event).walk, buffers.0, buffers.1, origin, copied);
+            let origin = if preface { PREFACE_LEN } else { h2_origin(state) };
+            let end = walk_frames(&raw mut (*event).walk, buffers.0, buffers.1, origin, copied);
             (*data).h2_walk = 1;
+            set_h2_next(state, next_origin(end, len));
         }
     }
     let record = size_of::<H2DataEvent>();

@@ -187,10 +187,15 @@ impl Walker {
         self.state == State::Lost
     }
 
-    /// The next byte fed starts a frame header, or may (a lost walker resumes only at a syscall
-    /// that starts with frames).
-    pub fn at_boundary(&self) -> bool {
-        self.state == State::Lost || (self.state == State::Header && self.have == 0)
+    /// Where the next byte fed stands before the next frame header: 0 at a boundary (or lost:
+    /// a lost walker resumes only at a syscall that starts with frames), the payload still to
+    /// come inside a frame, None inside a header.
+    pub fn to_next_header(&self) -> Option<u64> {
+        match self.state {
+            State::Lost => Some(0),
+            State::Header => (self.have == 0).then_some(0),
+            State::Payload => Some(self.remaining),
+        }
     }
 
     /// Walks one syscall's bytes (`pieces` in order, `len` in all); `on_frame` gets each frame

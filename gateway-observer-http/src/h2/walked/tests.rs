@@ -243,6 +243,58 @@ fn a_walk_from_the_wrong_place_is_not_used() {
     assert_eq!(c.conn.lost_sync(), 0);
 }
 
+/// Where the next read's first header is after `chunk`, walking from `from` (the kernel's
+/// `SockState::h2_next`); None when a header is cut by the chunk's end.
+fn next_place(chunk: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    while at + 9 <= chunk.len() {
+        let h = &chunk[at..at + 9];
+        at += 9 + (usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]));
+    }
+    at.checked_sub(chunk.len())
+}
+
+/// Three uploads (HEADERS, then DATA frames of 16384 and 5000 bytes) read 8192 bytes at a time,
+/// as hyper's h2 reads them: most reads start inside a DATA frame. `keeps_place`: the kernel
+/// walks each read from where the last one's frame ends; otherwise from its first byte (the
+/// kernel before it kept that place).
+fn uploads_in_reads(keeps_place: bool) -> Walking {
+    let mut c = Walking { conn: Connection::new(Role::Server), out: Vec::new() };
+    c.syscall(Direction::Read, 1, &cat(&[PREFACE, &frame(SETTINGS, 0, 0, &[])]), Some(PREFACE.len()));
+    let streams = [1u32, 3, 5];
+    let uploads: Vec<u8> = streams
+        .iter()
+        .flat_map(|&s| {
+            // POST, http, /: static 3, 6, 4.
+            cat(&[
+                &frame(HEADERS, FLAG_END_HEADERS, s, &[0x83, 0x86, 0x84]),
+                &frame(DATA, 0, s, &[b'u'; 16384]),
+                &frame(DATA, FLAG_END_STREAM, s, &[b'v'; 5000]),
+            ])
+        })
+        .collect();
+    let mut place = Some(0);
+    for (i, chunk) in uploads.chunks(8192).enumerate() {
+        let origin = if keeps_place { place.unwrap_or(0) } else { 0 };
+        c.syscall(Direction::Read, 10 + i as u64, chunk, Some(origin));
+        place = next_place(chunk, place.unwrap_or(0));
+    }
+    for (i, &s) in streams.iter().enumerate() {
+        c.syscall(Direction::Write, 100 + i as u64, &ok(s, 10), Some(0));
+    }
+    c
+}
+
+#[test]
+fn reads_that_start_inside_a_frame_are_walked_from_where_it_ends() {
+    let without = uploads_in_reads(false);
+    assert!(without.conn.lost_sync() > 0, "the test needs reads whose first header is past the head");
+    let with = uploads_in_reads(true);
+    assert_eq!(with.conn.lost_sync(), 0);
+    let done: Vec<_> = with.out.iter().map(|e| (e.status, e.response_end_ns)).collect();
+    assert_eq!(done, [(Some(200), 100), (Some(200), 101), (Some(200), 102)]);
+}
+
 /// The client's first write: preface, SETTINGS and twelve requests whose paths are
 /// `path_len` bytes, past the head.
 fn first_write(path_len: usize) -> Vec<u8> {
