@@ -8,7 +8,7 @@
 //! iterations prune each other; with a running offset into a packed payload area, or the head's
 //! copy indexed by the offset, it gave up after a million instructions.
 
-use aya_ebpf::helpers::generated::bpf_probe_read_user;
+use aya_ebpf::helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user};
 use gateway_observer_common::{DATA_HEAD_BYTES, H2_NEXT_UNKNOWN, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2Walk};
 
 const HEADER: u64 = 9;
@@ -29,27 +29,90 @@ fn frame_len(header: &[u8; HEADER as usize]) -> Option<u64> {
 }
 
 /// The payload length of the frame whose header is at user address `addr`; None when it cannot
-/// be read or is not a header.
+/// be read or is not a header. Read into two words: a byte array local is zeroed by a byte loop
+/// the verifier walks at every frame.
 #[inline(always)]
 fn payload_len_at(addr: u64) -> Option<u64> {
-    let mut header = [0u8; HEADER as usize];
-    // SAFETY: copies 9 bytes of user memory into a local.
-    if unsafe { bpf_probe_read_user(header.as_mut_ptr().cast(), HEADER as u32, addr as *const _) } != 0 {
+    let mut words = [0u64; 2];
+    // SAFETY: copies 9 bytes of user memory into a 16-byte local.
+    if unsafe { bpf_probe_read_user(words.as_mut_ptr().cast(), HEADER as u32, addr as *const _) } != 0 {
         return None;
     }
-    frame_len(&header)
+    let byte = |i: u32| ((words[0] >> (8 * i)) & 0xff) as u8;
+    frame_len(&[byte(0), byte(1), byte(2), byte(3), byte(4), byte(5), 0, 0, 0])
 }
 
-/// Walks the frames of the `avail` bytes at `base` from the frame boundary `origin`: through the
-/// frames that end inside the first `copied` bytes (the head), then keeping the headers of the
-/// others with the start of their payloads but DATA's. Stops at the bound, at a header that is not one, or at the end of
-/// the buffer. Returns where the frame after the last one walked starts, when the walk reached
-/// the buffer's end (None when it stopped before: the bound, a header that is not one).
+/// The buffers of a transfer, in order, as the walk reaches them: one buffer, or the entries of
+/// an iovec array (in user memory, or the kernel's copy inside TCP), each read when the walk
+/// gets to it. nginx writes each HTTP/2 frame header and each payload as an iovec of its own.
+#[derive(Clone, Copy)]
+pub struct Buffers {
+    /// The iovec array (0: a single buffer), its entries, and whether it is the kernel's copy.
+    pub iov: u64,
+    pub count: u64,
+    pub kernel_copy: bool,
+    /// The buffer the walk is in: its index, where it starts among the bytes moved, its
+    /// address and length.
+    index: u64,
+    start: u64,
+    base: u64,
+    len: u64,
+}
+
+impl Buffers {
+    /// Starting at the first buffer, `first_len` bytes at `base`.
+    #[inline(always)]
+    pub fn new(base: u64, first_len: u64, iov: u64, count: u64, kernel_copy: bool) -> Self {
+        Self { iov, count, kernel_copy, index: 0, start: 0, base, len: first_len }
+    }
+
+    #[inline(always)]
+    fn end(&self) -> u64 {
+        self.start + self.len
+    }
+
+    /// The user address of byte `at` of the transfer, inside the current buffer.
+    #[inline(always)]
+    fn addr(&self, at: u64) -> u64 {
+        self.base + (at - self.start)
+    }
+
+    /// On to the next buffer; false when there is none (or its entry cannot be read).
+    #[inline(always)]
+    fn next(&mut self) -> bool {
+        let index = self.index + 1;
+        if self.iov == 0 || index >= self.count {
+            return false;
+        }
+        let mut entry = [0u64; 2];
+        let dst = entry.as_mut_ptr().cast();
+        let src = (self.iov + index * 16) as *const _;
+        // SAFETY: 16 bytes (base, len) of an iovec entry into a local.
+        let failed = unsafe {
+            if self.kernel_copy { bpf_probe_read_kernel(dst, 16, src) } else { bpf_probe_read_user(dst, 16, src) }
+        } != 0;
+        if failed {
+            return false;
+        }
+        self.start += self.len;
+        self.index = index;
+        self.base = entry[0];
+        self.len = entry[1];
+        true
+    }
+}
+
+/// Walks the frames of the `len` bytes a transfer moved (`buffers`) from the frame boundary
+/// `origin`: through the frames that end inside the first `copied` bytes (the head, in the first
+/// buffer), then keeping the headers of the others with the start of their payloads but DATA's,
+/// from whichever buffer holds them. Stops at the bound, at a header that is not one or that
+/// two buffers share, or at the transfer's end. Returns where the frame after the last one
+/// walked starts, when the walk reached the transfer's end (None when it stopped before).
 ///
 /// # Safety
 /// `walk` points at a reserved ring-buffer record.
 #[inline(always)]
-pub unsafe fn walk_frames(walk: *mut H2Walk, base: u64, avail: u64, origin: u64, copied: u64) -> Option<u64> {
+pub unsafe fn walk_frames(walk: *mut H2Walk, mut buffers: Buffers, len: u64, origin: u64, copied: u64) -> Option<u64> {
     // SAFETY: the caller's.
     let walk = unsafe { &mut *walk };
     walk.origin = origin as u32;
@@ -60,7 +123,7 @@ pub unsafe fn walk_frames(walk: *mut H2Walk, base: u64, avail: u64, origin: u64,
     let mut step = 0;
     while step < HEAD_FRAMES && at + HEADER <= copied {
         step += 1;
-        let len = payload_len_at(base + at)?;
+        let len = payload_len_at(buffers.base + at)?;
         if at + HEADER + len > copied {
             // Its payload runs past the head: kept below, with its start.
             break;
@@ -69,32 +132,54 @@ pub unsafe fn walk_frames(walk: *mut H2Walk, base: u64, avail: u64, origin: u64,
     }
     walk.start = at as u32;
     let mut frames = 0;
-    while frames < H2_WALK_FRAMES && at + HEADER <= avail {
+    // One iteration a frame, its moves to later buffers written out rather than looped over: a
+    // second loop counter multiplied the verifier's states past its limit.
+    while frames < H2_WALK_FRAMES {
+        // The header may lie a buffer or two on (nginx: past a DATA payload's buffer).
+        if at >= buffers.end() && !(at < len && buffers.next()) {
+            break;
+        }
+        if at >= buffers.end() && !(at < len && buffers.next()) {
+            break;
+        }
+        if at + HEADER > len || at + HEADER > buffers.end() {
+            // The transfer's end, or a header two buffers share (or further on).
+            break;
+        }
         let (Some(header), Some(kept), Some(payload)) =
             (walk.headers.get_mut(frames), walk.payload_lens.get_mut(frames), walk.payloads.get_mut(frames))
         else {
             break;
         };
         // SAFETY: copies 9 bytes of user memory into the record.
-        if unsafe { bpf_probe_read_user(header.as_mut_ptr().cast(), HEADER as u32, (base + at) as *const _) } != 0 {
+        if unsafe { bpf_probe_read_user(header.as_mut_ptr().cast(), HEADER as u32, buffers.addr(at) as *const _) } != 0
+        {
             break;
         }
-        let Some(len) = frame_len(header) else { break };
+        let Some(frame_len) = frame_len(header) else { break };
         *kept = 0;
         let payload_at = at + HEADER;
-        if header[3] != DATA && payload_at < avail && len > 0 {
-            // The whole slot: the bytes after the payload (or the buffer) are never looked at.
-            let size = H2_WALK_PAYLOAD_BYTES as u32;
-            // SAFETY: the slot's size, from user memory into the record.
-            if unsafe { bpf_probe_read_user(payload.as_mut_ptr().cast(), size, (base + payload_at) as *const _) } == 0 {
-                *kept = len.min(avail - payload_at).min(H2_WALK_PAYLOAD_BYTES as u64) as u8;
+        if header[3] != DATA && frame_len > 0 && payload_at < len {
+            if payload_at >= buffers.end() {
+                // nginx: the payload in a buffer of its own.
+                buffers.next();
+            }
+            if payload_at < buffers.end() {
+                // The whole slot: the bytes after the payload (or the buffer) are never looked at.
+                let size = H2_WALK_PAYLOAD_BYTES as u32;
+                let src = buffers.addr(payload_at) as *const _;
+                // SAFETY: the slot's size, from user memory into the record.
+                if unsafe { bpf_probe_read_user(payload.as_mut_ptr().cast(), size, src) } == 0 {
+                    let room = buffers.end() - payload_at;
+                    *kept = frame_len.min(room).min(H2_WALK_PAYLOAD_BYTES as u64) as u8;
+                }
             }
         }
         frames += 1;
-        at = payload_at + len;
+        at = payload_at + frame_len;
     }
     walk.frames = frames as u8;
-    (at + HEADER > avail).then_some(at)
+    (at + HEADER > len).then_some(at)
 }
 
 /// Where the frame after those in the `avail` bytes at `base` starts, walking from the frame

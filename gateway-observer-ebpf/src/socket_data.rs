@@ -19,7 +19,7 @@ use gateway_observer_common::{
 
 use crate::{
     go_tls::{call_in_progress, go_transfer},
-    h2_walk::{frames_end, next_origin, walk_frames},
+    h2_walk::{Buffers, frames_end, next_origin, walk_frames},
     loop_iterations::transfer_boundary,
     maps::{btf_field, config, count_drop, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
     sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, ring_share_left, socket_ring_unread},
@@ -111,7 +111,7 @@ fn tcp_call_returns(ctx: &FExitContext, recv: bool, flags: i32) {
     let ret = ctx.ret::<i64>().unwrap_or(0) as i32;
     let go = call_in_progress(tgid, &call);
     on_transfer(state, tgid, ctx.arg(0), ret, flags, recv, go.is_some());
-    finish_transfer(state, tid, ret, go);
+    finish_transfer::<false>(state, tid, ret, go);
 }
 
 /// Readv/writev of more buffers than this are not looked into (UIO_MAXIOV is 1024).
@@ -147,7 +147,7 @@ fn socket_layer_transfer(ctx: &BtfTracePointContext, recv: bool) {
     let ret: i32 = ctx.arg(1);
     let go = call_in_progress(tgid, &call);
     on_transfer(state, tgid, ctx.arg(0), ret, ctx.arg(2), recv, go.is_some());
-    finish_transfer(state, tid, ret, go);
+    finish_transfer::<true>(state, tid, ret, go);
 }
 
 /// A target thread in a data syscall moved bytes on socket `sk`: remember which socket, and for a
@@ -301,7 +301,12 @@ fn clear_unread(key: u64) {
 /// The transfer is over: send on the bytes it moved on a followed socket. Moving bytes is also
 /// an event loop's iteration boundary. `go`: the Go TLS call its goroutine is inside.
 #[inline(always)]
-fn finish_transfer(state: &mut ThreadState, tid: u32, ret: i32, go: Option<*mut GoTlsCall>) {
+fn finish_transfer<const ACROSS_BUFFERS: bool>(
+    state: &mut ThreadState,
+    tid: u32,
+    ret: i32,
+    go: Option<*mut GoTlsCall>,
+) {
     if ret > 0 {
         let now = now_ns();
         if state.data_sk != 0 {
@@ -311,7 +316,7 @@ fn finish_transfer(state: &mut ThreadState, tid: u32, ret: i32, go: Option<*mut 
                 // Ciphertext inside a TLS library call: its plaintext is sent when the call returns.
                 tls_transfer(state, state.data_sk, state.data_queued_ns);
             } else {
-                emit_data(state, tid, ret as u64, now);
+                emit_data::<ACROSS_BUFFERS>(state, tid, ret as u64, now);
             }
         }
         transfer_boundary(state, tid, now);
@@ -320,26 +325,30 @@ fn finish_transfer(state: &mut ThreadState, tid: u32, ret: i32, go: Option<*mut 
     state.data_sk = 0;
 }
 
+/// An iovec array: its address (0 for a single buffer), entries, and whether it is the kernel's
+/// copy.
+type IovArray = (u64, u64, bool);
+
 /// Where the bytes moved are: (first buffer, its bytes moved, end of the last bytes moved or 0
-/// when unknown, how many of those last bytes are in that one buffer).
+/// when unknown, how many of those last bytes are in that one buffer), and the iovec array they
+/// came from (0 for a single buffer), its entries and whether it is the kernel's copy.
 #[inline(always)]
-fn buffers(state: &ThreadState, len: u64) -> (u64, u64, u64, u64) {
-    match state.data_shape {
+fn buffers(state: &ThreadState, len: u64) -> ((u64, u64, u64, u64), IovArray) {
+    let (iov, count, kernel_copy) = match state.data_shape {
         data_shape::READ_BUF | data_shape::WRITE_BUF => {
-            (state.data_buf, len, tail_after_head(state.data_buf, len), len)
+            return ((state.data_buf, len, tail_after_head(state.data_buf, len), len), (0, 1, false));
         }
-        data_shape::READ_IOV | data_shape::WRITE_IOV => iov_buffers(state.data_buf, state.data_count, len, false),
-        data_shape::READ_KERNEL_IOV | data_shape::WRITE_KERNEL_IOV => {
-            iov_buffers(state.data_buf, state.data_count, len, true)
-        }
+        data_shape::READ_IOV | data_shape::WRITE_IOV => (state.data_buf, state.data_count, false),
+        data_shape::READ_KERNEL_IOV | data_shape::WRITE_KERNEL_IOV => (state.data_buf, state.data_count, true),
         data_shape::READ_MSG | data_shape::WRITE_MSG => {
             // struct msghdr (x86-64 user ABI): msg_iov at 16, msg_iovlen at 24.
             let iov: u64 = read_user(state.data_buf + 16);
             let count: u64 = read_user(state.data_buf + 24);
-            iov_buffers(iov, count, len, false)
+            (iov, count, false)
         }
-        _ => (0, 0, 0, 0),
-    }
+        _ => return ((0, 0, 0, 0), (0, 0, false)),
+    };
+    (iov_buffers(iov, count, len, kernel_copy), (iov, count, kernel_copy))
 }
 
 /// The end of the last bytes moved, when `len` bytes from `buf` were moved: 0 (no tail to copy)
@@ -447,18 +456,29 @@ fn lose_record(state: &ThreadState, drop: u32) {
 
 /// Sends a data record. A transfer of an HTTP/2 connection (or a connection's first one, which
 /// may open with the preface) that runs past the head gets the larger record with its frame
-/// headers walked; any other pays one test more.
+/// headers walked; any other pays one test more. `ACROSS_BUFFERS`: the walk goes on past the
+/// first buffer of a `writev` (the socket tracepoints; 6.1's verifier, for the `tcp_*msg`
+/// fallback, did not finish with it in 150 s, and TLS plaintext is one buffer).
 #[inline(always)]
-pub fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
+pub fn emit_data<const ACROSS_BUFFERS: bool>(state: &ThreadState, tid: u32, len: u64, now: u64) {
     let unread = socket_ring_unread();
     if unread > u64::from(SOCKET_RINGBUF_BYTES / 2) && !ring_share_left(state.tgid) {
         lose_record(state, drop_index::RING_SHARE);
         return;
     }
-    let buffers = buffers(state, len);
+    let (buffers, iovs) = buffers(state, len);
     let origin = h2_origin(state);
-    if state.data_first != 0 && buffers.1 > DATA_HEAD_BYTES as u64 && origin < buffers.1 {
-        emit_walked(state, tid, len, now, buffers, unread);
+    // An h2 transfer with bytes past its copied head (past 512, or in a later buffer), and a
+    // connection's first transfer with a large first buffer (it may open with the preface).
+    let past_head = if state.data_first & ON_H2 != 0 {
+        len > buffers.1.min(DATA_HEAD_BYTES as u64)
+    } else {
+        state.data_first != 0 && buffers.1 > DATA_HEAD_BYTES as u64
+    };
+    if past_head && origin < len {
+        let iov = if ACROSS_BUFFERS { iovs.0 } else { 0 };
+        let walked = Buffers::new(buffers.0, buffers.1, iov, iovs.1, iovs.2);
+        emit_walked(state, tid, len, now, buffers, walked, unread);
         return;
     }
     if state.data_first & ON_H2 != 0 {
@@ -478,7 +498,15 @@ pub fn emit_data(state: &ThreadState, tid: u32, len: u64, now: u64) {
 
 /// `emit_data` for a transfer that may carry HTTP/2 frames past its head.
 #[inline(always)]
-fn emit_walked(state: &ThreadState, tid: u32, len: u64, now: u64, buffers: (u64, u64, u64, u64), unread: u64) {
+fn emit_walked(
+    state: &ThreadState,
+    tid: u32,
+    len: u64,
+    now: u64,
+    buffers: (u64, u64, u64, u64),
+    walked: Buffers,
+    unread: u64,
+) {
     let Some(mut entry) = SOCKET_EVENTS.reserve::<H2DataEvent>(0) else {
         lose_record(state, drop_index::SOCKET_RINGBUF);
         return;
@@ -494,7 +522,7 @@ fn emit_walked(state: &ThreadState, tid: u32, len: u64, now: u64, buffers: (u64,
             && u64::from_le_bytes(*(*data).head.as_ptr().cast::<[u8; 8]>()) == PREFACE_START;
         if state.data_first & ON_H2 != 0 || preface {
             let origin = if preface { PREFACE_LEN } else { h2_origin(state) };
-            let end = walk_frames(&raw mut (*event).walk, buffers.0, buffers.1, origin, copied);
+            let end = walk_frames(&raw mut (*event).walk, walked, len, origin, copied);
             (*data).h2_walk = 1;
             set_h2_next(state, next_origin(end, len));
         }

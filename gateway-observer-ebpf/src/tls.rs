@@ -181,7 +181,7 @@ fn emit_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk: u6
     state.data_sock_lost = lost;
     // Plaintext is never a TLS record to silence the connection on.
     state.data_first = 0;
-    emit_data(state, tid, len, now_ns());
+    emit_data::<false>(state, tid, len, now_ns());
     state.data_shape = data_shape::NONE;
     state.data_sk = 0;
 }

@@ -3,10 +3,9 @@
 //! test keeps the client; it can ask for more streams on it, for a server to refuse. h2load
 //! cannot hold a stall open: its connections close when it ends.
 //!
-//! The request waits for the server's SETTINGS acknowledgement: nginx writes its SETTINGS,
-//! WINDOW_UPDATE and ACK in one writev of several buffers, past the kernel's copy of the first
-//! (README, HTTP/2: not covered), where the observer forgets the windows open then; a stream
-//! opened in the same write would be forgotten with them.
+//! The request waits for the server's SETTINGS acknowledgement (nginx writes its SETTINGS,
+//! WINDOW_UPDATE and ACK in one writev of several buffers), so that the stream opens on windows
+//! the observer already knows.
 
 use std::{
     io::{Read, Write},
