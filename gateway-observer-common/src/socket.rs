@@ -32,7 +32,9 @@ pub struct SockState {
     /// inside a frame: a large DATA frame is read in pieces); `H2_NEXT_UNKNOWN` when the walk
     /// could not tell (a header past its bound, in a later buffer, cut by the transfer's end).
     pub h2_next: [u32; 2],
-    pub _pad: u32,
+    /// TLS library calls' plaintext records of it reported so far, counted up to a few: the first
+    /// ones are looked at for HTTP/2's client preface, as a cleartext connection's first bytes.
+    pub plain_seen: u32,
 }
 const _: () = assert!(size_of::<SockState>() == 56);
 

@@ -32,8 +32,8 @@ const MSG_PEEK: i32 = 2;
 
 /// Bits of `ThreadState::data_first`: the transfer is the first seen on its socket, and its socket
 /// speaks HTTP/2 (`SockState::h2`), so that its record needs no second map lookup.
-const FIRST_ON_SOCKET: u32 = 1;
-const ON_H2: u32 = 2;
+pub const FIRST_ON_SOCKET: u32 = 1;
+pub const ON_H2: u32 = 2;
 /// "PRI * HT", the client preface's first 8 bytes, read as a little-endian word.
 const PREFACE_START: u64 = u64::from_le_bytes(*b"PRI * HT");
 const PREFACE_LEN: u64 = 24;
@@ -197,7 +197,10 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             }
             state.data_sock_lost = sock.lost;
             state.data_first = u32::from(sock.data_seen == 0) | if sock.h2 != 0 { ON_H2 } else { 0 };
+            // (Ciphertext of a TLS connection does not move its plaintext's place: `tls.rs`.)
             if sock.h2 != 0
+                && !in_tls
+                && sock.tls == 0
                 && let Some(next) = sock.h2_next.get_mut(usize::from(!recv))
             {
                 // Unknown until this transfer's walk says where the next header is: a transfer

@@ -18,12 +18,13 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use gateway_observer_common::{
-    DATA_FD_TLS_SESSION, DATA_FD_UNKNOWN, MAX_TLS_SESSIONS, ThreadState, TlsKey, data_shape, drop_index,
+    DATA_FD_TLS_SESSION, DATA_FD_UNKNOWN, H2_NEXT_UNKNOWN, MAX_TLS_SESSIONS, ThreadState, TlsKey, data_shape,
+    drop_index,
 };
 
 use crate::{
     maps::{count_drop, current_ids, now_ns, thread_state},
-    socket_data::{emit_data, read_user},
+    socket_data::{FIRST_ON_SOCKET, ON_H2, emit_data, read_user},
     sockets::SOCKS,
 };
 
@@ -145,19 +146,41 @@ pub fn send_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk
             Some(sk) => sk,
             None => {
                 // No socket known for this session: the `SSL *` (or `*tls.Conn`) stands for it.
+                state.data_first = 0;
                 emit_plaintext(state, tid, shape, len, key.ssl, DATA_FD_TLS_SESSION, 0);
                 return;
             }
         }
     };
-    // SAFETY: as above.
-    let Some(lost) = (unsafe { SOCKS.get(&sk) }).map(|sock| sock.lost) else {
+    let Some(sock) = SOCKS.get_ptr_mut(&sk) else {
         // Not followed (over quota, or closed): its plaintext belongs to no connection we know.
         count_drop(drop_index::TLS_UNATTRIBUTED);
         return;
     };
+    // SAFETY: a map value pointer, valid for this program run.
+    let sock = unsafe { &mut *sock };
+    let lost = sock.lost;
+    // HTTP/2 inside TLS: the plaintext's frames are walked as a cleartext connection's are, from
+    // the place its last plaintext in this direction left (the ciphertext leaves it alone).
+    let mut first = 0;
+    if sock.h2 != 0 {
+        first = ON_H2;
+        if let Some(next) = sock.h2_next.get_mut(usize::from(!data_shape::is_read(shape))) {
+            state.data_h2_origin = *next;
+            *next = H2_NEXT_UNKNOWN;
+        }
+    } else if sock.plain_seen < PREFACE_RECORDS {
+        // The preface opens the client's first plaintext, which a server may read after its own
+        // first write (its SETTINGS): the first few records either way are looked at.
+        first = FIRST_ON_SOCKET;
+        sock.plain_seen += 1;
+    }
+    state.data_first = first;
     emit_plaintext(state, tid, shape, len, sk, DATA_FD_UNKNOWN, lost);
 }
+
+/// Plaintext records of a TLS connection looked at for the HTTP/2 client preface.
+const PREFACE_RECORDS: u32 = 4;
 
 /// Notes `sk` (unless 0) as the socket session `key` last moved bytes on.
 #[inline(always)]
@@ -179,8 +202,6 @@ fn emit_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk: u6
     state.data_fd = fd;
     state.data_queued_ns = state.tls_queued_ns;
     state.data_sock_lost = lost;
-    // Plaintext is never a TLS record to silence the connection on.
-    state.data_first = 0;
     emit_data::<false>(state, tid, len, now_ns());
     state.data_shape = data_shape::NONE;
     state.data_sk = 0;
