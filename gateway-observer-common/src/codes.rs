@@ -232,4 +232,6 @@ pub mod event_kind {
     pub const SOCKET_RETRANSMIT: u32 = 19;
     /// Socket ring buffer: a target's connection was reset, by the peer or by us (`FlowEvent`).
     pub const SOCKET_RESET: u32 = 20;
+    /// Socket ring buffer: a transfer of bytes inside one HTTP/2 frame's payload (`PayloadEvent`).
+    pub const SOCKET_PAYLOAD: u32 = 21;
 }

@@ -58,6 +58,19 @@ pub struct DataEvent {
 pub const DATA_EVENT_SIZE: usize = 584;
 const _: () = assert!(size_of::<DataEvent>() == DATA_EVENT_SIZE);
 
+/// Socket ring-buffer record `SOCKET_PAYLOAD`: a transfer of an HTTP/2 connection that lies
+/// wholly inside one frame's payload (an upload read 8 kB at a time). Userspace needs only how
+/// many bytes moved, and when: the record is a `DataEvent`'s fields before its head (with
+/// `head_len` and `tail_len` 0), 64 bytes in the ring instead of 592.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PayloadEvent {
+    pub fields: [u64; PAYLOAD_EVENT_SIZE / 8],
+}
+pub const PAYLOAD_EVENT_SIZE: usize = 56;
+const _: () = assert!(size_of::<PayloadEvent>() == PAYLOAD_EVENT_SIZE);
+const _: () = assert!(core::mem::offset_of!(DataEvent, head) == PAYLOAD_EVENT_SIZE);
+
 /// Frame headers walked past the copied head, at most (HTTP/2 connections only).
 pub const H2_WALK_FRAMES: usize = 32;
 /// Payload bytes kept of one walked frame other than DATA: a header block (the pseudo-headers

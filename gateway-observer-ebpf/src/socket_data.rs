@@ -14,7 +14,8 @@ use aya_ebpf::{
 };
 use gateway_observer_common::{
     DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, GoTlsCall, H2_NEXT_UNKNOWN, H2DataEvent,
-    SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index, event_kind, syscall_class,
+    PayloadEvent, SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index, event_kind,
+    syscall_class,
 };
 
 use crate::{
@@ -487,6 +488,10 @@ pub fn emit_data<const ACROSS_BUFFERS: bool>(state: &ThreadState, tid: u32, len:
     if state.data_first & ON_H2 != 0 {
         // No header past the head to keep, but the connection's place in its frames moves on.
         set_h2_next(state, next_origin(frames_end(buffers.0, buffers.1, origin), len));
+        if origin >= len && state.data_h2_origin != H2_NEXT_UNKNOWN {
+            emit_payload(state, tid, len, now, unread);
+            return;
+        }
     }
     let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
         lose_record(state, drop_index::SOCKET_RINGBUF);
@@ -496,6 +501,25 @@ pub fn emit_data<const ACROSS_BUFFERS: bool>(state: &ThreadState, tid: u32, len:
     unsafe { fill_data(entry.as_mut_ptr(), state, tid, len, now, buffers) };
     // The ring's unread bytes with this record (and its 8-byte header), read once above.
     let record = size_of::<DataEvent>();
+    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
+}
+
+/// `emit_data` for an HTTP/2 transfer inside one frame's payload: its length and time only.
+#[inline(always)]
+fn emit_payload(state: &ThreadState, tid: u32, len: u64, now: u64, unread: u64) {
+    let Some(mut entry) = SOCKET_EVENTS.reserve::<PayloadEvent>(0) else {
+        lose_record(state, drop_index::SOCKET_RINGBUF);
+        return;
+    };
+    let event = entry.as_mut_ptr().cast::<DataEvent>();
+    // SAFETY: the fields of a DataEvent before its head, which the reserved record holds
+    // (`PAYLOAD_EVENT_SIZE`); nothing at or past `head` is written.
+    unsafe {
+        fill_fields(event, event_kind::SOCKET_PAYLOAD, state, tid, len, now);
+        (*event).head_len = 0;
+        (*event).tail_len = 0;
+    }
+    let record = size_of::<PayloadEvent>();
     entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
 }
 
@@ -534,6 +558,28 @@ fn emit_walked(
     entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
 }
 
+/// Fills a data record's fields before its head but `head_len` and `tail_len`: the transfer.
+///
+/// # Safety
+/// `event` points at a reserved ring-buffer record at least `PAYLOAD_EVENT_SIZE` long.
+#[inline(always)]
+unsafe fn fill_fields(event: *mut DataEvent, kind: u32, state: &ThreadState, tid: u32, len: u64, now: u64) {
+    // SAFETY: the caller's; every field written lies before `head`.
+    unsafe {
+        (*event).kind = kind;
+        (*event).tid = tid;
+        (*event).tgid = state.tgid;
+        (*event).fd = state.data_fd;
+        (*event).sk = state.data_sk;
+        (*event).timestamp_ns = now;
+        (*event).len = len;
+        (*event).queued_since_ns = state.data_queued_ns;
+        (*event).shape = state.data_shape;
+        (*event).h2_walk = 0;
+        (*event).sock_lost = state.data_sock_lost as u16;
+    }
+}
+
 /// Fills a data record's fields: the transfer, its head and tail. Returns nothing: `head_len`
 /// says what was copied.
 ///
@@ -561,17 +607,7 @@ unsafe fn fill_data(
     };
     // SAFETY: the caller's.
     unsafe {
-        (*event).kind = event_kind::SOCKET_DATA;
-        (*event).tid = tid;
-        (*event).tgid = state.tgid;
-        (*event).fd = state.data_fd;
-        (*event).sk = state.data_sk;
-        (*event).timestamp_ns = now;
-        (*event).len = len;
-        (*event).queued_since_ns = state.data_queued_ns;
-        (*event).shape = state.data_shape;
-        (*event).h2_walk = 0;
-        (*event).sock_lost = state.data_sock_lost as u16;
+        fill_fields(event, event_kind::SOCKET_DATA, state, tid, len, now);
         let head_len = verifier_bounded(head_len, DATA_HEAD_BYTES as u32);
         let tail_len = verifier_bounded(tail_len, DATA_TAIL_BYTES as u32);
         let mut copied = 0u16;

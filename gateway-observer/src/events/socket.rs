@@ -5,7 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use gateway_observer_common::{
     CONN_EVENT_SIZE, ConnEvent, DATA_EVENT_SIZE, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FLOW_EVENT_SIZE,
-    FlowEvent, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2DataEvent, H2Walk, conn_role, data_shape, event_kind,
+    FlowEvent, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2DataEvent, H2Walk, PAYLOAD_EVENT_SIZE, conn_role, data_shape,
+    event_kind,
 };
 use gateway_observer_http::h2::Walked;
 
@@ -97,6 +98,15 @@ pub fn decode(bytes: &[u8]) -> Result<SocketRecord<'_>, DecodeError> {
             let event: DataEvent = read_struct(bytes, DATA_EVENT_SIZE)?;
             Ok(SocketRecord::Data(data_record(&event, bytes)))
         }
+        event_kind::SOCKET_PAYLOAD => {
+            // A DataEvent's fields before its head: read as one, with no bytes.
+            let fields = bytes.get(..PAYLOAD_EVENT_SIZE).ok_or(DecodeError::Size(bytes.len()))?;
+            let mut whole = [0u8; DATA_EVENT_SIZE];
+            whole[..PAYLOAD_EVENT_SIZE].copy_from_slice(fields);
+            let event: DataEvent = read_struct(&whole, DATA_EVENT_SIZE)?;
+            let event = DataEvent { head_len: 0, tail_len: 0, h2_walk: 0, ..event };
+            Ok(SocketRecord::Data(data_record(&event, &[])))
+        }
         kind @ (event_kind::SOCKET_OPEN | event_kind::SOCKET_CLOSE) => {
             let event: ConnEvent = read_struct(bytes, CONN_EVENT_SIZE)?;
             let info = conn_info(&event);
@@ -146,8 +156,8 @@ fn data_record<'a>(event: &DataEvent, bytes: &'a [u8]) -> DataRecord<'a> {
         len: event.len,
         timestamp_ns: event.timestamp_ns,
         queued_since_ns: (event.queued_since_ns != 0).then_some(event.queued_since_ns),
-        head: &bytes[head_at..head_at + head_len],
-        tail: &bytes[tail_at..tail_at + tail_len],
+        head: bytes.get(head_at..head_at + head_len).unwrap_or_default(),
+        tail: bytes.get(tail_at..tail_at + tail_len).unwrap_or_default(),
         sock_lost: event.sock_lost,
         walked: if event.h2_walk != 0 { walked(bytes) } else { Walked::default() },
     }
@@ -303,6 +313,18 @@ mod tests {
         let plain = bytes_of(&DataEvent { h2_walk: 0, ..data });
         let Ok(SocketRecord::Data(plain)) = decode(&plain) else { panic!("data record") };
         assert!(plain.walked.is_empty());
+    }
+
+    /// A transfer inside one HTTP/2 frame's payload: a DataEvent's fields before its head, and
+    /// no bytes, whatever its head and tail lengths say; shorter, it is refused.
+    #[test]
+    fn a_payload_record_has_its_fields_and_no_bytes() {
+        let data = DataEvent { kind: event_kind::SOCKET_PAYLOAD, len: 8192, queued_since_ns: 7, ..write_event() };
+        let bytes = bytes_of(&data);
+        let Ok(SocketRecord::Data(record)) = decode(&bytes[..PAYLOAD_EVENT_SIZE]) else { panic!("data record") };
+        assert_eq!((record.sk, record.tid, record.len, record.queued_since_ns), (data.sk, data.tid, 8192, Some(7)));
+        assert!(record.head.is_empty() && record.tail.is_empty() && record.walked.is_empty());
+        assert_eq!(decode(&bytes[..PAYLOAD_EVENT_SIZE - 1]), Err(DecodeError::Size(PAYLOAD_EVENT_SIZE - 1)));
     }
 
     #[test]
