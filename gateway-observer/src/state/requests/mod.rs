@@ -14,6 +14,7 @@ pub mod slowest;
 pub mod stalled;
 pub mod stats;
 mod tls_sessions;
+mod totals;
 mod views;
 
 pub use views::{InFlightRequest, ProcessRequests, UpstreamPeer};
@@ -151,16 +152,6 @@ impl RequestTracker {
     pub fn set_listen_ports(&mut self, ports: HashMap<u32, BTreeSet<u16>>, netns_of: HashMap<u32, u32>) {
         self.listen_ports = ports;
         self.netns_of = netns_of;
-    }
-
-    /// Connections followed now (at most the kernel's `MAX_SOCKETS`).
-    pub fn connections(&self) -> usize {
-        self.conns.len()
-    }
-
-    /// The owners of the followed connections, one entry per connection whose owner is known.
-    pub fn connection_owners(&self) -> impl Iterator<Item = u32> + '_ {
-        self.conns.values().filter_map(|conn| conn.tgid)
     }
 
     /// Forgets names and peers of processes that are gone.
@@ -562,39 +553,12 @@ impl RequestTracker {
         self.slowest.expire(now_ns);
     }
 
-    /// Bytes of connections that are not HTTP, per process name.
-    pub fn non_http_bytes(&self) -> &BTreeMap<Arc<str>, u64> {
-        &self.non_http_bytes
-    }
-
     /// Adds the HTTP/2 signals and stalls of open connections to the totals (once a tick,
     /// before the metrics are rendered): a stall still open is timed up to `now_ns`.
     pub fn settle_h2(&mut self, now_ns: u64) {
         for conn in self.conns.values_mut() {
             self.h2_totals.settle(conn, now_ns);
         }
-    }
-
-    /// HTTP/2 signals and flow-control stalls of closed and open connections (as of the last
-    /// `settle_h2`).
-    pub fn h2_totals(&self) -> &H2Totals {
-        &self.h2_totals
-    }
-
-    /// Connections known to be TLS whose plaintext is not seen, per process name.
-    pub fn tls_unparsed(&self) -> &BTreeMap<Arc<str>, u64> {
-        &self.tls_unparsed
-    }
-
-    /// Retransmits per (process name, peer).
-    pub fn retransmits(&self) -> &BTreeMap<(Arc<str>, String), u64> {
-        &self.retransmits
-    }
-
-    /// Times the framing was lost and found again, open and closed connections together.
-    pub fn parse_resyncs(&self) -> u64 {
-        let live: u64 = self.conns.values().filter_map(|c| c.http.as_ref()).map(Connection::lost_sync).sum();
-        live + self.counts.closed_resyncs
     }
 }
 
