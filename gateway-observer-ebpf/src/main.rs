@@ -22,6 +22,7 @@ mod socket_data;
 mod sockets;
 mod syscalls;
 mod tls;
+mod transfer_buffers;
 mod waits;
 
 #[cfg(not(test))]

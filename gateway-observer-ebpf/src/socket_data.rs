@@ -8,7 +8,7 @@
 //! bytes are, from the `msghdr`'s iterator; fexit sends what moved).
 
 use aya_ebpf::{
-    helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user},
+    helpers::generated::bpf_probe_read_user,
     macros::{btf_tracepoint, fentry, fexit},
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
@@ -26,6 +26,7 @@ use crate::{
     sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, ring_share_left, socket_ring_unread},
     syscalls::Call,
     tls::tls_transfer,
+    transfer_buffers::buffers,
     waits::stack_if_same_call,
 };
 
@@ -115,11 +116,6 @@ fn tcp_call_returns(ctx: &FExitContext, recv: bool, flags: i32) {
     finish_transfer::<false>(state, tid, ret, go);
 }
 
-/// Readv/writev of more buffers than this are not looked into (UIO_MAXIOV is 1024).
-const MAX_IOV: u64 = 1024;
-/// Buffers of a readv/writev searched for the one holding the last byte moved.
-const TAIL_IOV_SCAN: u64 = 8;
-
 /// sock_recv_length(struct sock *sk, int ret, int flags)
 #[btf_tracepoint(function = "sock_recv_length")]
 pub fn sock_recv_length(ctx: BtfTracePointContext) -> u32 {
@@ -199,15 +195,8 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             state.data_sock_lost = sock.lost;
             state.data_first = u32::from(sock.data_seen == 0) | if sock.h2 != 0 { ON_H2 } else { 0 };
             // (Ciphertext of a TLS connection does not move its plaintext's place: `tls.rs`.)
-            if sock.h2 != 0
-                && !in_tls
-                && sock.tls == 0
-                && let Some(next) = sock.h2_next.get_mut(usize::from(!recv))
-            {
-                // Unknown until this transfer's walk says where the next header is: a transfer
-                // whose record is lost leaves it so.
-                state.data_h2_origin = *next;
-                *next = H2_NEXT_UNKNOWN;
+            if sock.h2 != 0 && !in_tls && sock.tls == 0 {
+                take_h2_place(state, sock, recv);
             }
             if sock.data_seen == 0 {
                 sock.data_seen = 1;
@@ -257,6 +246,17 @@ fn silence_if_undecrypted(key: u64) {
     if let Some(sock) = SOCKS.get_ptr_mut(&key) {
         // SAFETY: a map value pointer, valid for this program run.
         unsafe { (*sock).tls = 1 };
+    }
+}
+
+/// Moves the place of the next frame header in `sock`'s `read` (or write) direction into the
+/// transfer being reported. Unknown until this transfer's walk says where the next header is:
+/// a transfer whose record is lost leaves it so.
+#[inline(always)]
+pub fn take_h2_place(state: &mut ThreadState, sock: &mut SockState, read: bool) {
+    if let Some(next) = sock.h2_next.get_mut(usize::from(!read)) {
+        state.data_h2_origin = *next;
+        *next = H2_NEXT_UNKNOWN;
     }
 }
 
@@ -329,93 +329,6 @@ fn finish_transfer<const ACROSS_BUFFERS: bool>(
     state.data_sk = 0;
 }
 
-/// An iovec array: its address (0 for a single buffer), entries, and whether it is the kernel's
-/// copy.
-type IovArray = (u64, u64, bool);
-
-/// Where the bytes moved are: (first buffer, its bytes moved, end of the last bytes moved or 0
-/// when unknown, how many of those last bytes are in that one buffer), and the iovec array they
-/// came from (0 for a single buffer), its entries and whether it is the kernel's copy.
-#[inline(always)]
-fn buffers(state: &ThreadState, len: u64) -> ((u64, u64, u64, u64), IovArray) {
-    let (iov, count, kernel_copy) = match state.data_shape {
-        data_shape::READ_BUF | data_shape::WRITE_BUF => {
-            return ((state.data_buf, len, tail_after_head(state.data_buf, len), len), (0, 1, false));
-        }
-        data_shape::READ_IOV | data_shape::WRITE_IOV => (state.data_buf, state.data_count, false),
-        data_shape::READ_KERNEL_IOV | data_shape::WRITE_KERNEL_IOV => (state.data_buf, state.data_count, true),
-        data_shape::READ_MSG | data_shape::WRITE_MSG => {
-            // struct msghdr (x86-64 user ABI): msg_iov at 16, msg_iovlen at 24.
-            let iov: u64 = read_user(state.data_buf + 16);
-            let count: u64 = read_user(state.data_buf + 24);
-            (iov, count, false)
-        }
-        _ => return ((0, 0, 0, 0), (0, 0, false)),
-    };
-    (iov_buffers(iov, count, len, kernel_copy), (iov, count, kernel_copy))
-}
-
-/// The end of the last bytes moved, when `len` bytes from `buf` were moved: 0 (no tail to copy)
-/// when the head holds them all, which is most requests (a copy costs about as much as its bytes).
-#[inline(always)]
-fn tail_after_head(buf: u64, len: u64) -> u64 {
-    if len <= DATA_HEAD_BYTES as u64 { 0 } else { buf + len }
-}
-
-/// The first iovec holds the head; the tail is in the iovec where the bytes moved end, looked
-/// for among the first few (headers + body + chunk trailer is the common shape of a response).
-/// The iovec array is in user memory at the syscall, in the kernel's copy inside TCP. The first
-/// two entries come in one copy: a probe read costs ~100 ns whatever its size, and two entries
-/// (headers, body) are what gateways write most.
-#[inline(always)]
-fn iov_buffers(iov: u64, count: u64, len: u64, kernel_copy: bool) -> (u64, u64, u64, u64) {
-    if iov == 0 || count == 0 || count > MAX_IOV {
-        return (0, 0, 0, 0);
-    }
-    let read = |addr: u64| -> u64 { if kernel_copy { read_kernel(addr) } else { read_user(addr) } };
-    // [base 0, len 0, base 1, len 1]; only the first two words when there is one entry.
-    let mut entries = [0u64; 4];
-    let bytes = if count >= 2 { 32 } else { 16 };
-    copy_words(&mut entries, iov, bytes, kernel_copy);
-    let (base, first_len) = (entries[0], entries[1]);
-    if first_len >= len {
-        return (base, len, tail_after_head(base, len), len);
-    }
-    if count >= 2 && first_len + entries[3] >= len {
-        return (base, first_len, entries[2] + (len - first_len), len - first_len);
-    }
-    let mut before = first_len + entries[3];
-    let mut index = 2u64;
-    while index < TAIL_IOV_SCAN && index < count {
-        let entry = iov + index * 16;
-        let buf_len = read(entry + 8);
-        if before + buf_len >= len {
-            let buf = read(entry);
-            return (base, first_len, buf + (len - before), len - before);
-        }
-        before += buf_len;
-        index += 1;
-    }
-    (base, first_len, 0, 0)
-}
-
-/// Copies `bytes` (16 or 32) from `addr` into `words`; a fault leaves zeros.
-#[inline(always)]
-fn copy_words(words: &mut [u64; 4], addr: u64, bytes: u32, kernel_copy: bool) {
-    let dst = words.as_mut_ptr().cast();
-    // SAFETY: `words` holds 32 bytes and `bytes` is at most 32.
-    let failed = unsafe {
-        if kernel_copy {
-            bpf_probe_read_kernel(dst, bytes, addr as *const _)
-        } else {
-            bpf_probe_read_user(dst, bytes, addr as *const _)
-        }
-    } != 0;
-    if failed {
-        *words = [0; 4];
-    }
-}
-
 /// `value`, at most `max`, with the bound where the verifier sees it. LLVM knows a copy length
 /// is in range from how it was computed and drops the check; older verifiers cannot follow that
 /// reasoning and reject the copy ("R2 min value is negative"). A volatile read hides the value
@@ -425,26 +338,6 @@ fn verifier_bounded(value: u32, max: u32) -> u32 {
     // SAFETY: reads a local.
     let opaque = unsafe { core::ptr::read_volatile(&value) };
     if opaque > max { max } else { opaque }
-}
-
-#[inline(always)]
-fn read_kernel(addr: u64) -> u64 {
-    let mut value = 0u64;
-    // SAFETY: copies 8 bytes of kernel memory into a local; a fault leaves 0.
-    unsafe {
-        bpf_probe_read_kernel((&mut value as *mut u64).cast(), 8, addr as *const _);
-    }
-    value
-}
-
-#[inline(always)]
-pub fn read_user<T: Default>(addr: u64) -> T {
-    let mut value = T::default();
-    // SAFETY: copies size_of::<T>() bytes of user memory into a local; a fault leaves the default.
-    unsafe {
-        bpf_probe_read_user((&mut value as *mut T).cast(), core::mem::size_of::<T>() as u32, addr as *const _);
-    }
-    value
 }
 
 /// A data record that is not sent, counted under `drop` and on its socket, so that userspace
@@ -488,7 +381,7 @@ pub fn emit_data<const ACROSS_BUFFERS: bool>(state: &ThreadState, tid: u32, len:
     if state.data_first & ON_H2 != 0 {
         // No header past the head to keep, but the connection's place in its frames moves on.
         set_h2_next(state, next_origin(frames_end(buffers.0, buffers.1, origin), len));
-        if origin >= len && state.data_h2_origin != H2_NEXT_UNKNOWN {
+        if origin >= len {
             emit_payload(state, tid, len, now, unread);
             return;
         }

@@ -18,14 +18,14 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use gateway_observer_common::{
-    DATA_FD_TLS_SESSION, DATA_FD_UNKNOWN, H2_NEXT_UNKNOWN, MAX_TLS_SESSIONS, ThreadState, TlsKey, data_shape,
-    drop_index,
+    DATA_FD_TLS_SESSION, DATA_FD_UNKNOWN, MAX_TLS_SESSIONS, ThreadState, TlsKey, data_shape, drop_index,
 };
 
 use crate::{
     maps::{count_drop, current_ids, now_ns, thread_state},
-    socket_data::{FIRST_ON_SOCKET, ON_H2, emit_data, read_user},
+    socket_data::{FIRST_ON_SOCKET, ON_H2, emit_data, take_h2_place},
     sockets::SOCKS,
+    transfer_buffers::read_user,
 };
 
 /// The socket each `SSL *` of a target last moved bytes on.
@@ -165,10 +165,7 @@ pub fn send_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk
     let mut first = 0;
     if sock.h2 != 0 {
         first = ON_H2;
-        if let Some(next) = sock.h2_next.get_mut(usize::from(!data_shape::is_read(shape))) {
-            state.data_h2_origin = *next;
-            *next = H2_NEXT_UNKNOWN;
-        }
+        take_h2_place(state, sock, data_shape::is_read(shape));
     } else if sock.plain_seen < PREFACE_RECORDS {
         // The preface opens the client's first plaintext, which a server may read after its own
         // first write (its SETTINGS): the first few records either way are looked at.
