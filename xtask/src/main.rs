@@ -165,7 +165,7 @@ fn main() -> anyhow::Result<()> {
 /// Every host package but the kernel crate (which only builds for the BPF target).
 const HOST_PACKAGES: &[&str] = &["--workspace", "--exclude", "gateway-observer-ebpf"];
 
-fn build() -> anyhow::Result<()> {
+pub(crate) fn build() -> anyhow::Result<()> {
     let mut args = vec!["build", "--all-targets"];
     args.extend(HOST_PACKAGES);
     util::cargo(&args).context("build failed")

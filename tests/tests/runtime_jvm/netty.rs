@@ -128,12 +128,14 @@ fn jvm_netty_timed_get_on_the_loop_is_a_blocked_loop() {
 
 /// Reactor's `block()` / `join()`: the loop parks on the Redis reply without a timeout.
 #[test]
+#[ignore = "a variant of a scenario CI runs (one per detector and runtime family); runs in `cargo xtask bench detect`"]
 fn jvm_netty_untimed_get_on_the_loop_is_a_blocked_loop() {
     netty_loop_blocked(module_path!(), "untimed-get");
 }
 
 /// The loops queue on a monitor another thread holds 200 ms at a time.
 #[test]
+#[ignore = "a variant of a scenario CI runs (one per detector and runtime family); runs in `cargo xtask bench detect`"]
 fn jvm_netty_contended_monitor_on_the_loop_is_a_blocked_loop() {
     netty_loop_blocked(module_path!(), "synchronized");
 }
