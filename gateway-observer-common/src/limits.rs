@@ -21,6 +21,9 @@ pub const DATA_HEAD_BYTES: usize = 512;
 pub const DATA_TAIL_BYTES: usize = 16;
 /// Threads in `BLOCK_DETAIL`: event loops and the threads that end JVM pauses.
 pub const MAX_BLOCK_DETAIL_THREADS: u32 = 4096;
+/// HTTP/2 connections first seen mid-way that userspace may name to the kernel at once
+/// (`H2_MARKS`); a mark lasts until the connection's next transfer, or a few seconds.
+pub const MAX_H2_MARKS: u32 = 256;
 /// Distinct user stacks kept for evidence.
 pub const MAX_STACKS: u32 = 4096;
 

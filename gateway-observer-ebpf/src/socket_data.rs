@@ -20,6 +20,7 @@ use gateway_observer_common::{
 
 use crate::{
     go_tls::{call_in_progress, go_transfer},
+    h2_marks::take_h2_mark,
     h2_walk::{Buffers, frames_end, next_origin, walk_frames},
     loop_iterations::transfer_boundary,
     maps::{btf_field, config, count_drop, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
@@ -191,6 +192,10 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
                     return;
                 }
                 sock.tgid = tgid;
+            }
+            if sock.h2 == 0 && sock.data_seen != 0 {
+                // Userspace may have told HTTP/2 from the frames of a connection first seen mid-way.
+                take_h2_mark(key, sock);
             }
             state.data_sock_lost = sock.lost;
             state.data_first = u32::from(sock.data_seen == 0) | if sock.h2 != 0 { ON_H2 } else { 0 };

@@ -212,6 +212,9 @@ pub struct Connection {
     /// No byte seen yet: the first one tells HTTP/2 from HTTP/1.x.
     fresh: bool,
     h2: Option<Box<Session>>,
+    /// HTTP/2 told from the frames of a connection first seen mid-way, not yet taken by
+    /// `take_h2_mid_way`: the kernel, which never saw the preface, is to walk its frames.
+    h2_mid_way_untold: bool,
 }
 
 impl Connection {
@@ -231,6 +234,7 @@ impl Connection {
             dropped_in_flight: 0,
             fresh: true,
             h2: None,
+            h2_mid_way_untold: false,
         }
     }
 
@@ -249,7 +253,7 @@ impl Connection {
             Mode::Http => {}
             Mode::MaybeH2(left) => {
                 if h2::frames::plausible_start(seg.head, seg.len) {
-                    self.start_h2(Session::midway(self.role));
+                    self.start_h2_mid_way();
                 } else {
                     self.mode = if left > 1 { Mode::MaybeH2(left - 1) } else { Mode::NotHttp };
                     self.non_http_bytes = self.non_http_bytes.saturating_add(seg.len);
@@ -325,6 +329,11 @@ impl Connection {
         !matches!(self.mode, Mode::NotHttp | Mode::MaybeH2(_))
     }
 
+    /// True once after HTTP/2 was told from the frames of a connection first seen mid-way.
+    pub fn take_h2_mid_way(&mut self) -> bool {
+        std::mem::take(&mut self.h2_mid_way_untold)
+    }
+
     /// The connection speaks HTTP/2.
     pub fn is_h2(&self) -> bool {
         self.mode == Mode::H2
@@ -373,8 +382,13 @@ impl Connection {
         if is_request && head.len() >= 4 && preface.starts_with(head) {
             self.start_h2(Session::new(self.role, true));
         } else if h2::frames::plausible_start(seg.head, seg.len) {
-            self.start_h2(Session::midway(self.role));
+            self.start_h2_mid_way();
         }
+    }
+
+    fn start_h2_mid_way(&mut self) {
+        self.start_h2(Session::midway(self.role));
+        self.h2_mid_way_untold = true;
     }
 
     fn start_h2(&mut self, session: Session) {

@@ -6,6 +6,9 @@
 //! The request waits for the server's SETTINGS acknowledgement (nginx writes its SETTINGS,
 //! WINDOW_UPDATE and ACK in one writev of several buffers), so that the stream opens on windows
 //! the observer already knows.
+//!
+//! `H2cConnection` is the same client asking for one path after another on one connection, with
+//! windows that never run out: a connection a test opens before the observer starts.
 
 use std::{
     io::{Read, Write},
@@ -18,6 +21,7 @@ const DATA: u8 = 0;
 const HEADERS: u8 = 1;
 const RST_STREAM: u8 = 3;
 const SETTINGS: u8 = 4;
+const WINDOW_UPDATE: u8 = 8;
 const END_STREAM: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
 const ACK: u8 = 0x1;
@@ -84,6 +88,70 @@ impl StalledStream {
                 return u32::from_be_bytes(payload.first_chunk::<4>().copied().expect("an error code"));
             }
         }
+    }
+}
+
+/// Windows an `H2cConnection` grants up front, so that no response waits for a WINDOW_UPDATE.
+const LARGE_WINDOW: u32 = 1 << 30;
+
+/// An h2c connection that asks for one path after another on it and reads each response to its
+/// end: a connection a test can open before the observer starts and go on using after.
+pub struct H2cConnection {
+    stream: TcpStream,
+    authority: String,
+    next_id: u32,
+}
+
+impl H2cConnection {
+    /// Connects to `127.0.0.1:port` and exchanges SETTINGS (within 10 s).
+    pub fn open(port: u16) -> H2cConnection {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect for h2c");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("read timeout");
+        let mut settings = SETTINGS_INITIAL_WINDOW_SIZE.to_be_bytes().to_vec();
+        settings.extend(LARGE_WINDOW.to_be_bytes());
+        let mut out = PREFACE.to_vec();
+        out.extend(frame(SETTINGS, 0, 0, &settings));
+        out.extend(frame(WINDOW_UPDATE, 0, 0, &LARGE_WINDOW.to_be_bytes()));
+        stream.write_all(&out).expect("send the preface");
+        let mut connection = H2cConnection { stream, authority: format!("127.0.0.1:{port}"), next_id: 1 };
+        while !matches!(connection.next_frame(), (SETTINGS, ACK, 0, _)) {}
+        connection
+    }
+
+    /// GETs `path` on a new stream and returns the response's `:status` (0 when the server
+    /// encodes it other than as one of the static table's statuses, RFC 7541 Appendix A).
+    pub fn get(&mut self, path: &str) -> u16 {
+        let id = self.next_id;
+        self.next_id += 2;
+        let mut block = vec![0x82, 0x86];
+        block.extend(literal(4, path));
+        block.extend(literal(1, &self.authority));
+        self.stream.write_all(&frame(HEADERS, END_STREAM | END_HEADERS, id, &block)).expect("send a request");
+        let mut status = 0;
+        loop {
+            let (kind, flags, on, payload) = self.next_frame();
+            if on != id {
+                continue;
+            }
+            if kind == HEADERS && status == 0 {
+                status = match payload.first() {
+                    Some(indexed @ 0x88..=0x8e) => [200, 204, 206, 304, 400, 404, 500][usize::from(indexed - 0x88)],
+                    _ => 0,
+                };
+            }
+            if flags & END_STREAM != 0 && matches!(kind, HEADERS | DATA) {
+                return status;
+            }
+        }
+    }
+
+    /// The next frame; the server's own SETTINGS are acknowledged on the way.
+    fn next_frame(&mut self) -> (u8, u8, u32, Vec<u8>) {
+        let frame_read = next_frame(&mut self.stream);
+        if frame_read.0 == SETTINGS && frame_read.1 & ACK == 0 {
+            self.stream.write_all(&frame(SETTINGS, ACK, 0, &[])).expect("acknowledge SETTINGS");
+        }
+        frame_read
     }
 }
 

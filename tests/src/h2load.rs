@@ -119,7 +119,7 @@ pub fn assert_multiplexed_counted(observer: &Observer, url: &str, walked: bool) 
 }
 
 /// The observer's inbound streams, those without a status, and parse resyncs, so far.
-fn stream_counts(observer: &Observer) -> (f64, f64, f64) {
+pub fn stream_counts(observer: &Observer) -> (f64, f64, f64) {
     let metrics = observer.metrics();
     let inbound = [("direction", "inbound")];
     (

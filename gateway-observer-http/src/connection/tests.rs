@@ -554,3 +554,32 @@ fn method_and_outcome_names() {
     assert_eq!(Method::from_token(b"get").as_str(), "OTHER");
     assert_eq!(ExchangeOutcome::Upgraded.as_str(), "upgraded");
 }
+
+/// HTTP/2 told from the frames of a connection first seen mid-way is reported once, for the
+/// kernel to walk the connection from then on; from the preface it is not (the kernel saw it).
+#[test]
+fn http2_told_mid_way_is_reported_once() {
+    let segment = |bytes: &'static [u8]| Segment {
+        ts_ns: 1,
+        tid: 1,
+        len: bytes.len() as u64,
+        head: bytes,
+        tail: &[],
+        queued_since_ns: None,
+        walked: Default::default(),
+    };
+    // A HEADERS frame of stream 1 (END_STREAM | END_HEADERS): `:method GET`, `:path /`.
+    let headers: &[u8] = &[0, 0, 2, 1, 5, 0, 0, 0, 1, 0x82, 0x84];
+    let mut out = Vec::new();
+    let mut mid_way = Connection::new(Role::Server);
+    mid_way.on_segment(Direction::Read, &segment(headers), &mut out);
+    assert!(mid_way.is_h2());
+    assert!(mid_way.take_h2_mid_way(), "told mid-way");
+    mid_way.on_segment(Direction::Read, &segment(headers), &mut out);
+    assert!(!mid_way.take_h2_mid_way(), "reported once");
+
+    let mut from_start = Connection::new(Role::Server);
+    from_start.on_segment(Direction::Read, &segment(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), &mut out);
+    assert!(from_start.is_h2());
+    assert!(!from_start.take_h2_mid_way(), "the kernel saw the preface itself");
+}

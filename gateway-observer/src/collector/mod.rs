@@ -4,6 +4,7 @@
 //! renders the metrics (`metrics`). It is the only module that holds a `Probes`.
 
 mod findings;
+mod h2_marks;
 mod java_stacks;
 mod jvm;
 mod metrics;
@@ -141,6 +142,8 @@ pub struct Collector {
     socket_decode_errors: u64,
     /// Socket records the kernel had lost at the last drain.
     socket_losses_seen: u64,
+    /// HTTP/2 connections first seen mid-way, named to the kernel for it to walk their frames.
+    h2_marks: h2_marks::H2Marks,
     /// Per target: CPU seconds used and when, at the last tick; and the cores used since.
     cpu_seen: HashMap<u32, (Instant, f64)>,
     cpu_cores: HashMap<u32, f64>,
@@ -206,6 +209,7 @@ impl Collector {
             listen_ports_of: HashSet::new(),
             socket_decode_errors: 0,
             socket_losses_seen: 0,
+            h2_marks: h2_marks::H2Marks::default(),
             cpu_seen: HashMap::new(),
             cpu_cores: HashMap::new(),
             request_queues: RequestQueues::default(),
@@ -239,6 +243,10 @@ impl Collector {
     /// that lost records forget their requests in flight (see the tracker); if the kernel's
     /// counts cannot be read, every connection does.
     pub fn after_socket_drain(&mut self) {
+        let mid_way = self.requests.take_h2_mid_way();
+        if !mid_way.is_empty() {
+            self.h2_marks.tell(&mut self.probes, mid_way, Instant::now());
+        }
         if let Err(err) = self.probes.advance_ring_epoch() {
             tracing::debug!(error = %err, "cannot renew the targets' shares of the socket ring");
         }
@@ -368,6 +376,7 @@ impl Collector {
         self.jvm.tick(&live_targets, self.collections, now, &mut self.names, &mut self.memory);
         self.requests.expire(now_mono);
         self.requests.settle_h2(now_mono);
+        self.h2_marks.expire(&mut self.probes, now);
         let window = u64::try_from(self.detect.event_loop.window.as_nanos()).unwrap_or(u64::MAX);
         let threshold = u64::try_from(self.detect.queueing.threshold.as_nanos()).unwrap_or(u64::MAX);
         self.request_queues.gather(&mut self.requests, &self.probes, now_mono, window, threshold)?;

@@ -2,6 +2,7 @@
 //! writing their maps. Nothing outside this module holds a kernel handle.
 
 mod followed;
+mod h2_marks;
 pub mod hooks;
 pub mod kernel_offsets;
 mod loader;

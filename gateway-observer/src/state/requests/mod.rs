@@ -121,6 +121,9 @@ pub struct RequestTracker {
     proc_lookups_left: u32,
     /// Where the last scan for unread requests stopped (see `queueing`).
     unread_scan_offset: usize,
+    /// Connections told to speak HTTP/2 from their frames (first seen mid-way) since the last
+    /// `take_h2_mid_way`: the kernel is to walk them.
+    h2_mid_way: Vec<u64>,
 }
 
 /// Whether `head` opens with a TLS record header: a handshake (content type 22: the ClientHello
@@ -393,6 +396,9 @@ impl RequestTracker {
         }
         let mut done = std::mem::take(&mut self.scratch);
         http.on_segment(direction, &segment, &mut done);
+        if http.take_h2_mid_way() {
+            self.h2_mid_way.push(data.sk);
+        }
         conn.h2_settled = false;
         if done.iter().any(|e| e.status.is_some()) {
             conn.flow.on_response();
@@ -551,6 +557,12 @@ impl RequestTracker {
         self.proc_lookups_left = PROC_LOOKUPS_PER_TICK;
         self.stats.expire(now_ns);
         self.slowest.expire(now_ns);
+    }
+
+    /// The connections told to speak HTTP/2 from their frames (first seen mid-way) since the
+    /// last call.
+    pub fn take_h2_mid_way(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.h2_mid_way)
     }
 
     /// Adds the HTTP/2 signals and stalls of open connections to the totals (once a tick,
