@@ -232,6 +232,25 @@ pub(crate) fn proxy_http_block(listen: &str, up_port: u16) -> String {
     )
 }
 
+/// Waits until `status` (a client's request) reads "200", for at most `within`; fails as soon
+/// as a process of `procs` exits. `what`: the server, for the error.
+pub(crate) fn wait_until_200(
+    procs: &mut Procs,
+    what: &str,
+    within: std::time::Duration,
+    status: impl Fn() -> Option<String>,
+) -> Result<()> {
+    let deadline = std::time::Instant::now() + within;
+    while status().as_deref() != Some("200") {
+        procs.check_alive()?;
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!("{what} did not answer 200 within {within:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok(())
+}
+
 /// Starts `nginx -p DIR -c CONF` in the foreground into `procs`: its pid.
 pub(crate) fn spawn_nginx(procs: &mut Procs, name: &str, dir: &Path, conf: &Path) -> Result<u32> {
     procs.spawn(

@@ -14,6 +14,7 @@ mod bench_probes;
 mod bpf_progs;
 mod demo;
 mod fuzz;
+mod h2load;
 mod layers;
 mod lint;
 mod loadgen;

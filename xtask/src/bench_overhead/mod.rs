@@ -22,6 +22,7 @@
 
 mod daemon;
 mod fixed_rate;
+mod h2c_proxy;
 mod report;
 mod saturation;
 mod sched_cost;
@@ -88,6 +89,7 @@ enum Gateways {
     Nginx,
     NginxTls,
     NginxTlsPlaintext,
+    NginxH2c,
     Both,
     All,
 }
@@ -99,11 +101,15 @@ impl Gateways {
             Gateways::Nginx => &[Gateway::Nginx],
             Gateways::NginxTls => &[Gateway::NginxTls],
             Gateways::NginxTlsPlaintext => &[Gateway::NginxTlsPlaintext],
+            Gateways::NginxH2c => &[Gateway::NginxH2c],
             Gateways::Both => &[Gateway::Reference, Gateway::Nginx],
-            Gateways::All => &[Gateway::Reference, Gateway::Nginx, Gateway::NginxTls, Gateway::NginxTlsPlaintext],
+            Gateways::All => &ALL,
         }
     }
 }
+
+const ALL: [Gateway; 5] =
+    [Gateway::Reference, Gateway::Nginx, Gateway::NginxTls, Gateway::NginxTlsPlaintext, Gateway::NginxH2c];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Gateway {
@@ -114,6 +120,9 @@ enum Gateway {
     NginxTls,
     /// The same nginx, the observer with `--tls-plaintext`: the TLS uprobes' cost.
     NginxTlsPlaintext,
+    /// nginx speaking h2c to its clients (h2load, 8 streams per connection): the cost of
+    /// following HTTP/2.
+    NginxH2c,
 }
 
 impl Gateway {
@@ -123,7 +132,13 @@ impl Gateway {
             Gateway::Nginx => "nginx",
             Gateway::NginxTls => "nginx-tls",
             Gateway::NginxTlsPlaintext => "nginx-tls-plaintext",
+            Gateway::NginxH2c => "nginx-h2c",
         }
+    }
+
+    /// Driven by wrk over plain HTTP/1.1 (the open-loop load generator speaks nothing else).
+    fn speaks_plain_http1(self) -> bool {
+        matches!(self, Gateway::Reference | Gateway::Nginx)
     }
 
     fn is_tls(self) -> bool {
@@ -142,6 +157,7 @@ struct Running {
     proxies: Proxies,
     /// Started only when measured: (pid, port).
     nginx_tls: Option<(u32, u16)>,
+    nginx_h2c: Option<(u32, u16)>,
 }
 
 impl Running {
@@ -152,10 +168,12 @@ impl Running {
             Gateway::NginxTls | Gateway::NginxTlsPlaintext => {
                 self.nginx_tls.expect("the TLS proxy is started when measured")
             }
+            Gateway::NginxH2c => self.nginx_h2c.expect("the h2c proxy is started when measured"),
         };
         let observer_args: &'static [&'static str] =
             if gateway == Gateway::NginxTlsPlaintext { &["--tls-plaintext"] } else { &[] };
-        saturation::Target { name: gateway.name(), pid, port, tls: gateway.is_tls(), observer_args, dir }
+        let h2c_streams = (gateway == Gateway::NginxH2c).then_some(h2c_proxy::STREAMS);
+        saturation::Target { name: gateway.name(), pid, port, tls: gateway.is_tls(), h2c_streams, observer_args, dir }
     }
 }
 
@@ -196,9 +214,14 @@ fn bench(opts: &Options, bins: &Binaries, dir: &Path) -> Result<()> {
     } else {
         None
     };
-    let running = Running { proxies, nginx_tls };
+    let nginx_h2c = if opts.gateway.each().contains(&Gateway::NginxH2c) {
+        Some(h2c_proxy::start(dir, proxies.upstream_port, opts.workers, &mut procs)?)
+    } else {
+        None
+    };
+    let running = Running { proxies, nginx_tls, nginx_h2c };
     println!(
-        "closed loop: wrk -t{} -c{} -d{}s --latency, {} pairs (off/on, order swapped each pair), {} worker(s) per \
+        "closed loop: wrk -t{} -c{} -d{}s --latency (h2c: h2load, the same requests in flight as streams), {} pairs (off/on, order swapped each pair), {} worker(s) per \
          gateway; pairs with kernel.bpf_stats_enabled=0, each on phase then a {}-second run with it on for the \
          kernel programs' cost",
         opts.wrk_threads,
@@ -219,8 +242,8 @@ fn bench(opts: &Options, bins: &Binaries, dir: &Path) -> Result<()> {
     let sched = sched_cost::measure(&bins.observer, &bins.switch_load, dir)?;
     sched.add_rows(&mut report);
     if opts.rate > 0.0 {
-        // The open-loop load generator speaks plain HTTP only.
-        for &gateway in opts.gateway.each().iter().filter(|g| !g.is_tls()) {
+        // The open-loop load generator speaks plain HTTP/1.1 only.
+        for &gateway in opts.gateway.each().iter().filter(|g| g.speaks_plain_http1()) {
             let target = running.target(gateway, dir);
             let phases = fixed_rate::at_rate(opts, &target, &bins.observer, &mut procs)?;
             fixed_rate::add_rate_rows(&mut report, gateway.name(), opts.rate, &phases);
@@ -251,8 +274,7 @@ mod tests {
     fn defaults_are_the_readmes() {
         // README.md, "Performance": `--pairs 10`, `--duration 10`, `--gateway reference|nginx|both`
         // (all), `--workers 1`, `--connections 32`, `--wrk-threads 1`, `--rate 10000`.
-        let all = &[Gateway::Reference, Gateway::Nginx, Gateway::NginxTls, Gateway::NginxTlsPlaintext][..];
-        assert_eq!(figures(&[]), ([10, 10, 1, 32, 1], all, 10_000.0));
+        assert_eq!(figures(&[]), ([10, 10, 1, 32, 1], &ALL[..], 10_000.0));
     }
 
     #[test]
@@ -267,6 +289,7 @@ mod tests {
         assert_eq!(figures(&short), ([1, 5, 1, 32, 1], nginx, 0.0));
         assert_eq!(figures(&["--gateway", "reference"]).1, [Gateway::Reference]);
         assert_eq!(figures(&["--gateway", "nginx-tls"]).1, [Gateway::NginxTls]);
+        assert_eq!(figures(&["--gateway", "nginx-h2c"]).1, [Gateway::NginxH2c]);
         assert_eq!(figures(&["--gateway", "both"]).1, [Gateway::Reference, Gateway::Nginx]);
     }
 

@@ -11,8 +11,8 @@ use super::daemon::{Cost, Daemon};
 use super::report::{Goal, Report, Unit, ratios};
 use crate::bench_gateway::Procs;
 use crate::bench_probes::{with_bpf_stats, without_bpf_stats};
-use crate::procstat;
 use crate::wrk::{self, WrkResult, WrkSpec};
+use crate::{h2load, procstat};
 
 const WARMUP_S: u64 = 2;
 /// Seconds of each on phase run again with program timing on, for the kernel programs' cost.
@@ -27,6 +27,8 @@ pub(super) struct Target<'a> {
     pub(super) port: u16,
     /// Served over HTTPS.
     pub(super) tls: bool,
+    /// Served over h2c and driven by h2load, this many streams at a time per connection.
+    pub(super) h2c_streams: Option<u32>,
     /// More options of `gateway-observer run` in the on phases.
     pub(super) observer_args: &'static [&'static str],
     pub(super) dir: &'a Path,
@@ -41,10 +43,24 @@ impl Target<'_> {
     /// the kernel programs and uprobe traps run in its context) per response.
     fn load(&self, spec: WrkSpec) -> Result<(WrkResult, f64)> {
         let before = procstat::family_cpu_seconds(self.pid)?;
-        let wrk = wrk::run_url(spec, &self.url())?;
+        let wrk = self.closed_loop(spec)?;
         let cpu_s = procstat::family_cpu_seconds(self.pid)? - before;
         let per_request_ns = cpu_s * 1e9 / wrk.requests;
         Ok((wrk, per_request_ns))
+    }
+}
+
+impl Target<'_> {
+    /// wrk, or for h2c h2load with the same requests in flight (connections × streams).
+    fn closed_loop(&self, spec: WrkSpec) -> Result<WrkResult> {
+        match self.h2c_streams {
+            None => wrk::run_url(spec, &self.url()),
+            Some(streams) => {
+                let connections = (spec.connections / streams as usize).max(spec.threads);
+                let log = self.dir.join(format!("{}-h2load.log", self.name));
+                h2load::run_url(WrkSpec { connections, ..spec }, &self.url(), streams, &log)
+            }
+        }
     }
 }
 
@@ -66,7 +82,7 @@ pub(super) fn pairs(
     observer: &Path,
     procs: &mut Procs,
 ) -> Result<Vec<(Phase, Phase)>> {
-    wrk::run_url(WrkSpec { seconds: WARMUP_S, ..opts.wrk() }, &target.url()).context("warm-up wrk failed")?;
+    target.closed_loop(WrkSpec { seconds: WARMUP_S, ..opts.wrk() }).context("warm-up load failed")?;
     println!("\n{} (pid {}, {})", target.name, target.pid, target.url());
     let mut out = Vec::new();
     for pair in 0..opts.pairs {
@@ -102,7 +118,7 @@ fn phase_on(spec: WrkSpec, target: &Target, observer: &Path, pair: usize) -> Res
     let costed_spec = WrkSpec { seconds: COSTED_S.min(spec.seconds), ..spec };
     let (costed, cost) = with_bpf_stats(|| {
         let before = daemon.snapshot()?;
-        let costed = wrk::run_url(costed_spec, &target.url())?;
+        let costed = target.closed_loop(costed_spec)?;
         let after = daemon.snapshot()?;
         Ok((costed, Cost::between(&before, &after)))
     })?;

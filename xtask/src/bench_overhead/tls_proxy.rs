@@ -4,11 +4,11 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::bench_gateway::{Procs, free_port, nginx_conf, proxy_http_block, spawn_nginx};
+use crate::bench_gateway::{Procs, free_port, nginx_conf, proxy_http_block, spawn_nginx, wait_until_200};
 
 const READY_WITHIN: Duration = Duration::from_secs(10);
 
@@ -38,14 +38,8 @@ pub(super) fn start(dir: &Path, upstream_port: u16, workers: usize, procs: &mut 
     let conf = dir.join("tls-proxy.conf");
     std::fs::write(&conf, nginx_conf(dir, "tls-proxy", workers, &proxy_http_block(&listen, upstream_port)))?;
     let pid = spawn_nginx(procs, "TLS proxy nginx", dir, &conf)?;
-    let deadline = Instant::now() + READY_WITHIN;
-    while https_status(port).as_deref() != Some("200") {
-        procs.check_alive()?;
-        if Instant::now() > deadline {
-            bail!("the TLS proxy nginx on 127.0.0.1:{port} did not answer 200 over HTTPS within {READY_WITHIN:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let what = format!("the TLS proxy nginx on 127.0.0.1:{port} (HTTPS)");
+    wait_until_200(procs, &what, READY_WITHIN, || https_status(port))?;
     Ok((pid, port))
 }
 
