@@ -95,17 +95,15 @@ pub fn decode(bytes: &[u8]) -> Result<SocketRecord<'_>, DecodeError> {
     let kind_bytes: [u8; 4] = bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or(DecodeError::Size(bytes.len()))?;
     match u32::from_ne_bytes(kind_bytes) {
         event_kind::SOCKET_DATA => {
-            let event: DataEvent = read_struct(bytes, DATA_EVENT_SIZE)?;
-            Ok(SocketRecord::Data(data_record(&event, bytes)))
+            if bytes.len() < DATA_EVENT_SIZE {
+                return Err(DecodeError::Size(bytes.len()));
+            }
+            Ok(SocketRecord::Data(data_record(bytes, true)))
         }
+        // A DataEvent's fields before its head, with no bytes.
         event_kind::SOCKET_PAYLOAD => {
-            // A DataEvent's fields before its head: read as one, with no bytes.
-            let fields = bytes.get(..PAYLOAD_EVENT_SIZE).ok_or(DecodeError::Size(bytes.len()))?;
-            let mut whole = [0u8; DATA_EVENT_SIZE];
-            whole[..PAYLOAD_EVENT_SIZE].copy_from_slice(fields);
-            let event: DataEvent = read_struct(&whole, DATA_EVENT_SIZE)?;
-            let event = DataEvent { head_len: 0, tail_len: 0, h2_walk: 0, ..event };
-            Ok(SocketRecord::Data(data_record(&event, &[])))
+            let bytes = bytes.get(..PAYLOAD_EVENT_SIZE).ok_or(DecodeError::Size(bytes.len()))?;
+            Ok(SocketRecord::Data(data_record(bytes, false)))
         }
         kind @ (event_kind::SOCKET_OPEN | event_kind::SOCKET_CLOSE) => {
             let event: ConnEvent = read_struct(bytes, CONN_EVENT_SIZE)?;
@@ -141,47 +139,67 @@ fn read_struct<T: Copy>(bytes: &[u8], size: usize) -> Result<T, DecodeError> {
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
-/// The record's fields, with head and tail borrowed from `bytes` (which holds the whole event).
-fn data_record<'a>(event: &DataEvent, bytes: &'a [u8]) -> DataRecord<'a> {
-    let head_len = usize::from(event.head_len).min(DATA_HEAD_BYTES);
-    let tail_len = usize::from(event.tail_len).min(DATA_TAIL_BYTES);
+/// A field of a record at `offset` in `bytes` (which callers check holds it; 0 if not).
+fn field<T: Copy + Default>(bytes: &[u8], offset: usize) -> T {
+    let Some(raw) = bytes.get(offset..offset + size_of::<T>()) else { return T::default() };
+    // SAFETY: `raw` holds size_of::<T>() bytes; T is an integer (every bit pattern is valid)
+    // and read_unaligned needs no alignment.
+    unsafe { std::ptr::read_unaligned(raw.as_ptr().cast::<T>()) }
+}
+
+/// The record's fields, read where they lie in `bytes` rather than copied whole (a DataEvent is
+/// 584 bytes, most of them a head few transfers fill), with head and tail borrowed from them.
+/// `with_bytes`: `bytes` holds a whole DataEvent (else only the fields before its head).
+fn data_record(bytes: &[u8], with_bytes: bool) -> DataRecord<'_> {
+    macro_rules! at {
+        ($name:ident) => {
+            field(bytes, std::mem::offset_of!(DataEvent, $name))
+        };
+    }
+    let (head_len, tail_len, h2_walk): (u16, u16, u8) =
+        if with_bytes { (at!(head_len), at!(tail_len), at!(h2_walk)) } else { (0, 0, 0) };
+    let head_len = usize::from(head_len).min(DATA_HEAD_BYTES);
+    let tail_len = usize::from(tail_len).min(DATA_TAIL_BYTES);
     let head_at = std::mem::offset_of!(DataEvent, head);
     let tail_at = std::mem::offset_of!(DataEvent, tail);
+    let queued_since_ns: u64 = at!(queued_since_ns);
     DataRecord {
-        sk: event.sk,
-        tid: event.tid,
-        tgid: event.tgid,
-        fd: event.fd,
-        read: data_shape::is_read(event.shape),
-        len: event.len,
-        timestamp_ns: event.timestamp_ns,
-        queued_since_ns: (event.queued_since_ns != 0).then_some(event.queued_since_ns),
+        sk: at!(sk),
+        tid: at!(tid),
+        tgid: at!(tgid),
+        fd: at!(fd),
+        read: data_shape::is_read(at!(shape)),
+        len: at!(len),
+        timestamp_ns: at!(timestamp_ns),
+        queued_since_ns: (queued_since_ns != 0).then_some(queued_since_ns),
         head: bytes.get(head_at..head_at + head_len).unwrap_or_default(),
         tail: bytes.get(tail_at..tail_at + tail_len).unwrap_or_default(),
-        sock_lost: event.sock_lost,
-        walked: if event.h2_walk != 0 { walked(bytes) } else { Walked::default() },
+        sock_lost: at!(sock_lost),
+        walked: if h2_walk != 0 { walked(bytes) } else { Walked::default() },
     }
 }
 
 /// The frame walk of an `H2DataEvent` (`bytes` holds the whole record), borrowed from `bytes`;
 /// empty when the record is too short for one.
 fn walked(bytes: &[u8]) -> Walked<'_> {
-    // read_struct checks that the whole walk is there, so the slices below are in range.
     let walk_at = std::mem::offset_of!(H2DataEvent, walk);
-    let Some(Ok(walk)) = bytes.get(walk_at..).map(|b| read_struct::<H2Walk>(b, size_of::<H2Walk>())) else {
+    if bytes.len() < walk_at + size_of::<H2Walk>() {
         return Walked::default();
-    };
-    let at = |field: usize| walk_at + field;
-    let frames = usize::from(walk.frames).min(H2_WALK_FRAMES);
-    let headers = at(std::mem::offset_of!(H2Walk, headers));
-    let lens = at(std::mem::offset_of!(H2Walk, payload_lens));
-    let payloads = at(std::mem::offset_of!(H2Walk, payloads));
+    }
+    let in_walk = |offset: usize| walk_at + offset;
+    let frames: u8 = field(bytes, in_walk(std::mem::offset_of!(H2Walk, frames)));
+    let origin: u32 = field(bytes, in_walk(std::mem::offset_of!(H2Walk, origin)));
+    let start: u32 = field(bytes, in_walk(std::mem::offset_of!(H2Walk, start)));
+    let frames = usize::from(frames).min(H2_WALK_FRAMES);
+    let headers = in_walk(std::mem::offset_of!(H2Walk, headers));
+    let lens = in_walk(std::mem::offset_of!(H2Walk, payload_lens));
+    let payloads = in_walk(std::mem::offset_of!(H2Walk, payloads));
     Walked {
-        origin: u64::from(walk.origin),
-        start: u64::from(walk.start),
+        origin: u64::from(origin),
+        start: u64::from(start),
         headers: &bytes[headers..headers + frames * 9],
         payload_lens: &bytes[lens..lens + frames],
-        payloads: &bytes[payloads..payloads + size_of_val(&walk.payloads)],
+        payloads: &bytes[payloads..payloads + H2_WALK_FRAMES * H2_WALK_PAYLOAD_BYTES],
         payload_slot: H2_WALK_PAYLOAD_BYTES,
     }
 }
