@@ -99,6 +99,8 @@ mod tests {
 
     #[test]
     fn sparse_containers_give_back_their_room() {
+        // Its containers' MBs would move the RSS the other tests read.
+        let _serial = RSS_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut queue: VecDeque<u64> = (0..100_000).collect();
         queue.drain(..99_000);
         shrink_sparse_queue(&mut queue);
@@ -124,6 +126,10 @@ mod tests {
         assert!(trimmer.maybe_trim(t0 + TRIM_EVERY * 2));
     }
 
+    /// The tests that read the process's RssAnon run one at a time: each frees tens of MB, which
+    /// the other would read as its own.
+    static RSS_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     fn rss_anon_kib() -> u64 {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         status
@@ -136,27 +142,33 @@ mod tests {
     #[cfg(target_env = "gnu")]
     #[test]
     fn a_burst_in_a_thread_arena_leaves_when_freed_after_a_large_block_was() {
+        let _serial = RSS_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         pin_thresholds();
-        let released = std::thread::spawn(|| {
-            // A large block mapped and freed, as the kernel's BTF at start: without pinned
-            // thresholds it lifts them to 8 and 16 MB.
-            drop(std::hint::black_box(vec![1u8; 8 << 20]));
-            // 12 MB in blocks under the mmap threshold, on the top of this thread's arena.
-            let blocks: Vec<Vec<u8>> = (0..48).map(|i| vec![i as u8; 256 << 10]).collect();
-            let held = rss_anon_kib();
-            drop(blocks);
-            held.saturating_sub(rss_anon_kib())
-        })
-        .join()
-        .expect("the burst's thread");
+        let burst = || {
+            std::thread::spawn(|| {
+                // A large block mapped and freed, as the kernel's BTF at start: without pinned
+                // thresholds it lifts them to 8 and 16 MB.
+                drop(std::hint::black_box(vec![1u8; 8 << 20]));
+                // 12 MB in blocks under the mmap threshold, on the top of this thread's arena.
+                let blocks: Vec<Vec<u8>> = (0..48).map(|i| vec![i as u8; 256 << 10]).collect();
+                let held = rss_anon_kib();
+                drop(blocks);
+                held.saturating_sub(rss_anon_kib())
+            })
+            .join()
+            .expect("the burst's thread")
+        };
         // No malloc_trim here: the free itself unmaps most of the arena's top (without pinned
-        // thresholds nothing leaves; other test threads move the process's RSS by a few MB).
-        assert!(released >= 5_000, "RssAnon fell by {released} kB after freeing 12 MB");
+        // thresholds nothing leaves, in every try). Other test threads move the process's RSS
+        // by a few MB, once in a while past the 12 MB freed: the best of three tries counts.
+        let released = (0..3).map(|_| burst()).max().unwrap_or(0);
+        assert!(released >= 5_000, "RssAnon fell by at most {released} kB after freeing 12 MB, in 3 tries");
     }
 
     #[cfg(target_env = "gnu")]
     #[test]
     fn freed_heap_leaves_resident_memory() {
+        let _serial = RSS_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Many small blocks (below the mmap threshold, so they live in the arena), then all but
         // the last freed: without a trim glibc keeps their pages, since the last block pins the
         // top of the heap.
