@@ -49,21 +49,35 @@ fn literal(index: u8, value: &str) -> Vec<u8> {
     out
 }
 
+/// A connection to `127.0.0.1:port` (reads time out after 10 s) that has sent the client
+/// preface, SETTINGS with an initial stream `window`, and `extra` frames.
+fn connect(port: u16, window: u32, extra: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect for h2c");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("read timeout");
+    let mut settings = SETTINGS_INITIAL_WINDOW_SIZE.to_be_bytes().to_vec();
+    settings.extend(window.to_be_bytes());
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(SETTINGS, 0, 0, &settings));
+    out.extend(extra);
+    stream.write_all(&out).expect("send the preface");
+    stream
+}
+
+/// A GET's header block: `:method GET` and `:scheme http` (static 2 and 6), then `:path` and
+/// `:authority` (4 and 1).
+fn get_block(path: &str, authority: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86];
+    block.extend(literal(4, path));
+    block.extend(literal(1, authority));
+    block
+}
+
 impl StalledStream {
     /// GET `path` from `127.0.0.1:port` with `window` bytes of stream window, reading the
     /// response until its DATA filled that window (at most 10 s).
     pub fn open(port: u16, path: &str, window: u32) -> StalledStream {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect for h2c");
-        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("read timeout");
-        let mut settings = SETTINGS_INITIAL_WINDOW_SIZE.to_be_bytes().to_vec();
-        settings.extend(window.to_be_bytes());
-        // :method GET and :scheme http (static 2 and 6), then :path and :authority (4 and 1).
-        let mut block = vec![0x82, 0x86];
-        block.extend(literal(4, path));
-        block.extend(literal(1, &format!("127.0.0.1:{port}")));
-        let mut out = PREFACE.to_vec();
-        out.extend(frame(SETTINGS, 0, 0, &settings));
-        stream.write_all(&out).expect("send the preface");
+        let mut stream = connect(port, window, &[]);
+        let block = get_block(path, &format!("127.0.0.1:{port}"));
         while !matches!(next_frame(&mut stream), (SETTINGS, ACK, 0, _)) {}
         stream.write_all(&frame(HEADERS, END_STREAM | END_HEADERS, 1, &block)).expect("send the request");
         let mut data = 0u64;
@@ -105,14 +119,7 @@ pub struct H2cConnection {
 impl H2cConnection {
     /// Connects to `127.0.0.1:port` and exchanges SETTINGS (within 10 s).
     pub fn open(port: u16) -> H2cConnection {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect for h2c");
-        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("read timeout");
-        let mut settings = SETTINGS_INITIAL_WINDOW_SIZE.to_be_bytes().to_vec();
-        settings.extend(LARGE_WINDOW.to_be_bytes());
-        let mut out = PREFACE.to_vec();
-        out.extend(frame(SETTINGS, 0, 0, &settings));
-        out.extend(frame(WINDOW_UPDATE, 0, 0, &LARGE_WINDOW.to_be_bytes()));
-        stream.write_all(&out).expect("send the preface");
+        let stream = connect(port, LARGE_WINDOW, &frame(WINDOW_UPDATE, 0, 0, &LARGE_WINDOW.to_be_bytes()));
         let mut connection = H2cConnection { stream, authority: format!("127.0.0.1:{port}"), next_id: 1 };
         while !matches!(connection.next_frame(), (SETTINGS, ACK, 0, _)) {}
         connection
@@ -123,9 +130,7 @@ impl H2cConnection {
     pub fn get(&mut self, path: &str) -> u16 {
         let id = self.next_id;
         self.next_id += 2;
-        let mut block = vec![0x82, 0x86];
-        block.extend(literal(4, path));
-        block.extend(literal(1, &self.authority));
+        let block = get_block(path, &self.authority);
         self.stream.write_all(&frame(HEADERS, END_STREAM | END_HEADERS, id, &block)).expect("send a request");
         let mut status = 0;
         loop {

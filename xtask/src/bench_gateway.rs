@@ -232,23 +232,45 @@ pub(crate) fn proxy_http_block(listen: &str, up_port: u16) -> String {
     )
 }
 
-/// Waits until `status` (a client's request) reads "200", for at most `within`; fails as soon
-/// as a process of `procs` exits. `what`: the server, for the error.
-pub(crate) fn wait_until_200(
-    procs: &mut Procs,
-    what: &str,
-    within: std::time::Duration,
-    status: impl Fn() -> Option<String>,
-) -> Result<()> {
-    let deadline = std::time::Instant::now() + within;
-    while status().as_deref() != Some("200") {
-        procs.check_alive()?;
-        if std::time::Instant::now() > deadline {
-            anyhow::bail!("{what} did not answer 200 within {within:?}");
+/// An nginx proxy of its own in front of the bench's upstream, and how curl reaches it.
+pub(crate) struct NginxProxy<'a> {
+    /// Its config's and pid file's name in the bench directory.
+    pub(crate) name: &'a str,
+    /// The `listen` directive (and any that go with it, a certificate's).
+    pub(crate) listen: &'a str,
+    pub(crate) upstream_port: u16,
+    pub(crate) workers: usize,
+    /// curl's option for the protocol (`-k` for a self-signed certificate, `--http2-prior-knowledge`).
+    pub(crate) curl_option: &'a str,
+    pub(crate) url: &'a str,
+}
+
+impl NginxProxy<'_> {
+    /// Writes the config into `dir`, starts nginx into `procs` and waits until curl gets 200 from
+    /// `url` (at most `within`; fails as soon as a process of `procs` exits): its pid.
+    pub(crate) fn start(&self, dir: &Path, procs: &mut Procs, within: std::time::Duration) -> Result<u32> {
+        let conf = dir.join(format!("{}.conf", self.name));
+        let http = proxy_http_block(self.listen, self.upstream_port);
+        std::fs::write(&conf, nginx_conf(dir, self.name, self.workers, &http))?;
+        let pid = spawn_nginx(procs, &format!("{} nginx", self.name), dir, &conf)?;
+        let deadline = std::time::Instant::now() + within;
+        while self.curl_status().as_deref() != Some("200") {
+            procs.check_alive()?;
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("the {} nginx did not answer 200 at {} within {within:?}", self.name, self.url);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        Ok(pid)
     }
-    Ok(())
+
+    fn curl_status(&self) -> Option<String> {
+        let out = Command::new("curl")
+            .args(["-s", self.curl_option, "--max-time", "2", "-o", "/dev/null", "-w", "%{http_code}", self.url])
+            .output()
+            .ok()?;
+        Some(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
 }
 
 /// Starts `nginx -p DIR -c CONF` in the foreground into `procs`: its pid.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::bench_gateway::{Procs, free_port, nginx_conf, proxy_http_block, spawn_nginx, wait_until_200};
+use crate::bench_gateway::{NginxProxy, Procs, free_port};
 
 const READY_WITHIN: Duration = Duration::from_secs(10);
 
@@ -35,19 +35,13 @@ pub(super) fn start(dir: &Path, upstream_port: u16, workers: usize, procs: &mut 
         cert.display(),
         key.display()
     );
-    let conf = dir.join("tls-proxy.conf");
-    std::fs::write(&conf, nginx_conf(dir, "tls-proxy", workers, &proxy_http_block(&listen, upstream_port)))?;
-    let pid = spawn_nginx(procs, "TLS proxy nginx", dir, &conf)?;
-    let what = format!("the TLS proxy nginx on 127.0.0.1:{port} (HTTPS)");
-    wait_until_200(procs, &what, READY_WITHIN, || https_status(port))?;
-    Ok((pid, port))
-}
-
-fn https_status(port: u16) -> Option<String> {
-    let out = Command::new("curl")
-        .args(["-sk", "--max-time", "2", "-o", "/dev/null", "-w", "%{http_code}"])
-        .arg(format!("https://127.0.0.1:{port}/"))
-        .output()
-        .ok()?;
-    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+    let proxy = NginxProxy {
+        name: "tls-proxy",
+        listen: &listen,
+        upstream_port,
+        workers,
+        curl_option: "-k",
+        url: &format!("https://127.0.0.1:{port}/"),
+    };
+    Ok((proxy.start(dir, procs, READY_WITHIN)?, port))
 }
