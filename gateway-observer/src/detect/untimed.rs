@@ -14,6 +14,10 @@
 //!   thread, the thread that held the lock, a timer thread) means it was blocked on that thread's
 //!   work. This needs no history: an observer attached mid-incident sees it at the first long
 //!   wait;
+//! - the futex word: a worker parks idle on a word of its own (tokio's parker, Go's `m.park`),
+//!   learned from waits a sibling loop ended. A wait on that word is idling whoever ends it: a
+//!   tokio worker whose task awaits a job on a thread pool is woken there by the pool thread
+//!   that finishes the job. A lock, a `join()` or a `future.get()` waits on another word;
 //! - a stop-the-world pause: a wait HotSpot's `VM Thread` ended (it ends every safepoint and
 //!   stop-the-world collection, releasing the threads it stopped) is a pause, not a loop's block,
 //!   and so is a wait the pause covered nearly all of, whoever ended it (a worker the pause
@@ -66,7 +70,8 @@ pub fn classify<'a>(
         || block.waker_tid != thread.tid && group_of(thread.tgid, block.waker_tid) == Some(thread.group.as_str());
     if paused.contains(&(block.tid, block.timestamp_ns)) {
         UntimedWait::Pause
-    } else if woken_by_sibling_loop(thread, block.waker_tid, loops)
+    } else if baselines.idles_on(thread.tid, block.futex_uaddr)
+        || woken_by_sibling_loop(thread, block.waker_tid, loops)
         || (woken_by_sibling() && (baselines.group_parks_for_work(thread) || !baselines.short_waits_block(thread.tid)))
     {
         UntimedWait::Idle
@@ -279,6 +284,27 @@ mod tests {
         assert_eq!(after, UntimedWait::Idle);
         let other = classify(&threads[0], &untimed(1, 78, 5), &loops, &HashSet::new(), &baselines, name_of);
         assert_eq!(other, UntimedWait::Blocking, "a thread of another group still blocks it");
+    }
+
+    #[test]
+    fn a_wait_on_the_word_a_worker_idles_on_is_idle_whoever_ends_it() {
+        // A tokio worker whose task awaits a job on a thread pool: the pool thread that finishes
+        // the job wakes the worker on its parker, where siblings wake it with work too.
+        let threads = [info(1, "gw-worker-0"), info(2, "gw-worker-1"), info(3, "rpc-pool-7")];
+        let loops = loops(&threads[..2]);
+        let group_of = |_, tid| threads.iter().find(|t| t.tid == tid).map(|t| t.group.as_str());
+        let mut baselines = LoopBaselines::default();
+        let mut history = History::new(Duration::from_secs(60));
+        history.record(Instant::now(), threads[0].clone(), Default::default());
+        let parker = untimed(1, 2, 5); // on word 0x10
+        baselines.learn(&history, &loops, &[parker]);
+        let judge = |b: &Block| classify(&threads[0], b, &loops, &HashSet::new(), &baselines, group_of);
+        assert_eq!(judge(&untimed(1, 3, 10)), UntimedWait::Idle, "the pool thread woke the parker");
+        let lock = Block { futex_uaddr: 0x20, ..untimed(1, 3, 10) };
+        assert_eq!(judge(&lock), UntimedWait::Blocking, "a lock the pool thread held is another word");
+        let other_worker = Block { tid: 2, ..untimed(2, 3, 10) };
+        let judged = classify(&threads[1], &other_worker, &loops, &HashSet::new(), &baselines, group_of);
+        assert_eq!(judged, UntimedWait::Blocking, "idle words are each thread's own");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! What is learned about each event loop's idling, tick after tick, for `detect::untimed` to tell
 //! an untimed futex wait that blocks a loop from one that is how its runtime idles: whether a loop
 //! has been seen idling in poll alone for a few ticks (a poll-only loop: its short untimed waits
-//! block it), and whether a sibling loop has handed it work from a parked wait (it parks for work,
-//! and so does its thread group). The collector updates it in its state phase, before the
+//! block it), whether a sibling loop has handed it work from a parked wait (it parks for work,
+//! and so does its thread group), and the futex words it parked on then (its idle words). The collector updates it in its state phase, before the
 //! detectors run; the detectors only read it.
 
 use std::collections::{HashMap, HashSet};
@@ -20,10 +20,25 @@ const POLL_ONLY_MIN_POLL_SHARE: f64 = 0.10;
 /// for well under a millisecond).
 const POLL_ONLY_MAX_UNTIMED_SHARE: f64 = 0.02;
 
+/// Idle words kept per thread: a runtime worker parks on one word of its own (tokio's parker,
+/// Go's `m.park`); a second slot keeps a word it moved to without dropping the first at once.
+const IDLE_WORDS: usize = 2;
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Baseline {
     poll_only_ticks: u32,
     parks_for_work: bool,
+    /// Futex words a sibling loop woke it from, newest first; 0 is an empty slot.
+    idle_words: [u64; IDLE_WORDS],
+}
+
+impl Baseline {
+    fn learn_idle_word(&mut self, uaddr: u64) {
+        if uaddr != 0 && !self.idle_words.contains(&uaddr) {
+            self.idle_words.rotate_right(1);
+            self.idle_words[0] = uaddr;
+        }
+    }
 }
 
 /// What is learned about each event loop's idling, tick after tick.
@@ -55,7 +70,9 @@ impl LoopBaselines {
             if let Some(thread) = loops.get(&block.tid)
                 && woken_by_sibling_loop(thread, block.waker_tid, loops)
             {
-                self.threads.entry(block.tid).or_default().parks_for_work = true;
+                let baseline = self.threads.entry(block.tid).or_default();
+                baseline.parks_for_work = true;
+                baseline.learn_idle_word(block.futex_uaddr);
                 self.groups_parking.insert((thread.tgid, thread.group.clone()));
             }
         }
@@ -65,6 +82,13 @@ impl LoopBaselines {
     /// Whether the thread's untimed waits too short to be reported one by one count as blocking.
     pub fn short_waits_block(&self, tid: u32) -> bool {
         self.threads.get(&tid).is_some_and(|b| !b.parks_for_work && b.poll_only_ticks >= POLL_ONLY_TICKS)
+    }
+
+    /// Whether `uaddr` is a futex word the thread parked on idle, woken by a sibling loop: a
+    /// wait there is its runtime's idle park whoever ends it (a pool thread finishing a job the
+    /// worker's task awaits wakes it there too), never a lock or a result it blocks on.
+    pub fn idles_on(&self, tid: u32, uaddr: u64) -> bool {
+        uaddr != 0 && self.threads.get(&tid).is_some_and(|b| b.idle_words.contains(&uaddr))
     }
 
     /// Whether loops of this thread's group have been seen parking for work.
