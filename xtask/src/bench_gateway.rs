@@ -59,6 +59,8 @@ impl Procs {
     }
 
     fn spawn_child(&mut self, name: &str, cmd: &mut Command) -> Result<&mut Child> {
+        // SIGTERM, as in `drop`: nginx's master then stops its workers.
+        crate::util::end_with_parent(cmd, libc::SIGTERM);
         let child = cmd.spawn().with_context(|| format!("failed to start {name}"))?;
         self.0.push((name.to_owned(), child));
         Ok(&mut self.0.last_mut().expect("just pushed").1)

@@ -64,3 +64,19 @@ pub fn output(program: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(program).args(args).stderr(Stdio::null()).output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
+
+/// Has the kernel send `signal` to the child `cmd` starts when the thread starting it exits:
+/// a bench or VM run that is killed (not interrupted) then leaves no child behind, holding
+/// ports or the flock fd it inherited.
+pub fn end_with_parent(cmd: &mut std::process::Command, signal: libc::c_int) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

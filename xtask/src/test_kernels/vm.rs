@@ -8,7 +8,6 @@
 
 use std::{
     fs::File,
-    os::unix::process::CommandExt as _,
     path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -40,16 +39,7 @@ pub fn boot(vmlinuz: &Path, initrd: &Path, log: &Path, deadline: Duration) -> an
     let errors = console.try_clone().context("cannot share the console log")?;
     let started = Instant::now();
     let mut qemu = Command::new("qemu-system-x86_64");
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent; it only asks the
-    // kernel to SIGKILL the child when this (the parent) thread exits.
-    unsafe {
-        qemu.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::util::end_with_parent(&mut qemu, libc::SIGKILL);
     let child = qemu
         .args(["-accel", "tcg,thread=single", "-m", "2048", "-smp", "2", "-nographic", "-no-reboot"])
         .arg("-kernel")
