@@ -23,7 +23,7 @@ const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 /// targeted and not, then an empty program on the same hooks.
 #[derive(clap::Args, Debug)]
 pub struct Options {
-    /// How long the load runs in each phase (program stats are read over 60 % of it).
+    /// Seconds per phase: program stats are read over 60 % of it, once the daemon is ready.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     seconds: f64,
 }
@@ -53,6 +53,11 @@ fn with_bpf_stats_set<T>(value: &str, f: impl FnOnce() -> anyhow::Result<T>) -> 
     result
 }
 
+/// How much longer than the window the load of a daemon phase runs: the daemon's start (up to
+/// `measure`'s 30 s wait for it) comes before the window, and a load that ran only `seconds`
+/// had ended before a slow start's window began. The load is ended once measured.
+const LOAD_OUTLASTS_STARTUP_SECONDS: f64 = 35.0;
+
 fn phases(seconds: f64) -> anyhow::Result<()> {
     let release = target_dir().join("release");
     let observer = release.join("gateway-observer");
@@ -62,7 +67,7 @@ fn phases(seconds: f64) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for targeted in [true, false] {
         let mut load_child = Command::new(&load)
-            .arg(format!("{seconds}"))
+            .arg(format!("{}", seconds + LOAD_OUTLASTS_STARTUP_SECONDS))
             .stdout(Stdio::piped())
             .spawn()
             .context("spawn switch-load")?;
@@ -76,6 +81,7 @@ fn phases(seconds: f64) -> anyhow::Result<()> {
             .context("spawn gateway-observer")?;
         let outcome = measure(port, seconds * 0.6);
         stop(&mut daemon);
+        let _ = load_child.kill();
         let _ = load_child.wait();
         let (stats, wall) = outcome?;
         rows.push((if targeted { "load targeted" } else { "load not targeted" }, stats, wall));
