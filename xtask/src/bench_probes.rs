@@ -7,13 +7,16 @@ use std::{
     collections::BTreeMap,
     io::{Read as _, Write as _},
     net::TcpStream,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
 
-use crate::util::{cargo, target_dir};
+use crate::{
+    bench_gateway::{Procs, free_port},
+    util::{cargo, end_with_parent, target_dir},
+};
 
 const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
@@ -62,32 +65,34 @@ fn phases(seconds: f64) -> anyhow::Result<()> {
     let release = target_dir().join("release");
     let observer = release.join("gateway-observer");
     let load = release.join("switch-load");
-    // An idle process to target in the untargeted phase, so the daemon has something to follow.
-    let mut idle = Command::new("sleep").arg("600").spawn().context("spawn sleep")?;
+    // An idle process to target in the untargeted phase, so the daemon has something to follow;
+    // ended when `idle` drops, also on an early return.
+    let mut idle = Procs::default();
+    let idle_pid = idle.spawn("sleep", Command::new("sleep").arg("600"))?;
     let mut rows = Vec::new();
     for targeted in [true, false] {
-        let mut load_child = Command::new(&load)
-            .arg(format!("{}", seconds + LOAD_OUTLASTS_STARTUP_SECONDS))
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("spawn switch-load")?;
-        let target = if targeted { load_child.id() } else { idle.id() };
+        let mut load_command = Command::new(&load);
+        load_command.arg(format!("{}", seconds + LOAD_OUTLASTS_STARTUP_SECONDS)).stdout(Stdio::piped());
+        end_with_parent(&mut load_command, libc::SIGKILL);
+        let mut load_child = load_command.spawn().context("spawn switch-load")?;
+        let target = if targeted { load_child.id() } else { idle_pid };
         let port = free_port()?;
-        let mut daemon = Command::new(&observer)
-            .args(["run", "--target", &format!("pid={target}"), "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--interval", "250ms"])
-            .stderr(Stdio::null())
-            .spawn()
-            .context("spawn gateway-observer")?;
+        let mut daemon = Procs::default();
+        daemon.spawn(
+            "gateway-observer",
+            Command::new(&observer)
+                .args(["run", "--target", &format!("pid={target}"), "--listen", &format!("127.0.0.1:{port}")])
+                .args(["--interval", "250ms"])
+                .stderr(Stdio::null()),
+        )?;
         let outcome = measure(port, seconds * 0.6);
-        stop(&mut daemon);
+        drop(daemon);
         let _ = load_child.kill();
         let _ = load_child.wait();
         let (stats, wall) = outcome?;
         rows.push((if targeted { "load targeted" } else { "load not targeted" }, stats, wall));
     }
-    let _ = idle.kill();
-    let _ = idle.wait();
+    drop(idle);
     rows.push(("empty program", floor(&observer, &load, seconds)?, seconds * 0.6));
     print_table(&rows);
     Ok(())
@@ -188,21 +193,6 @@ fn print_table(rows: &[(&str, Stats, f64)]) {
             ns_of("sys_enter") + ns_of("sys_exit")
         );
     }
-}
-
-fn stop(child: &mut Child) {
-    // SAFETY: kill with a pid we own and a valid signal.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 pub(crate) fn scrape(port: u16, path: &str) -> Option<(u16, String)> {

@@ -2,8 +2,8 @@
 //! an untimed futex wait that blocks a loop from one that is how its runtime idles: whether a loop
 //! has been seen idling in poll alone for a few ticks (a poll-only loop: its short untimed waits
 //! block it), whether a sibling loop has handed it work from a parked wait (it parks for work,
-//! and so does its thread group), and the futex words it parked on then (its idle words). The collector updates it in its state phase, before the
-//! detectors run; the detectors only read it.
+//! and so does its thread group), and the futex words it parked on then (its idle words). The
+//! collector updates it in its state phase, before the detectors run; the detectors only read it.
 
 use std::collections::{HashMap, HashSet};
 
