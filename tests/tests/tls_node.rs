@@ -6,7 +6,7 @@
 //! wrk's within 0.1 % and its p50 is within 10 % of wrk's. Node as an HTTPS client, the way a
 //! Node gateway calls a TLS upstream: its first request on a connection is written before it
 //! reads anything, so that plaintext waits for the ciphertext written after it; every request
-//! counted once, with its status, and timed within 10 % of what the client measured.
+//! counted once, with its status, and timed within 10 % of what the client measured (its server answers after 10 ms).
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -86,13 +86,16 @@ fn node_https_client_requests_counted_and_timed() {
         return;
     }
     const REQUESTS: u64 = 600;
+    // The client's clock also holds its own JS work around each exchange (0.4 ms here, more on a
+    // busy machine), which no socket shows; a 10 ms answer keeps that under 5 % of what is compared.
+    const SERVER_DELAY_MS: &str = "10";
     let (dir, cert, key) = certified_dir("node-tls-client");
     let (server_js, client_js) = (dir.join("server.js"), dir.join("client.js"));
     std::fs::write(&server_js, NODE_TLS_SERVER).expect("write the server script");
     std::fs::write(&client_js, NODE_TLS_CLIENT).expect("write the client script");
     let port = free_port();
     let mut server = Command::new("node");
-    server.arg(&server_js).args([&port.to_string(), &cert, &key, &UPSTREAM_DELAY.as_millis().to_string()]);
+    server.arg(&server_js).args([&port.to_string(), &cert, &key, SERVER_DELAY_MS]);
     let _server = https_server(server, "node (cargo xtask setup installs it)", port);
     let mut client = Killed(
         Command::new("node")
@@ -133,5 +136,6 @@ fn node_https_client_requests_counted_and_timed() {
     let observed_p50 = snapshot["processes"][0]["outbound"]["p50_seconds"].as_f64().unwrap_or(0.0);
     let client_p50 = result["p50"].as_f64().unwrap_or(0.0);
     let ratio = observed_p50 / client_p50;
+    eprintln!("node client: p50 {observed_p50:.6} s observed, {client_p50:.6} s measured by the client");
     assert!((0.9..=1.1).contains(&ratio), "observer p50 {observed_p50:.6} s vs the client's {client_p50:.6} s");
 }
