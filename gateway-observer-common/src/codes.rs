@@ -234,4 +234,7 @@ pub mod event_kind {
     pub const SOCKET_RESET: u32 = 20;
     /// Socket ring buffer: a transfer of bytes inside one HTTP/2 frame's payload (`PayloadEvent`).
     pub const SOCKET_PAYLOAD: u32 = 21;
+    /// Socket ring buffer: the next frame headers of a walk that reached its bound, walked on by
+    /// a continuation program (`H2ContinuedEvent`).
+    pub const SOCKET_H2_CONTINUED: u32 = 22;
 }

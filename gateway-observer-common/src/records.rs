@@ -90,7 +90,10 @@ pub struct H2Walk {
     pub start: u32,
     /// Headers below (at most `H2_WALK_FRAMES`).
     pub frames: u8,
-    pub _pad: [u8; 7],
+    /// The walk reached its bound and goes on in a `SOCKET_H2_CONTINUED` record of the same
+    /// socket and thread, which follows this one in the ring.
+    pub continued: u8,
+    pub _pad: [u8; 6],
     pub headers: [[u8; 9]; H2_WALK_FRAMES],
     /// Bytes of each frame's payload start kept in its slot of `payloads`.
     pub payload_lens: [u8; H2_WALK_FRAMES],
@@ -107,6 +110,24 @@ pub struct H2DataEvent {
 }
 pub const H2_DATA_EVENT_SIZE: usize = 2456;
 const _: () = assert!(size_of::<H2DataEvent>() == H2_DATA_EVENT_SIZE);
+
+/// Walks that go on past `H2_WALK_FRAMES` in continuation records, at most: 32 frames each, one
+/// tail call each (the kernel allows 33 in a chain).
+pub const H2_WALK_CONTINUATIONS: u32 = 15;
+
+/// Socket ring-buffer record `SOCKET_H2_CONTINUED`: the frame headers after those of the walked
+/// record (or continuation) before it of the same socket and thread, from `walk.origin`, which
+/// is where that walk stopped.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct H2ContinuedEvent {
+    pub kind: u32,
+    pub tid: u32,
+    pub sk: u64,
+    pub walk: H2Walk,
+}
+pub const H2_CONTINUED_EVENT_SIZE: usize = 1888;
+const _: () = assert!(size_of::<H2ContinuedEvent>() == H2_CONTINUED_EVENT_SIZE);
 
 /// Socket ring-buffer record `SOCKET_OPEN` / `SOCKET_CLOSE`.
 #[repr(C)]

@@ -29,8 +29,9 @@ pub struct SockState {
     pub h2: u32,
     /// HTTP/2 connections: bytes from the start of its next read (`[0]`) and write (`[1]`) to
     /// their first frame header, where the last transfer's walk left it (a transfer may end
-    /// inside a frame: a large DATA frame is read in pieces); `H2_NEXT_UNKNOWN` when the walk
-    /// could not tell (a header past its bound, in a later buffer, cut by the transfer's end).
+    /// inside a frame: a large DATA frame is read in pieces), with `H2_NEXT_IN_HEADER` when it
+    /// ended inside a header; `H2_NEXT_UNKNOWN` when the walk could not tell (a header in a later
+    /// buffer, one whose length the transfer's end cuts).
     pub h2_next: [u32; 2],
     /// TLS library calls' plaintext records of it reported so far, counted up to a few: the first
     /// ones are looked at for HTTP/2's client preface, as a cleartext connection's first bytes.
@@ -41,6 +42,11 @@ const _: () = assert!(size_of::<SockState>() == 56);
 /// `SockState::h2_next` not known: the next transfer's walk starts at its first byte, and
 /// userspace uses it only where its own walk agrees.
 pub const H2_NEXT_UNKNOWN: u32 = u32::MAX;
+
+/// Set in a known `SockState::h2_next` when the last transfer ended inside a frame header (a
+/// gateway reading into what room its buffer has left): the next one's first bytes are the rest
+/// of that header, which userspace needs, though its first whole header lies further on.
+pub const H2_NEXT_IN_HEADER: u32 = 1 << 30;
 
 /// Key of `LISTEN_PORTS`: a port in one network namespace.
 pub fn listen_key(netns_inum: u32, port: u16) -> u64 {

@@ -9,9 +9,11 @@
 //! copy indexed by the offset, it gave up after a million instructions.
 
 use aya_ebpf::helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user};
-use gateway_observer_common::{DATA_HEAD_BYTES, H2_NEXT_UNKNOWN, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2Walk};
+use gateway_observer_common::{
+    DATA_HEAD_BYTES, H2_NEXT_IN_HEADER, H2_NEXT_UNKNOWN, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2Walk,
+};
 
-const HEADER: u64 = 9;
+pub const HEADER: u64 = 9;
 const DATA: u8 = 0;
 /// CONTINUATION, the last frame type RFC 9113 defines: a larger one means the walk is off.
 const LAST_TYPE: u8 = 9;
@@ -73,7 +75,7 @@ impl Buffers {
 
     /// The user address of byte `at` of the transfer, inside the current buffer.
     #[inline(always)]
-    fn addr(&self, at: u64) -> u64 {
+    pub fn addr(&self, at: u64) -> u64 {
         self.base + (at - self.start)
     }
 
@@ -102,28 +104,52 @@ impl Buffers {
     }
 }
 
+/// How a walk ended.
+#[derive(Clone, Copy)]
+pub enum WalkEnd {
+    /// At the transfer's end: where the frame after the last one walked starts.
+    Reached(u64),
+    /// At the bound, the next header at `at` of `buffers`: a continuation can walk on from there.
+    Bound { at: u64, buffers: Buffers },
+    /// At the transfer's end inside the header at `at` of `buffers`, its length in the bytes
+    /// moved: `past_cut_header` says where the next one starts.
+    Cut { at: u64, buffers: Buffers },
+    /// Before the end, at a header it could not read or that is not one.
+    Stopped,
+}
+
+impl WalkEnd {
+    #[inline(always)]
+    pub fn reached(self) -> Option<u64> {
+        match self {
+            Self::Reached(at) => Some(at),
+            _ => None,
+        }
+    }
+}
+
 /// Walks the frames of the `len` bytes a transfer moved (`buffers`) from the frame boundary
 /// `origin`: through the frames that end inside the first `copied` bytes (the head, in the first
 /// buffer), then keeping the headers of the others with the start of their payloads but DATA's,
 /// from whichever buffer holds them. Stops at the bound, at a header that is not one or that
-/// two buffers share, or at the transfer's end. Returns where the frame after the last one
-/// walked starts, when the walk reached the transfer's end (None when it stopped before).
+/// two buffers share, or at the transfer's end.
 ///
 /// # Safety
 /// `walk` points at a reserved ring-buffer record.
 #[inline(always)]
-pub unsafe fn walk_frames(walk: *mut H2Walk, mut buffers: Buffers, len: u64, origin: u64, copied: u64) -> Option<u64> {
+pub unsafe fn walk_frames(walk: *mut H2Walk, mut buffers: Buffers, len: u64, origin: u64, copied: u64) -> WalkEnd {
     // SAFETY: the caller's.
     let walk = unsafe { &mut *walk };
     walk.origin = origin as u32;
     walk.start = 0;
     walk.frames = 0;
-    walk._pad = [0; 7];
+    walk.continued = 0;
+    walk._pad = [0; 6];
     let mut at = origin;
     let mut step = 0;
     while step < HEAD_FRAMES && at + HEADER <= copied {
         step += 1;
-        let len = payload_len_at(buffers.base + at)?;
+        let Some(len) = payload_len_at(buffers.base + at) else { return WalkEnd::Stopped };
         if at + HEADER + len > copied {
             // Its payload runs past the head: kept below, with its start.
             break;
@@ -179,31 +205,78 @@ pub unsafe fn walk_frames(walk: *mut H2Walk, mut buffers: Buffers, len: u64, ori
         at = payload_at + frame_len;
     }
     walk.frames = frames as u8;
-    (at + HEADER > len).then_some(at)
+    if at + HEADER > len {
+        // The cut header's length is read elsewhere (`past_cut_header`): here, after an unrolled
+        // walk, every extra read is verified once per frame the walk may have stopped at.
+        if at + LENGTH_BYTES <= len && at + LENGTH_BYTES <= buffers.end() {
+            WalkEnd::Cut { at, buffers }
+        } else {
+            WalkEnd::Reached(at)
+        }
+    } else if frames == H2_WALK_FRAMES {
+        WalkEnd::Bound { at, buffers }
+    } else {
+        WalkEnd::Stopped
+    }
 }
 
-/// Where the frame after those in the `avail` bytes at `base` starts, walking from the frame
-/// boundary `origin` (a transfer no longer than the head: its headers need no record of their
-/// own, but the connection's position in its frames moves on). None past the bound or at a
-/// header that is not one.
+/// `SockState::h2_next` after a transfer of `len` bytes no longer than the head (its headers
+/// need no record of their own, but the connection's place in its frames moves on), whose
+/// first `avail` bytes are at `base`, walking from the frame boundary `origin`.
 #[inline(always)]
-pub fn frames_end(base: u64, avail: u64, origin: u64) -> Option<u64> {
+pub fn next_after_head(base: u64, avail: u64, origin: u64, len: u64) -> u32 {
     let mut at = origin;
     let mut step = 0;
     while step < HEAD_FRAMES && at + HEADER <= avail {
         step += 1;
-        at += HEADER + payload_len_at(base + at)?;
+        let Some(payload) = payload_len_at(base + at) else { return H2_NEXT_UNKNOWN };
+        at += HEADER + payload;
     }
-    (at + HEADER > avail).then_some(at)
+    if at + HEADER <= avail {
+        // Past the bound.
+        return H2_NEXT_UNKNOWN;
+    }
+    if at < avail && at + LENGTH_BYTES <= avail {
+        return next_origin_in_header(past_cut_header(base + at, at), len);
+    }
+    next_origin(Some(at), len)
+}
+
+/// A frame header's first bytes: its payload length.
+const LENGTH_BYTES: u64 = 3;
+
+/// Where the frame after the one whose header starts at `at` (user address `addr`) begins, when
+/// the transfer ends inside that header (a gateway reading into what room its buffer has left):
+/// its length is in the bytes moved, so the next transfer's place is known all the same. `at`
+/// itself (the place then unknown) when they cannot be read.
+#[inline(always)]
+pub fn past_cut_header(addr: u64, at: u64) -> u64 {
+    let mut word = 0u32;
+    // SAFETY: copies 3 bytes of user memory into a 4-byte local.
+    if unsafe { bpf_probe_read_user((&raw mut word).cast(), LENGTH_BYTES as u32, addr as *const _) } != 0 {
+        return at;
+    }
+    let bytes = word.to_le_bytes();
+    let len = (u64::from(bytes[0]) << 16) | (u64::from(bytes[1]) << 8) | u64::from(bytes[2]);
+    at + HEADER + len
 }
 
 /// `SockState::h2_next` after a transfer of `len` bytes whose walk ended at `end`: the next
 /// transfer starts `end - len` bytes before its first header, unless the walk stopped early or
-/// its last header lies in bytes it did not read (a later buffer, or cut by the transfer's end).
+/// its last header lies in bytes it did not read (a later buffer, or its length cut by the transfer's end).
 #[inline(always)]
 pub fn next_origin(end: Option<u64>, len: u64) -> u32 {
     match end {
-        Some(end) if end >= len && end - len < u64::from(H2_NEXT_UNKNOWN) => (end - len) as u32,
+        Some(end) if end >= len && end - len < u64::from(H2_NEXT_IN_HEADER) => (end - len) as u32,
         _ => H2_NEXT_UNKNOWN,
+    }
+}
+
+/// `next_origin` for a transfer that ended inside the header of the frame before `end`.
+#[inline(always)]
+pub fn next_origin_in_header(end: u64, len: u64) -> u32 {
+    match next_origin(Some(end), len) {
+        H2_NEXT_UNKNOWN => H2_NEXT_UNKNOWN,
+        next => next | H2_NEXT_IN_HEADER,
     }
 }

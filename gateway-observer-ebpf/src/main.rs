@@ -13,6 +13,7 @@
 #![allow(clippy::needless_borrows_for_generic_args, reason = "keys stay in place on the BPF stack")]
 
 mod go_tls;
+mod h2_continue;
 mod h2_marks;
 mod h2_walk;
 mod lifecycle;

@@ -13,15 +13,16 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
 use gateway_observer_common::{
-    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, GoTlsCall, H2_NEXT_UNKNOWN, H2DataEvent,
-    PayloadEvent, SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index, event_kind,
-    syscall_class,
+    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, GoTlsCall, H2_NEXT_IN_HEADER, H2_NEXT_UNKNOWN,
+    H2DataEvent, PayloadEvent, SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index,
+    event_kind, syscall_class,
 };
 
 use crate::{
     go_tls::{call_in_progress, go_transfer},
+    h2_continue,
     h2_marks::take_h2_mark,
-    h2_walk::{Buffers, frames_end, next_origin, walk_frames},
+    h2_walk::{Buffers, WalkEnd, next_after_head, next_origin, walk_frames},
     loop_iterations::transfer_boundary,
     maps::{btf_field, config, count_drop, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
     sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, ring_share_left, socket_ring_unread},
@@ -145,7 +146,10 @@ fn socket_layer_transfer(ctx: &BtfTracePointContext, recv: bool) {
     let ret: i32 = ctx.arg(1);
     let go = call_in_progress(tgid, &call);
     on_transfer(state, tgid, ctx.arg(0), ret, ctx.arg(2), recv, go.is_some());
-    finish_transfer::<true>(state, tid, ret, go);
+    if finish_transfer::<true>(state, tid, ret, go) {
+        // A tail call never returns: this is the program's last action.
+        h2_continue::walk_on(ctx, recv);
+    }
 }
 
 /// A target thread in a data syscall moved bytes on socket `sk`: remember which socket, and for a
@@ -270,7 +274,7 @@ pub fn take_h2_place(state: &mut ThreadState, sock: &mut SockState, read: bool) 
 #[inline(always)]
 fn h2_origin(state: &ThreadState) -> u64 {
     if state.data_first & ON_H2 != 0 && state.data_h2_origin != H2_NEXT_UNKNOWN {
-        u64::from(state.data_h2_origin)
+        u64::from(state.data_h2_origin & !H2_NEXT_IN_HEADER)
     } else {
         0
     }
@@ -279,8 +283,14 @@ fn h2_origin(state: &ThreadState) -> u64 {
 /// Where the next transfer in this one's direction starts in its frames.
 #[inline(always)]
 fn set_h2_next(state: &ThreadState, next: u32) {
-    if let Some(sock) = SOCKS.get_ptr_mut(&state.data_sk) {
-        let dir = usize::from(!data_shape::is_read(state.data_shape));
+    set_h2_next_of(state.data_sk, data_shape::is_read(state.data_shape), next);
+}
+
+/// Where the next transfer on socket `sk` in the `read` (or write) direction starts in its frames.
+#[inline(always)]
+pub fn set_h2_next_of(sk: u64, read: bool, next: u32) {
+    if let Some(sock) = SOCKS.get_ptr_mut(&sk) {
+        let dir = usize::from(!read);
         // SAFETY: a map value pointer, valid for this program run.
         if let Some(slot) = unsafe { (*sock).h2_next.get_mut(dir) } {
             *slot = next;
@@ -308,14 +318,16 @@ fn clear_unread(key: u64) {
 }
 
 /// The transfer is over: send on the bytes it moved on a followed socket. Moving bytes is also
-/// an event loop's iteration boundary. `go`: the Go TLS call its goroutine is inside.
+/// an event loop's iteration boundary. `go`: the Go TLS call its goroutine is inside. True when
+/// its HTTP/2 frames are left for a continuation program to walk on (`h2_continue`).
 #[inline(always)]
 fn finish_transfer<const ACROSS_BUFFERS: bool>(
     state: &mut ThreadState,
     tid: u32,
     ret: i32,
     go: Option<*mut GoTlsCall>,
-) {
+) -> bool {
+    let mut walk_left = false;
     if ret > 0 {
         let now = now_ns();
         if state.data_sk != 0 {
@@ -325,13 +337,14 @@ fn finish_transfer<const ACROSS_BUFFERS: bool>(
                 // Ciphertext inside a TLS library call: its plaintext is sent when the call returns.
                 tls_transfer(state, state.data_sk, state.data_queued_ns);
             } else {
-                emit_data::<ACROSS_BUFFERS>(state, tid, ret as u64, now);
+                walk_left = emit_data::<ACROSS_BUFFERS>(state, tid, ret as u64, now);
             }
         }
         transfer_boundary(state, tid, now);
     }
     state.data_shape = data_shape::NONE;
     state.data_sk = 0;
+    walk_left
 }
 
 /// `value`, at most `max`, with the bound where the verifier sees it. LLVM knows a copy length
@@ -360,13 +373,14 @@ fn lose_record(state: &ThreadState, drop: u32) {
 /// may open with the preface) that runs past the head gets the larger record with its frame
 /// headers walked; any other pays one test more. `ACROSS_BUFFERS`: the walk goes on past the
 /// first buffer of a `writev` (the socket tracepoints; 6.1's verifier, for the `tcp_*msg`
-/// fallback, did not finish with it in 150 s, and TLS plaintext is one buffer).
+/// fallback, did not finish with it in 150 s, and TLS plaintext is one buffer), and past its
+/// bound in continuation programs. True when the walk is left for one.
 #[inline(always)]
-pub fn emit_data<const ACROSS_BUFFERS: bool>(state: &ThreadState, tid: u32, len: u64, now: u64) {
+pub fn emit_data<const ACROSS_BUFFERS: bool>(state: &ThreadState, tid: u32, len: u64, now: u64) -> bool {
     let unread = socket_ring_unread();
     if unread > u64::from(SOCKET_RINGBUF_BYTES / 2) && !ring_share_left(state.tgid) {
         lose_record(state, drop_index::RING_SHARE);
-        return;
+        return false;
     }
     let (buffers, iovs) = buffers(state, len);
     let origin = h2_origin(state);
@@ -380,26 +394,28 @@ pub fn emit_data<const ACROSS_BUFFERS: bool>(state: &ThreadState, tid: u32, len:
     if past_head && origin < len {
         let iov = if ACROSS_BUFFERS { iovs.0 } else { 0 };
         let walked = Buffers::new(buffers.0, buffers.1, iov, iovs.1, iovs.2);
-        emit_walked(state, tid, len, now, buffers, walked, unread);
-        return;
+        return emit_walked::<ACROSS_BUFFERS>(state, tid, len, now, buffers, walked, unread);
     }
     if state.data_first & ON_H2 != 0 {
         // No header past the head to keep, but the connection's place in its frames moves on.
-        set_h2_next(state, next_origin(frames_end(buffers.0, buffers.1, origin), len));
-        if origin >= len {
+        set_h2_next(state, next_after_head(buffers.0, buffers.1, origin, len));
+        // Wholly inside a frame's payload: no bytes needed. One that starts inside a header
+        // keeps them: userspace completes the header from them.
+        if origin >= len && state.data_h2_origin & H2_NEXT_IN_HEADER == 0 {
             emit_payload(state, tid, len, now, unread);
-            return;
+            return false;
         }
     }
     let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
         lose_record(state, drop_index::SOCKET_RINGBUF);
-        return;
+        return false;
     };
     // SAFETY: a reserved record of a DataEvent's size.
     unsafe { fill_data(entry.as_mut_ptr(), state, tid, len, now, buffers) };
     // The ring's unread bytes with this record (and its 8-byte header), read once above.
     let record = size_of::<DataEvent>();
     entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
+    false
 }
 
 /// `emit_data` for an HTTP/2 transfer inside one frame's payload: its length and time only.
@@ -421,9 +437,10 @@ fn emit_payload(state: &ThreadState, tid: u32, len: u64, now: u64, unread: u64) 
     entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
 }
 
-/// `emit_data` for a transfer that may carry HTTP/2 frames past its head.
+/// `emit_data` for a transfer that may carry HTTP/2 frames past its head. True when its walk
+/// reached the bound and is left for a continuation (`CONTINUE`: this hook has them).
 #[inline(always)]
-fn emit_walked(
+fn emit_walked<const CONTINUE: bool>(
     state: &ThreadState,
     tid: u32,
     len: u64,
@@ -431,12 +448,13 @@ fn emit_walked(
     buffers: (u64, u64, u64, u64),
     walked: Buffers,
     unread: u64,
-) {
+) -> bool {
     let Some(mut entry) = SOCKET_EVENTS.reserve::<H2DataEvent>(0) else {
         lose_record(state, drop_index::SOCKET_RINGBUF);
-        return;
+        return false;
     };
     let event = entry.as_mut_ptr();
+    let mut walk_left = false;
     // SAFETY: a reserved record of an H2DataEvent's size, whose first field is the DataEvent.
     unsafe {
         let data = &raw mut (*event).data;
@@ -449,11 +467,22 @@ fn emit_walked(
             let origin = if preface { PREFACE_LEN } else { h2_origin(state) };
             let end = walk_frames(&raw mut (*event).walk, walked, len, origin, copied);
             (*data).h2_walk = 1;
-            set_h2_next(state, next_origin(end, len));
+            match (CONTINUE, end) {
+                // The connection's place stays unknown until the continuation has found it: at
+                // the end of its walk, or past a header this transfer ends inside.
+                (true, WalkEnd::Bound { at, buffers } | WalkEnd::Cut { at, buffers }) => {
+                    let read = data_shape::is_read(state.data_shape);
+                    walk_left = h2_continue::leave(tid, state.data_sk, read, len, at, buffers);
+                    let more_records = matches!(end, WalkEnd::Bound { .. });
+                    (*event).walk.continued = u8::from(walk_left && more_records);
+                }
+                _ => set_h2_next(state, next_origin(end.reached(), len)),
+            }
         }
     }
     let record = size_of::<H2DataEvent>();
     entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
+    walk_left
 }
 
 /// Fills a data record's fields before its head but `head_len` and `tail_len`: the transfer.

@@ -11,7 +11,10 @@ use std::time::Duration;
 use tests::{
     free_port,
     h2c::H2cConnection,
-    h2load::{assert_matches_h2load, assert_multiplexed_counted, assert_uploads_counted, stream_counts},
+    h2load::{
+        assert_many_streams_counted, assert_matches_h2load, assert_multiplexed_counted, assert_uploads_counted,
+        stream_counts,
+    },
     nginx::Nginx,
     observer::Observer,
     privileged,
@@ -38,6 +41,7 @@ fn reference_gateway_h2c_streams_match_h2load() {
     // keeps sync and every stream keeps its status.
     assert_multiplexed_counted(&observer, &url, true);
     assert_uploads_counted(&observer, &url);
+    assert_many_streams_counted(&observer, &url);
 }
 
 /// nginx as an h2c server (`listen ... http2`, prior knowledge) in front of the same upstream.
@@ -92,6 +96,27 @@ fn nginx_h2c_connection_first_seen_mid_way_keeps_its_statuses() {
     eprintln!("mid-way: {counted} streams counted, {statusless} without a status, {resyncs} resyncs");
     assert_eq!(counted, f64::from(MID_WAY_STREAMS), "streams of the connection first seen mid-way");
     assert_eq!(statusless, 0.0, "streams of the connection first seen mid-way without a status");
+}
+
+/// nginx answering 100 streams at a time of one h2c connection, each from its config (`return
+/// 200 "ok\n"`, no upstream): nearly every read of nginx then holds about 100 HEADERS frames
+/// (`assert_many_streams_counted`). nginx's writes stay short here: it writes each frame as soon
+/// as it makes it (its header and payload an iovec each), and queues frames into one `writev` (at
+/// most 64 iovecs) only while the socket is full. `keepalive_requests`: by default nginx ends an
+/// h2 connection after 1000 streams.
+#[test]
+fn nginx_h2c_reads_of_many_streams_count_every_stream() {
+    if !privileged(module_path!()) {
+        return;
+    }
+    let port = free_port();
+    let body = format!(
+        "  server {{\n    listen 127.0.0.1:{port} http2;\n    keepalive_requests 10000;\n    \
+         location / {{ return 200 \"ok\\n\"; }}\n  }}"
+    );
+    let nginx = Nginx::start(&[], 1, &body, ("127.0.0.1", port));
+    let observer = Observer::start(nginx.pid());
+    assert_many_streams_counted(&observer, &format!("http://127.0.0.1:{port}/many"));
 }
 
 /// nginx as an h2c server on a free port, proxying to `upstream` over HTTP/1.1 keep-alive.

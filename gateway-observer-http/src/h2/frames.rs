@@ -10,6 +10,8 @@
 //! of each.
 
 pub const HEADER_LEN: usize = 9;
+/// A frame header's first bytes: its payload length.
+const LENGTH_BYTES: usize = 3;
 /// Payload bytes kept of one frame; a longer header block is decoded as far as it goes.
 pub const MAX_KEPT_PAYLOAD: usize = 16 * 1024;
 /// The largest frame length a resynchronisation accepts (SETTINGS_MAX_FRAME_SIZE may be raised
@@ -189,11 +191,17 @@ impl Walker {
 
     /// Where the next byte fed stands before the next frame header: 0 at a boundary (or lost:
     /// a lost walker resumes only at a syscall that starts with frames), the payload still to
-    /// come inside a frame, None inside a header.
+    /// come inside a frame, the rest of a header and its payload inside a header whose length
+    /// came (as the kernel reckons it), None inside one whose length did not.
     pub fn to_next_header(&self) -> Option<u64> {
         match self.state {
             State::Lost => Some(0),
-            State::Header => (self.have == 0).then_some(0),
+            State::Header if self.have == 0 => Some(0),
+            State::Header if self.have >= LENGTH_BYTES => {
+                let len = self.header_bytes[..LENGTH_BYTES].iter().fold(0u64, |len, &b| (len << 8) | u64::from(b));
+                Some((HEADER_LEN - self.have) as u64 + len)
+            }
+            State::Header => None,
             State::Payload => Some(self.remaining),
         }
     }

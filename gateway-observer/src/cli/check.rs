@@ -129,7 +129,26 @@ fn hook_lines(probes: &mut Probes) -> Vec<Line> {
             detail: "no source attaches: requests are not timed".into(),
         },
     });
+    lines.push(walk_continuations_line(probes, found));
     lines
+}
+
+/// Whether HTTP/2 frame walks go on past 32 frames in one transfer (the socket tracepoints'
+/// continuation programs).
+fn walk_continuations_line(probes: &mut Probes, found: Option<DataHooks>) -> Line {
+    const REQUIREMENT: &str = "HTTP/2 walks past 32 frames in one transfer";
+    let (status, detail) = match found {
+        Some(DataHooks::SocketTracepoints) => match probes.load_walk_continuations() {
+            Ok(()) => (Status::Ok, "continuation programs loaded (tail calls)".to_owned()),
+            Err(e) => {
+                (Status::Degraded, format!("a walk stops at 32 frames past a transfer's head: {}", error_chain(&e)))
+            }
+        },
+        _ => {
+            (Status::Unused, "not with the TCP functions: a walk stops at 32 frames past a transfer's head".to_owned())
+        }
+    };
+    Line { requirement: REQUIREMENT.into(), status, detail }
 }
 
 /// Libraries a TLS stack is found in, where distributions put them.

@@ -28,7 +28,7 @@ use crate::{
     host::privileges,
     host::procfs,
     probes::quotas::Quotas,
-    probes::{ProbeSettings, Probes},
+    probes::{DataHooks, ProbeSettings, Probes},
     sinks::{
         families,
         http::{self, Published},
@@ -197,6 +197,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     match &attached.data {
         Ok(source) => tracing::info!("socket bytes from {}", source.describe()),
         Err(e) => tracing::warn!("degraded: no source of socket bytes ({e}): requests are not timed"),
+    }
+    if let (Ok(DataHooks::SocketTracepoints), Err(e)) = (&attached.data, &attached.walk_continuations) {
+        tracing::warn!("degraded: HTTP/2 frames past 32 in one transfer are not walked ({e})");
     }
     for (optional, e) in &attached.missing {
         tracing::warn!("degraded: no {} ({e}): {}", optional.capability, optional.consequence);

@@ -118,6 +118,9 @@ impl Collector {
         e.family(name);
         e.sample(name, &[("ring", "threads")], self.decode_errors as f64);
         e.sample(name, &[("ring", "sockets")], self.socket_decode_errors as f64);
+        let name = &families::HTTP2_WALKS_CUT_SHORT;
+        e.family(name);
+        e.sample(name, &[], self.continued_walks.incomplete as f64);
         let stats = self.probes.program_stats();
         let name = &families::BPF_PROGRAM_RUN_SECONDS;
         e.family(name);

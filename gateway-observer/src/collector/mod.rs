@@ -3,6 +3,7 @@
 //! monotonic per-label counters, frees the slots of threads that exited (so nothing leaks), and
 //! renders the metrics (`metrics`). It is the only module that holds a `Probes`.
 
+mod continued_walks;
 mod findings;
 mod h2_marks;
 mod java_stacks;
@@ -33,7 +34,7 @@ use crate::{
         finding::Finding,
         loop_threads::EventLoopConfig,
     },
-    events::{Block, LongIteration, Record},
+    events::{Block, LongIteration, Record, socket::SocketRecord},
     host::procfs,
     probes::{ProbeError, Probes},
     state::{
@@ -144,6 +145,8 @@ pub struct Collector {
     socket_losses_seen: u64,
     /// HTTP/2 connections first seen mid-way, named to the kernel for it to walk their frames.
     h2_marks: h2_marks::H2Marks,
+    /// Walked records waiting for the rest of their HTTP/2 walk.
+    continued_walks: continued_walks::ContinuedWalks,
     /// Per target: CPU seconds used and when, at the last tick; and the cores used since.
     cpu_seen: HashMap<u32, (Instant, f64)>,
     cpu_cores: HashMap<u32, f64>,
@@ -210,6 +213,7 @@ impl Collector {
             socket_decode_errors: 0,
             socket_losses_seen: 0,
             h2_marks: h2_marks::H2Marks::default(),
+            continued_walks: continued_walks::ContinuedWalks::default(),
             cpu_seen: HashMap::new(),
             cpu_cores: HashMap::new(),
             request_queues: RequestQueues::default(),
@@ -243,6 +247,9 @@ impl Collector {
     /// that lost records forget their requests in flight (see the tracker); if the kernel's
     /// counts cannot be read, every connection does.
     pub fn after_socket_drain(&mut self) {
+        for late in self.continued_walks.after_drain() {
+            self.handle_continued(&late);
+        }
         let mid_way = self.requests.take_h2_mid_way();
         if !mid_way.is_empty() {
             self.h2_marks.tell(&mut self.probes, mid_way, Instant::now());
@@ -261,11 +268,30 @@ impl Collector {
         }
     }
 
-    /// A record from the socket ring buffer; undecodable bytes are counted, never fatal.
+    /// A record from the socket ring buffer; undecodable bytes are counted, never fatal. A
+    /// walked record whose walk goes on waits for its continuations.
     pub fn handle_socket_bytes(&mut self, bytes: &[u8]) {
         match crate::events::socket::decode(bytes) {
+            Ok(SocketRecord::Data(data)) if data.walk_continued => {
+                if let Some(earlier) = self.continued_walks.hold(bytes, &data) {
+                    self.handle_continued(&earlier);
+                }
+            }
+            Ok(SocketRecord::H2Continued(more)) => {
+                if let Some(whole) = self.continued_walks.extend(&more) {
+                    self.handle_continued(&whole);
+                }
+            }
             Ok(record) => self.requests.handle(record),
             Err(_) => self.socket_decode_errors += 1,
+        }
+    }
+
+    /// A walked record, with the headers its continuations added.
+    fn handle_continued(&mut self, waiting: &continued_walks::Waiting) {
+        match waiting.record() {
+            Some(data) => self.requests.handle(SocketRecord::Data(data)),
+            None => self.socket_decode_errors += 1,
         }
     }
 

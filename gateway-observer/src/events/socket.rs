@@ -5,8 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use gateway_observer_common::{
     CONN_EVENT_SIZE, ConnEvent, DATA_EVENT_SIZE, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FLOW_EVENT_SIZE,
-    FlowEvent, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2DataEvent, H2Walk, PAYLOAD_EVENT_SIZE, conn_role, data_shape,
-    event_kind,
+    FlowEvent, H2_CONTINUED_EVENT_SIZE, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2ContinuedEvent, H2DataEvent, H2Walk,
+    PAYLOAD_EVENT_SIZE, conn_role, data_shape, event_kind,
 };
 use gateway_observer_http::h2::Walked;
 
@@ -20,6 +20,19 @@ pub enum SocketRecord<'a> {
     Data(DataRecord<'a>),
     Retransmit(FlowRecord),
     Reset(FlowRecord),
+    /// More frame headers of the walked record before it of the same socket and thread.
+    H2Continued(ContinuedWalk<'a>),
+}
+
+/// The kernel's walk of a transfer's HTTP/2 frame headers, gone on past a record's bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContinuedWalk<'a> {
+    pub sk: u64,
+    pub tid: u32,
+    /// From where the walk before stopped (`walked.origin`).
+    pub walked: Walked<'a>,
+    /// Another continuation follows.
+    pub continued: bool,
 }
 
 /// TCP state of a connection when the kernel retransmitted on it or it was reset.
@@ -80,6 +93,8 @@ pub struct DataRecord<'a> {
     pub sock_lost: u16,
     /// HTTP/2 frame headers the kernel walked past the head (empty unless it did).
     pub walked: Walked<'a>,
+    /// The walk reached its bound and goes on in `H2Continued` records.
+    pub walk_continued: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -109,6 +124,18 @@ pub fn decode(bytes: &[u8]) -> Result<SocketRecord<'_>, DecodeError> {
             let event: ConnEvent = read_struct(bytes, CONN_EVENT_SIZE)?;
             let info = conn_info(&event);
             Ok(if kind == event_kind::SOCKET_OPEN { SocketRecord::Open(info) } else { SocketRecord::Close(info) })
+        }
+        event_kind::SOCKET_H2_CONTINUED => {
+            if bytes.len() < H2_CONTINUED_EVENT_SIZE {
+                return Err(DecodeError::Size(bytes.len()));
+            }
+            let walk_at = std::mem::offset_of!(H2ContinuedEvent, walk);
+            Ok(SocketRecord::H2Continued(ContinuedWalk {
+                sk: field(bytes, std::mem::offset_of!(H2ContinuedEvent, sk)),
+                tid: field(bytes, std::mem::offset_of!(H2ContinuedEvent, tid)),
+                walked: walked(bytes, walk_at),
+                continued: walk_continued(bytes, walk_at),
+            }))
         }
         kind @ (event_kind::SOCKET_RETRANSMIT | event_kind::SOCKET_RESET) => {
             let event: FlowEvent = read_struct(bytes, FLOW_EVENT_SIZE)?;
@@ -163,6 +190,7 @@ fn data_record(bytes: &[u8], with_bytes: bool) -> DataRecord<'_> {
     let head_at = std::mem::offset_of!(DataEvent, head);
     let tail_at = std::mem::offset_of!(DataEvent, tail);
     let queued_since_ns: u64 = at!(queued_since_ns);
+    let walk_at = std::mem::offset_of!(H2DataEvent, walk);
     DataRecord {
         sk: at!(sk),
         tid: at!(tid),
@@ -175,14 +203,20 @@ fn data_record(bytes: &[u8], with_bytes: bool) -> DataRecord<'_> {
         head: bytes.get(head_at..head_at + head_len).unwrap_or_default(),
         tail: bytes.get(tail_at..tail_at + tail_len).unwrap_or_default(),
         sock_lost: at!(sock_lost),
-        walked: if h2_walk != 0 { walked(bytes) } else { Walked::default() },
+        walked: if h2_walk != 0 { walked(bytes, walk_at) } else { Walked::default() },
+        walk_continued: h2_walk != 0 && walk_continued(bytes, walk_at),
     }
 }
 
-/// The frame walk of an `H2DataEvent` (`bytes` holds the whole record), borrowed from `bytes`;
-/// empty when the record is too short for one.
-fn walked(bytes: &[u8]) -> Walked<'_> {
-    let walk_at = std::mem::offset_of!(H2DataEvent, walk);
+/// Whether the `H2Walk` at `walk_at` goes on in a continuation record.
+fn walk_continued(bytes: &[u8], walk_at: usize) -> bool {
+    bytes.len() >= walk_at + size_of::<H2Walk>()
+        && field::<u8>(bytes, walk_at + std::mem::offset_of!(H2Walk, continued)) != 0
+}
+
+/// The frame walk at `walk_at` of a record (`bytes` holds the whole record), borrowed from
+/// `bytes`; empty when the record is too short for one.
+fn walked(bytes: &[u8], walk_at: usize) -> Walked<'_> {
     if bytes.len() < walk_at + size_of::<H2Walk>() {
         return Walked::default();
     }
@@ -308,7 +342,8 @@ mod tests {
             origin: 0,
             start: 600,
             frames: 2,
-            _pad: [0; 7],
+            continued: 0,
+            _pad: [0; 6],
             headers: [[0; 9]; H2_WALK_FRAMES],
             payload_lens: [0; H2_WALK_FRAMES],
             payloads: [[0; H2_WALK_PAYLOAD_BYTES]; H2_WALK_FRAMES],

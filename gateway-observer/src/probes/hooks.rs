@@ -78,6 +78,14 @@ pub const OPTIONAL_HOOKS: &[OptionalHook] = &[OptionalHook {
 /// The bytes of socket transfers, from the socket layer's tracepoints (6.5 and later).
 pub const SOCKET_TRACEPOINT_HOOKS: &[Hook] = &[Hook::tp("sock_recv_length"), Hook::tp("sock_send_length")];
 
+/// The continuation programs of the socket tracepoints' HTTP/2 walks: (program, tracepoint, the
+/// program array it tail-calls through). Loaded, never attached: the tracepoint's program hands a
+/// walk past its 32 frames on to them (`h2_continue.rs` in the kernel programs).
+pub const WALK_CONTINUATIONS: &[(&str, &str, &str)] = &[
+    ("sock_recv_length_more", "sock_recv_length", "H2_RECV_MORE"),
+    ("sock_send_length_more", "sock_send_length", "H2_SEND_MORE"),
+];
+
 /// The same from TCP's own functions, where those tracepoints are missing.
 pub const TCP_FUNCTION_HOOKS: &[Hook] = &[
     Hook::entry("tcp_recvmsg_enter", "tcp_recvmsg"),
@@ -130,6 +138,14 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
+    }
+
+    #[test]
+    fn each_walk_continuation_runs_on_a_socket_tracepoint() {
+        for (program, tracepoint, _) in WALK_CONTINUATIONS {
+            assert!(SOCKET_TRACEPOINT_HOOKS.iter().any(|h| h.target == *tracepoint), "{program}");
+            assert!(all_hooks().all(|h| h.program != *program), "{program} is never attached");
+        }
     }
 
     #[test]

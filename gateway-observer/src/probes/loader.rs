@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{Array, MapData, Queue},
+    maps::{Array, MapData, ProgramArray, Queue},
     programs::{BtfTracePoint, FEntry, FExit},
 };
 use gateway_observer_common::{MAX_SYSCALL_NR, MAX_THREADS, ProbeConfig};
 
 use super::{
-    hooks::{AttachKind, CORE_HOOKS, DataHooks, Hook, OPTIONAL_HOOKS, OptionalHook},
+    hooks::{AttachKind, CORE_HOOKS, DataHooks, Hook, OPTIONAL_HOOKS, OptionalHook, WALK_CONTINUATIONS},
     kernel_offsets::{KernelOffsets, OffsetError},
     thread_slots::ThreadSlots,
 };
@@ -86,6 +86,9 @@ fn pid_max() -> u32 {
 pub struct Attachment {
     /// The source of socket bytes in use, or why there is none (requests are not timed).
     pub data: Result<DataHooks, ProbeError>,
+    /// Whether HTTP/2 walks go on past 32 frames in one transfer (socket tracepoints only), or
+    /// why not.
+    pub walk_continuations: Result<(), ProbeError>,
     /// Optional hooks this kernel refused, each with why.
     pub missing: Vec<(OptionalHook, ProbeError)>,
 }
@@ -269,7 +272,34 @@ impl Probes {
                 Err(e) => data = Err(e),
             }
         }
-        Ok(Attachment { data, missing })
+        let walk_continuations = match data {
+            Ok(DataHooks::SocketTracepoints) => self.load_walk_continuations(),
+            _ => Err(ProbeError::MissingProgram("sock_recv_length")),
+        };
+        Ok(Attachment { data, walk_continuations, missing })
+    }
+
+    /// Loads the continuation programs of the socket tracepoints' HTTP/2 walks into the program
+    /// arrays their tracepoints tail-call through. Until they are there, a walk stops at 32 frames.
+    pub fn load_walk_continuations(&mut self) -> Result<(), ProbeError> {
+        if self.btf.is_none() {
+            self.btf = Some(Btf::from_sys_fs()?);
+        }
+        for &(program, tracepoint, array) in WALK_CONTINUATIONS {
+            let load_err = |source| ProbeError::LoadProgram { program, source };
+            let btf = self.btf.as_ref().ok_or(ProbeError::MissingProgram(program))?;
+            let prog = self.ebpf.program_mut(program).ok_or(ProbeError::MissingProgram(program))?;
+            let prog: &mut BtfTracePoint = prog.try_into().map_err(load_err)?;
+            prog.load(tracepoint, btf).map_err(load_err)?;
+            let fd = prog
+                .fd()
+                .map_err(load_err)?
+                .try_clone()
+                .map_err(|e| ProbeError::LoadProgram { program, source: aya::programs::ProgramError::IOError(e) })?;
+            let mut slots: ProgramArray<&mut MapData> = self.map_mut(array)?;
+            slots.set(0, &fd, 0).map_err(map_err(array))?;
+        }
+        Ok(())
     }
 
     /// The loaded object, for the per-target uprobes (`probes::tls`).

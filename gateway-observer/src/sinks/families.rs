@@ -117,6 +117,13 @@ pub const EVENT_DECODE_ERRORS: Family = Family {
     labels: &["ring"],
 };
 
+pub const HTTP2_WALKS_CUT_SHORT: Family = Family {
+    name: "gateway_observer_http2_walks_cut_short",
+    kind: Kind::Counter,
+    help: "HTTP/2 frame walks of more than 32 frames in one transfer used before their last continuation record came (lost to a full socket ring): their connections resync there.",
+    labels: &[],
+};
+
 pub const BPF_PROGRAM_RUN_SECONDS: Family = Family {
     name: "gateway_observer_bpf_program_run_seconds",
     kind: Kind::Counter,

@@ -211,6 +211,9 @@ impl RequestTracker {
                     conn.flow.on_reset(&flow);
                 }
             }
+            // Merged into its walked record before it comes here (`collector::continued_walks`);
+            // one whose walked record is gone has nothing to add to.
+            SocketRecord::H2Continued(_) => {}
         }
     }
 

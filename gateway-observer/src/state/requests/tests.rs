@@ -57,6 +57,7 @@ pub(crate) fn data(sk: u64, read: bool, bytes: &[u8], ts: u64, queued: Option<u6
         tail: &bytes[bytes.len().saturating_sub(16)..],
         sock_lost: 0,
         walked: Default::default(),
+        walk_continued: false,
     })
 }
 

@@ -59,6 +59,7 @@ impl HeldWrite {
             sock_lost: lost,
             // Plaintext: the kernel walks no frames in it.
             walked: Walked::default(),
+            walk_continued: false,
         }
     }
 }
@@ -183,6 +184,7 @@ mod tests {
             tail: b"",
             sock_lost: 0,
             walked: Walked::default(),
+            walk_continued: false,
         }
     }
 

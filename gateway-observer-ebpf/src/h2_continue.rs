@@ -1,0 +1,148 @@
+//! HTTP/2 walks past one record's bound: a gateway answering many streams of one connection in
+//! one `writev` writes more frames than the 32 a record holds. The walk goes on in a second
+//! program with a verifier budget of its own (the walk is unrolled; a second one in the same
+//! program would double what the verifier already works hard on). The socket tracepoint leaves
+//! where its walk stopped in a per-CPU entry and, as its last action, tail-calls the
+//! continuation program on the same tracepoint, which sends the next headers in a continuation
+//! record and tail-calls itself while frames remain. Userspace merges the records (they follow
+//! each other in the ring) before it lays the walked headers out.
+
+use aya_ebpf::{
+    macros::{btf_tracepoint, map},
+    maps::{PerCpuArray, ProgramArray},
+    programs::BtfTracePointContext,
+};
+use gateway_observer_common::{H2_NEXT_UNKNOWN, H2_WALK_CONTINUATIONS, H2ContinuedEvent, drop_index, event_kind};
+
+use crate::{
+    h2_walk::{Buffers, HEADER, WalkEnd, next_origin, next_origin_in_header, past_cut_header, walk_frames},
+    maps::{count_drop, current_ids},
+    socket_data::set_h2_next_of,
+    sockets::SOCKET_EVENTS,
+};
+
+/// A walk left for a continuation program: whose, and where it stopped.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LeftWalk {
+    /// Set while a walk waits for its continuation; taken by it.
+    pending: u32,
+    /// Continuations sent so far for this transfer.
+    hops: u32,
+    tid: u32,
+    read: u32,
+    sk: u64,
+    /// The transfer's bytes, and where the next header starts among them.
+    len: u64,
+    at: u64,
+    buffers: Buffers,
+}
+
+/// One per CPU: the tail call runs on the CPU that left the walk, before anything else runs there.
+#[map]
+static H2_LEFT_WALKS: PerCpuArray<LeftWalk> = PerCpuArray::with_max_entries(1, 0);
+
+/// The continuation programs, set by userspace at load (slot 0). One map per tracepoint: a
+/// tracing program may tail-call only programs of the same attach point.
+#[map]
+static H2_RECV_MORE: ProgramArray = ProgramArray::with_max_entries(1, 0);
+#[map]
+static H2_SEND_MORE: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// Leaves a walk that reached its bound at `at` of `buffers` for a continuation; false when it
+/// cannot (the walk then ends there, its connection's place unknown).
+#[inline(always)]
+pub fn leave(tid: u32, sk: u64, read: bool, len: u64, at: u64, buffers: Buffers) -> bool {
+    let Some(left) = H2_LEFT_WALKS.get_ptr_mut(0) else { return false };
+    // SAFETY: a per-CPU map value pointer, valid for this program run.
+    let left = unsafe { &mut *left };
+    *left = LeftWalk { pending: 1, hops: 0, tid, read: u32::from(read), sk, len, at, buffers };
+    true
+}
+
+/// Hands the walk left on this CPU to the continuation program of this tracepoint. Returns only
+/// when the tail call fails (no continuation loaded, the kernel's chain limit): the walk ends.
+#[inline(always)]
+pub fn walk_on(ctx: &BtfTracePointContext, recv: bool) {
+    // SAFETY: a tail call into a program of the same attach point; nothing is held across it.
+    unsafe {
+        if recv {
+            H2_RECV_MORE.tail_call(ctx, 0);
+        } else {
+            H2_SEND_MORE.tail_call(ctx, 0);
+        }
+    }
+    if let Some(left) = H2_LEFT_WALKS.get_ptr_mut(0) {
+        // SAFETY: a per-CPU map value pointer, valid for this program run.
+        unsafe { (*left).pending = 0 };
+    }
+}
+
+/// sock_recv_length's continuation, never attached: reached by tail call only.
+#[btf_tracepoint(function = "sock_recv_length")]
+pub fn sock_recv_length_more(ctx: BtfTracePointContext) -> u32 {
+    continue_walk(&ctx, true);
+    0
+}
+
+/// sock_send_length's continuation, never attached: reached by tail call only.
+#[btf_tracepoint(function = "sock_send_length")]
+pub fn sock_send_length_more(ctx: BtfTracePointContext) -> u32 {
+    continue_walk(&ctx, false);
+    0
+}
+
+/// Walks on from where the last walk on this CPU stopped, into a continuation record; hands on
+/// again while the walk reaches its bound, or ends inside a header (whose length the next run
+/// reads: read here, after the unrolled walk, it would be verified once per frame).
+#[inline(always)]
+fn continue_walk(ctx: &BtfTracePointContext, recv: bool) {
+    let Some(left) = H2_LEFT_WALKS.get_ptr_mut(0) else { return };
+    // SAFETY: a per-CPU map value pointer, valid for this program run.
+    let left = unsafe { &mut *left };
+    if left.pending == 0 || left.tid != current_ids().0 {
+        return;
+    }
+    left.pending = 0;
+    let read = left.read != 0;
+    if left.at + HEADER > left.len {
+        // The walk before reached the transfer's end inside a header: only its place is left
+        // to find, from that header's length; no record.
+        let next = past_cut_header(left.buffers.addr(left.at), left.at);
+        set_h2_next_of(left.sk, read, next_origin_in_header(next, left.len));
+        return;
+    }
+    let Some(mut entry) = SOCKET_EVENTS.reserve::<H2ContinuedEvent>(0) else {
+        // The walked record is laid out as far as it goes: its connection resyncs.
+        count_drop(drop_index::SOCKET_RINGBUF);
+        return;
+    };
+    let event = entry.as_mut_ptr();
+    // SAFETY: a reserved record of an H2ContinuedEvent's size; every field is written.
+    let end = unsafe {
+        (*event).kind = event_kind::SOCKET_H2_CONTINUED;
+        (*event).tid = left.tid;
+        (*event).sk = left.sk;
+        // From a frame boundary, with no head: every header is kept.
+        walk_frames(&raw mut (*event).walk, left.buffers, left.len, left.at, 0)
+    };
+    match end {
+        // This is continuation `hops + 1`: another only while the bound allows.
+        WalkEnd::Bound { at, buffers } | WalkEnd::Cut { at, buffers } if left.hops + 1 < H2_WALK_CONTINUATIONS => {
+            left.hops += 1;
+            left.at = at;
+            left.buffers = buffers;
+            left.pending = 1;
+            // SAFETY: the reserved record, not yet submitted.
+            unsafe { (*event).walk.continued = u8::from(matches!(end, WalkEnd::Bound { .. })) };
+        }
+        end => {
+            let next = end.reached().map_or(H2_NEXT_UNKNOWN, |at| next_origin(Some(at), left.len));
+            set_h2_next_of(left.sk, read, next);
+        }
+    }
+    entry.submit(0);
+    if left.pending != 0 {
+        walk_on(ctx, recv);
+    }
+}
