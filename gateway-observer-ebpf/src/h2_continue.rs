@@ -12,13 +12,15 @@ use aya_ebpf::{
     maps::{PerCpuArray, ProgramArray},
     programs::BtfTracePointContext,
 };
-use gateway_observer_common::{H2_NEXT_UNKNOWN, H2_WALK_CONTINUATIONS, H2ContinuedEvent, drop_index, event_kind};
+use gateway_observer_common::{
+    H2_NEXT_UNKNOWN, H2_WALK_CONTINUATIONS, H2ContinuedEvent, SOCKET_RINGBUF_BYTES, drop_index, event_kind,
+};
 
 use crate::{
     h2_walk::{Buffers, HEADER, WalkEnd, next_origin, next_origin_in_header, past_cut_header, walk_frames},
-    maps::{count_drop, current_ids},
+    maps::{count_drop, current_ids, submit_flags},
     socket_data::set_h2_next_of,
-    sockets::SOCKET_EVENTS,
+    sockets::{SOCKET_EVENTS, socket_ring_unread},
 };
 
 /// A walk left for a continuation program: whose, and where it stopped.
@@ -141,7 +143,9 @@ fn continue_walk(ctx: &BtfTracePointContext, recv: bool) {
             set_h2_next_of(left.sk, read, next);
         }
     }
-    entry.submit(0);
+    // The reader is woken only when the ring is getting full, as for every other record.
+    let record = size_of::<H2ContinuedEvent>();
+    entry.submit(submit_flags(socket_ring_unread(), SOCKET_RINGBUF_BYTES, record));
     if left.pending != 0 {
         walk_on(ctx, recv);
     }

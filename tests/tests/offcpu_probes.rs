@@ -209,7 +209,10 @@ fn sigterm_detaches_every_program_and_exits_0() {
     let before = loaded();
     let mut daemon = Observer::run(&["--target", &format!("pid={}", std::process::id())]);
     let during: Vec<u32> = loaded().into_iter().filter(|id| !before.contains(id)).collect();
-    assert_eq!(during.len(), ours.len(), "programs loaded by the daemon: {during:?}");
+    // The socket tracepoints' HTTP/2 walk continuations (`sock_*_length_more`, loaded, never
+    // attached) share their first 15 bytes, all the kernel keeps of a name.
+    let continuations = 2;
+    assert_eq!(during.len(), ours.len() + continuations, "programs loaded by the daemon: {during:?}");
     let pid = daemon.pid();
     let status = daemon.stop();
     assert!(status.success(), "exit status on SIGTERM: {status}");
