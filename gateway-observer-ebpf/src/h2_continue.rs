@@ -12,9 +12,7 @@ use aya_ebpf::{
     maps::{PerCpuArray, ProgramArray},
     programs::BtfTracePointContext,
 };
-use gateway_observer_common::{
-    H2_NEXT_UNKNOWN, H2_WALK_CONTINUATIONS, H2ContinuedEvent, SOCKET_RINGBUF_BYTES, drop_index, event_kind,
-};
+use gateway_observer_common::{H2_WALK_CONTINUATIONS, H2ContinuedEvent, SOCKET_RINGBUF_BYTES, drop_index, event_kind};
 
 use crate::{
     h2_walk::{Buffers, HEADER, WalkEnd, next_origin, next_origin_in_header, past_cut_header, walk_frames},
@@ -138,10 +136,7 @@ fn continue_walk(ctx: &BtfTracePointContext, recv: bool) {
             // SAFETY: the reserved record, not yet submitted.
             unsafe { (*event).walk.continued = u8::from(matches!(end, WalkEnd::Bound { .. })) };
         }
-        end => {
-            let next = end.reached().map_or(H2_NEXT_UNKNOWN, |at| next_origin(Some(at), left.len));
-            set_h2_next_of(left.sk, read, next);
-        }
+        end => set_h2_next_of(left.sk, read, next_origin(end.reached(), left.len)),
     }
     // The reader is woken only when the ring is getting full, as for every other record.
     let record = size_of::<H2ContinuedEvent>();

@@ -201,11 +201,7 @@ impl Probes {
         let Hook { program, kind, target } = *hook;
         let load_err = |source| ProbeError::LoadProgram { program, source };
         let attach_err = |source| ProbeError::Attach { program, target, source };
-        if self.btf.is_none() {
-            self.btf = Some(Btf::from_sys_fs()?);
-        }
-        let btf = self.btf.as_ref().ok_or(ProbeError::MissingProgram(program))?;
-        let prog = self.ebpf.program_mut(program).ok_or(ProbeError::MissingProgram(program))?;
+        let (prog, btf) = self.program_with_btf(program)?;
         match kind {
             AttachKind::TracePoint => {
                 let prog: &mut BtfTracePoint = prog.try_into().map_err(load_err)?;
@@ -224,6 +220,17 @@ impl Probes {
             }
         }
         Ok(())
+    }
+
+    /// The object's program `name`, with the kernel's BTF it loads against (parsed again if
+    /// `forget_kernel_btf` freed it).
+    fn program_with_btf(&mut self, name: &'static str) -> Result<(&mut aya::programs::Program, &Btf), ProbeError> {
+        if self.btf.is_none() {
+            self.btf = Some(Btf::from_sys_fs()?);
+        }
+        let btf = self.btf.as_ref().ok_or(ProbeError::MissingProgram(name))?;
+        let prog = self.ebpf.program_mut(name).ok_or(ProbeError::MissingProgram(name))?;
+        Ok((prog, btf))
     }
 
     /// Unloads a program (detaching it), as if never attached.
@@ -282,13 +289,9 @@ impl Probes {
     /// Loads the continuation programs of the socket tracepoints' HTTP/2 walks into the program
     /// arrays their tracepoints tail-call through. Until they are there, a walk stops at 32 frames.
     pub fn load_walk_continuations(&mut self) -> Result<(), ProbeError> {
-        if self.btf.is_none() {
-            self.btf = Some(Btf::from_sys_fs()?);
-        }
         for &(program, tracepoint, array) in WALK_CONTINUATIONS {
             let load_err = |source| ProbeError::LoadProgram { program, source };
-            let btf = self.btf.as_ref().ok_or(ProbeError::MissingProgram(program))?;
-            let prog = self.ebpf.program_mut(program).ok_or(ProbeError::MissingProgram(program))?;
+            let (prog, btf) = self.program_with_btf(program)?;
             let prog: &mut BtfTracePoint = prog.try_into().map_err(load_err)?;
             prog.load(tracepoint, btf).map_err(load_err)?;
             let fd = prog
