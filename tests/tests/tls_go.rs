@@ -2,7 +2,7 @@
 //! ListenAndServeTLS on crypto/tls, built at test time with Debian's golang-go): Go gets no
 //! uretprobes, so `(*tls.Conn).Read`, `Write` and the handshake are hooked at their entries and at
 //! every RET instruction inside them, and the call in progress is kept per goroutine (a goroutine
-//! that parks in `Read` resumes on any thread). A handler answering after 2 ms, under wrk over
+//! that parks in `Read` resumes on any thread). A handler answering after 10 ms, under wrk over
 //! https: the observer's inbound count matches wrk's within 0.1 % (the requests wrk abandons at
 //! its end) and its p50 is within 10 % of wrk's; plaintext tied to no connection only for the
 //! responses to those abandoned requests. The same server stripped (`-s -w`: no `.symtab`, the
@@ -38,11 +38,17 @@ fn stripped_go_https_requests_match_wrk() {
     go_server_matches_wrk(go_stripped_binary("tls_server.go", "go-tls_stripped"), "go-tls_stripped");
 }
 
+/// How long the handler takes before it answers wrk. wrk's p50 also holds its own time (its TLS
+/// work, its event loop on a 2-core machine shared with the server): ~0.4-0.7 ms here, over 10 %
+/// of the ~3.3 ms compared with a 2 ms handler on a busy host (observer/wrk p50 0.85-0.89 in 4 of
+/// 6 runs one evening). At 10 ms it stays under 5 %.
+const HANDLER_DELAY_MS: u64 = 10;
+
 /// The server `binary` (its process name `name`) hooked and checked against wrk.
 fn go_server_matches_wrk(binary: PathBuf, name: &str) {
     let (_dir, cert, key) = certified_dir(name);
     let port = free_port();
-    let delay = UPSTREAM_DELAY.as_millis().to_string();
+    let delay = HANDLER_DELAY_MS.to_string();
     let mut command = Command::new(binary);
     command.args([&port.to_string(), &cert, &key, &delay]);
     let (_server, observer) = hooked_https_server(command, name, port);
