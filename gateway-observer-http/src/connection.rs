@@ -215,9 +215,13 @@ pub struct Connection {
     /// HTTP/2 told from the frames of a connection first seen mid-way, not yet taken by
     /// `take_h2_mid_way`: the kernel, which never saw the preface, is to walk its frames.
     h2_mid_way_untold: bool,
+    /// Followed since its handshake: its first bytes each way are its first.
+    from_start: bool,
 }
 
 impl Connection {
+    /// A connection whose first bytes may have been missed (first seen at a transfer, or parsed
+    /// afresh after lost records).
     pub fn new(role: Role) -> Self {
         Self {
             role,
@@ -235,7 +239,13 @@ impl Connection {
             fresh: true,
             h2: None,
             h2_mid_way_untold: false,
+            from_start: false,
         }
+    }
+
+    /// A connection followed since its handshake.
+    pub fn from_its_start(role: Role) -> Self {
+        Self { from_start: true, ..Self::new(role) }
     }
 
     pub fn role(&self) -> Role {
@@ -382,7 +392,15 @@ impl Connection {
         if is_request && head.len() >= 4 && preface.starts_with(head) {
             self.start_h2(Session::new(self.role, true));
         } else if h2::frames::plausible_start(seg.head, seg.len) {
-            self.start_h2_mid_way();
+            if self.from_start && !is_request {
+                // A server that writes first (its SETTINGS, as over TLS) on a connection followed
+                // since its handshake: the client's preface is still to come, and the kernel
+                // will see it. Told mid-way, the kernel's mark could reach the connection before
+                // the preface, and its walk would then miss it.
+                self.start_h2(Session::new(self.role, true));
+            } else {
+                self.start_h2_mid_way();
+            }
         }
     }
 

@@ -582,4 +582,19 @@ fn http2_told_mid_way_is_reported_once() {
     from_start.on_segment(Direction::Read, &segment(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), &mut out);
     assert!(from_start.is_h2());
     assert!(!from_start.take_h2_mid_way(), "the kernel saw the preface itself");
+
+    // Over TLS the server writes its SETTINGS first. Followed since its handshake, the
+    // connection is not one first seen mid-way: the preface comes next, and the request after it
+    // counts.
+    let settings: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
+    let mut server_first = Connection::from_its_start(Role::Server);
+    server_first.on_segment(Direction::Write, &segment(settings), &mut out);
+    assert!(server_first.is_h2());
+    assert!(!server_first.take_h2_mid_way(), "followed since its handshake");
+    let preface_and_request: &'static [u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\x02\x01\x05\0\0\0\x01\x82\x84";
+    server_first.on_segment(Direction::Read, &segment(preface_and_request), &mut out);
+    assert_eq!(server_first.in_flight().count(), 1, "the request after the preface");
+    let mut seen_late = Connection::new(Role::Server);
+    seen_late.on_segment(Direction::Write, &segment(settings), &mut out);
+    assert!(seen_late.take_h2_mid_way(), "a server's frames first, its start unseen: mid-way");
 }

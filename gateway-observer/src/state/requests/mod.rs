@@ -252,7 +252,11 @@ impl RequestTracker {
                 netns: (info.netns != 0).then_some(info.netns),
                 peer: None,
                 process: None,
-                http: side.map(new_connection),
+                http: side.map(|side| {
+                    // Opened under our watch: its first bytes each way will be seen.
+                    let from_start = matches!(info.opened, Opened::Accepted | Opened::Connected);
+                    if from_start { Connection::from_its_start(role_of(side)) } else { new_connection(side) }
+                }),
                 flow: FlowState::default(),
                 last_active_ns: info.timestamp_ns,
                 last_read_ns: info.timestamp_ns,
@@ -538,10 +542,14 @@ impl RequestTracker {
 }
 
 fn new_connection(side: Side) -> Connection {
-    Connection::new(match side {
+    Connection::new(role_of(side))
+}
+
+fn role_of(side: Side) -> Role {
+    match side {
         Side::Inbound => Role::Server,
         Side::Outbound => Role::Client,
-    })
+    }
 }
 
 #[cfg(test)]
