@@ -30,8 +30,8 @@ pub struct SockState {
     /// HTTP/2 connections: bytes from the start of its next read (`[0]`) and write (`[1]`) to
     /// their first frame header, where the last transfer's walk left it (a transfer may end
     /// inside a frame: a large DATA frame is read in pieces), with `H2_NEXT_IN_HEADER` when it
-    /// ended inside a header; `H2_NEXT_UNKNOWN` when the walk could not tell (a header in a later
-    /// buffer, one whose length the transfer's end cuts).
+    /// ended inside a header (and `H2_NEXT_PARTIAL` when before its length was whole);
+    /// `H2_NEXT_UNKNOWN` when the walk could not tell (a header in a later buffer).
     pub h2_next: [u32; 2],
     /// TLS library calls' plaintext records of it reported so far, counted up to a few: the first
     /// ones are looked at for HTTP/2's client preface, as a cleartext connection's first bytes.
@@ -47,6 +47,26 @@ pub const H2_NEXT_UNKNOWN: u32 = u32::MAX;
 /// gateway reading into what room its buffer has left): the next one's first bytes are the rest
 /// of that header, which userspace needs, though its first whole header lies further on.
 pub const H2_NEXT_IN_HEADER: u32 = 1 << 30;
+
+/// Set with `H2_NEXT_IN_HEADER` when the last transfer ended 1 or 2 bytes into a frame header,
+/// before its 3-byte length was whole: bits 16-17 say how many bytes it held, bits 0-15 hold
+/// them (big-endian). The next transfer's first bytes complete the length, and so tell where
+/// its first whole header is (`h2_split_length`). A known place is below this bit.
+pub const H2_NEXT_PARTIAL: u32 = 1 << 29;
+
+/// `SockState::h2_next` for a transfer that ended `seen` (1 or 2) bytes into a frame header,
+/// those bytes being the first of its length, `prefix` (big-endian).
+pub const fn h2_next_partial(seen: u32, prefix: u32) -> u32 {
+    H2_NEXT_IN_HEADER | H2_NEXT_PARTIAL | (seen << 16) | (prefix & 0xffff)
+}
+
+/// For an `h2_next` with `H2_NEXT_PARTIAL`: how many of the header's bytes came before, and the
+/// payload length their prefix and `rest` (the next bytes, `3 - seen` of them, big-endian) make.
+pub const fn h2_split_length(next: u32, rest: u32) -> (u32, u32) {
+    let seen = (next >> 16) & 3;
+    let prefix = next & 0xffff;
+    (seen, (prefix << (8 * (3 - seen))) | rest)
+}
 
 /// Key of `LISTEN_PORTS`: a port in one network namespace.
 pub fn listen_key(netns_inum: u32, port: u16) -> u64 {
@@ -92,3 +112,20 @@ const _: () = assert!(size_of::<GoTlsCall>() == 48);
 
 /// Listening (namespace, port) pairs followed at once.
 pub const MAX_LISTEN_PORTS: u32 = 4096;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_length_split_between_two_transfers_is_completed_by_the_second() {
+        // One byte of the length (0x00) before, 0x01 0x02 after: 0x000102.
+        let next = h2_next_partial(1, 0x00);
+        assert_ne!(next & H2_NEXT_IN_HEADER, 0);
+        assert_eq!(h2_split_length(next, 0x0102), (1, 0x0102));
+        // Two bytes before (0x01 0x02), 0x03 after.
+        let next = h2_next_partial(2, 0x0102);
+        assert_eq!(h2_split_length(next, 0x03), (2, 0x010203));
+        assert_ne!(next, H2_NEXT_UNKNOWN);
+    }
+}

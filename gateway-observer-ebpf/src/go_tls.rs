@@ -27,6 +27,7 @@ use aya_ebpf::{
 use gateway_observer_common::{GoTlsCall, MAX_GO_TLS_CALLS, ThreadState, TlsKey, data_shape};
 
 use crate::{
+    h2_continue,
     maps::{btf_field, config, current_ids, thread_state},
     syscalls::Call,
     tls::{remember_socket, send_plaintext},
@@ -87,7 +88,10 @@ pub fn go_tls_other_enter(ctx: ProbeContext) -> u32 {
 /// Every RET instruction of `Read` and `Write`.
 #[uprobe]
 pub fn go_tls_return(ctx: ProbeContext) -> u32 {
-    go_call_returns(&ctx, false);
+    if go_call_returns(&ctx, false) {
+        // A tail call never returns: this is the program's last action.
+        h2_continue::walk_on(&ctx, h2_continue::From::Uprobe);
+    }
     0
 }
 
@@ -124,9 +128,16 @@ pub fn call_in_progress(tgid: u32, call: &Call) -> Option<*mut GoTlsCall> {
 }
 
 /// A nested transfer of thread `tid` moved ciphertext on `sk` for `call`; the first of a
-/// `Write` sends its plaintext.
+/// `Write` sends its plaintext. True when that plaintext's walk is left for a continuation
+/// (`CONTINUE`: the caller has them).
 #[inline(always)]
-pub fn go_transfer(state: &mut ThreadState, tid: u32, call: *mut GoTlsCall, sk: u64, queued_ns: u64) {
+pub fn go_transfer<const CONTINUE: bool>(
+    state: &mut ThreadState,
+    tid: u32,
+    call: *mut GoTlsCall,
+    sk: u64,
+    queued_ns: u64,
+) -> bool {
     // SAFETY: a map value pointer from `call_in_progress`, valid for this program run.
     let call = unsafe { &mut *call };
     call.sk = sk;
@@ -137,23 +148,26 @@ pub fn go_transfer(state: &mut ThreadState, tid: u32, call: *mut GoTlsCall, sk: 
         call.sent = 1;
         state.tls_buf = call.buf;
         state.tls_queued_ns = 0;
-        send_plaintext(state, tid, call.shape, call.len, sk, &TlsKey { ssl: call.conn, tgid: state.tgid, _pad: 0 });
+        let session = TlsKey { ssl: call.conn, tgid: state.tgid, _pad: 0 };
+        return send_plaintext::<CONTINUE>(state, tid, call.shape, call.len, sk, &session);
     }
+    false
 }
 
-/// A RET of a hooked function (`handshake`: of a handshake function).
+/// A RET of a hooked function (`handshake`: of a handshake function). True when a `Read`'s
+/// plaintext walk is left for a continuation.
 #[inline(always)]
-fn go_call_returns(ctx: &ProbeContext, handshake: bool) {
+fn go_call_returns(ctx: &ProbeContext, handshake: bool) -> bool {
     let (tid, tgid) = current_ids();
     let key = TlsKey { ssl: reg(ctx, R14), tgid, _pad: 0 };
     // SAFETY: a map value read, copied at once.
     let Some(call) = (unsafe { GO_TLS_CALLS.get(&key) }).copied() else {
         // Its entry ran before the uprobes were attached.
-        return;
+        return false;
     };
     if handshake && call.shape != data_shape::NONE {
         // The handshake a `Read` or `Write` ran first: their call goes on.
-        return;
+        return false;
     }
     let _ = GO_TLS_CALLS.remove(&key);
     let session = TlsKey { ssl: call.conn, tgid, _pad: 0 };
@@ -161,10 +175,10 @@ fn go_call_returns(ctx: &ProbeContext, handshake: bool) {
     // Both return (n int, err error): n in RAX.
     let n = reg(ctx, RAX) as i64;
     if call.shape == data_shape::NONE || call.sent != 0 || n <= 0 {
-        return;
+        return false;
     }
-    let Some(state) = thread_state(tid) else { return };
+    let Some(state) = thread_state(tid) else { return false };
     state.tls_buf = call.buf;
     state.tls_queued_ns = call.queued_ns;
-    send_plaintext(state, tid, call.shape, n as u64, call.sk, &session);
+    send_plaintext::<true>(state, tid, call.shape, n as u64, call.sk, &session)
 }

@@ -6,16 +6,20 @@
 //! continuation program on the same tracepoint, which sends the next headers in a continuation
 //! record and tail-calls itself while frames remain. Userspace merges the records (they follow
 //! each other in the ring) before it lays the walked headers out.
+//!
+//! TLS plaintext is sent from uprobe programs (`tls.rs`, `go_tls.rs`), which may tail-call only
+//! uprobe programs: `tls_walk_more` is their continuation, the same walk on.
 
 use aya_ebpf::{
-    macros::{btf_tracepoint, map},
+    EbpfContext,
+    macros::{btf_tracepoint, map, uprobe},
     maps::{PerCpuArray, ProgramArray},
-    programs::BtfTracePointContext,
+    programs::{BtfTracePointContext, ProbeContext},
 };
 use gateway_observer_common::{H2_WALK_CONTINUATIONS, H2ContinuedEvent, SOCKET_RINGBUF_BYTES, drop_index, event_kind};
 
 use crate::{
-    h2_walk::{Buffers, HEADER, WalkEnd, next_origin, next_origin_in_header, past_cut_header, walk_frames},
+    h2_walk::{Buffers, HEADER, WalkEnd, next_after_cut_header, next_origin, walk_frames},
     maps::{count_drop, current_ids, submit_flags},
     socket_data::set_h2_next_of,
     sockets::{SOCKET_EVENTS, socket_ring_unread},
@@ -48,6 +52,17 @@ static H2_LEFT_WALKS: PerCpuArray<LeftWalk> = PerCpuArray::with_max_entries(1, 0
 static H2_RECV_MORE: ProgramArray = ProgramArray::with_max_entries(1, 0);
 #[map]
 static H2_SEND_MORE: ProgramArray = ProgramArray::with_max_entries(1, 0);
+/// The same for the uprobe programs that send TLS plaintext.
+#[map]
+static TLS_WALK_MORE: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// Where a walk goes on from: which program array holds the continuation of the program running.
+#[derive(Clone, Copy)]
+pub enum From {
+    RecvTracepoint,
+    SendTracepoint,
+    Uprobe,
+}
 
 /// Leaves a walk that reached its bound at `at` of `buffers` for a continuation; false when it
 /// cannot (the walk then ends there, its connection's place unknown).
@@ -60,18 +75,18 @@ pub fn leave(tid: u32, sk: u64, read: bool, len: u64, at: u64, buffers: Buffers)
     true
 }
 
-/// Hands the walk left on this CPU to the continuation program of this tracepoint. Returns only
+/// Hands the walk left on this CPU to the continuation program of the running one. Returns only
 /// when the tail call fails (no continuation loaded, the kernel's chain limit): the walk ends.
 #[inline(always)]
-pub fn walk_on(ctx: &BtfTracePointContext, recv: bool) {
-    // SAFETY: a tail call into a program of the same attach point; nothing is held across it.
-    unsafe {
-        if recv {
-            H2_RECV_MORE.tail_call(ctx, 0);
-        } else {
-            H2_SEND_MORE.tail_call(ctx, 0);
-        }
-    }
+pub fn walk_on<C: EbpfContext>(ctx: &C, from: From) {
+    let more = match from {
+        From::RecvTracepoint => &H2_RECV_MORE,
+        From::SendTracepoint => &H2_SEND_MORE,
+        From::Uprobe => &TLS_WALK_MORE,
+    };
+    // SAFETY: a tail call into a program of the same type (and, for a tracepoint, attach point);
+    // nothing is held across it.
+    unsafe { more.tail_call(ctx, 0) };
     if let Some(left) = H2_LEFT_WALKS.get_ptr_mut(0) {
         // SAFETY: a per-CPU map value pointer, valid for this program run.
         unsafe { (*left).pending = 0 };
@@ -81,14 +96,21 @@ pub fn walk_on(ctx: &BtfTracePointContext, recv: bool) {
 /// sock_recv_length's continuation, never attached: reached by tail call only.
 #[btf_tracepoint(function = "sock_recv_length")]
 pub fn sock_recv_length_more(ctx: BtfTracePointContext) -> u32 {
-    continue_walk(&ctx, true);
+    continue_walk(&ctx, From::RecvTracepoint);
     0
 }
 
 /// sock_send_length's continuation, never attached: reached by tail call only.
 #[btf_tracepoint(function = "sock_send_length")]
 pub fn sock_send_length_more(ctx: BtfTracePointContext) -> u32 {
-    continue_walk(&ctx, false);
+    continue_walk(&ctx, From::SendTracepoint);
+    0
+}
+
+/// The continuation of the uprobe programs' walks of TLS plaintext, never attached.
+#[uprobe]
+pub fn tls_walk_more(ctx: ProbeContext) -> u32 {
+    continue_walk(&ctx, From::Uprobe);
     0
 }
 
@@ -96,7 +118,7 @@ pub fn sock_send_length_more(ctx: BtfTracePointContext) -> u32 {
 /// again while the walk reaches its bound, or ends inside a header (whose length the next run
 /// reads: read here, after the unrolled walk, it would be verified once per frame).
 #[inline(always)]
-fn continue_walk(ctx: &BtfTracePointContext, recv: bool) {
+fn continue_walk<C: EbpfContext>(ctx: &C, from: From) {
     let Some(left) = H2_LEFT_WALKS.get_ptr_mut(0) else { return };
     // SAFETY: a per-CPU map value pointer, valid for this program run.
     let left = unsafe { &mut *left };
@@ -108,8 +130,8 @@ fn continue_walk(ctx: &BtfTracePointContext, recv: bool) {
     if left.at + HEADER > left.len {
         // The walk before reached the transfer's end inside a header: only its place is left
         // to find, from that header's length; no record.
-        let next = past_cut_header(left.buffers.addr(left.at), left.at);
-        set_h2_next_of(left.sk, read, next_origin_in_header(next, left.len));
+        let next = next_after_cut_header::<true>(left.buffers.addr(left.at), left.at, left.len);
+        set_h2_next_of(left.sk, read, next);
         return;
     }
     let Some(mut entry) = SOCKET_EVENTS.reserve::<H2ContinuedEvent>(0) else {
@@ -124,7 +146,7 @@ fn continue_walk(ctx: &BtfTracePointContext, recv: bool) {
         (*event).tid = left.tid;
         (*event).sk = left.sk;
         // From a frame boundary, with no head: every header is kept.
-        walk_frames(&raw mut (*event).walk, left.buffers, left.len, left.at, 0)
+        walk_frames::<true>(&raw mut (*event).walk, left.buffers, left.len, left.at, 0)
     };
     match end {
         // This is continuation `hops + 1`: another only while the bound allows.
@@ -142,6 +164,6 @@ fn continue_walk(ctx: &BtfTracePointContext, recv: bool) {
     let record = size_of::<H2ContinuedEvent>();
     entry.submit(submit_flags(socket_ring_unread(), SOCKET_RINGBUF_BYTES, record));
     if left.pending != 0 {
-        walk_on(ctx, recv);
+        walk_on(ctx, from);
     }
 }

@@ -10,7 +10,8 @@
 
 use aya_ebpf::helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user};
 use gateway_observer_common::{
-    DATA_HEAD_BYTES, H2_NEXT_IN_HEADER, H2_NEXT_UNKNOWN, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2Walk,
+    DATA_HEAD_BYTES, H2_NEXT_IN_HEADER, H2_NEXT_PARTIAL, H2_NEXT_UNKNOWN, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES,
+    H2Walk, h2_next_partial, h2_split_length,
 };
 
 pub const HEADER: u64 = 9;
@@ -111,8 +112,8 @@ pub enum WalkEnd {
     Reached(u64),
     /// At the bound, the next header at `at` of `buffers`: a continuation can walk on from there.
     Bound { at: u64, buffers: Buffers },
-    /// At the transfer's end inside the header at `at` of `buffers`, its length in the bytes
-    /// moved: `past_cut_header` says where the next one starts.
+    /// At the transfer's end inside the header at `at` of `buffers`, its first bytes in the
+    /// buffer: `next_after_cut_header` says where the next one starts.
     Cut { at: u64, buffers: Buffers },
     /// Before the end, at a header it could not read or that is not one.
     Stopped,
@@ -132,12 +133,20 @@ impl WalkEnd {
 /// `origin`: through the frames that end inside the first `copied` bytes (the head, in the first
 /// buffer), then keeping the headers of the others with the start of their payloads but DATA's,
 /// from whichever buffer holds them. Stops at the bound, at a header that is not one or that
-/// two buffers share, or at the transfer's end.
+/// two buffers share, or at the transfer's end. `SPLIT_HEADERS`: a header the transfer's end
+/// cuts before its length is whole is a `Cut` too (6.1's verifier, for the `tcp_*msg` fallback,
+/// gave up on the extra branches: that fallback has no continuation to read it anyway).
 ///
 /// # Safety
 /// `walk` points at a reserved ring-buffer record.
 #[inline(always)]
-pub unsafe fn walk_frames(walk: *mut H2Walk, mut buffers: Buffers, len: u64, origin: u64, copied: u64) -> WalkEnd {
+pub unsafe fn walk_frames<const SPLIT_HEADERS: bool>(
+    walk: *mut H2Walk,
+    mut buffers: Buffers,
+    len: u64,
+    origin: u64,
+    copied: u64,
+) -> WalkEnd {
     // SAFETY: the caller's.
     let walk = unsafe { &mut *walk };
     walk.origin = origin as u32;
@@ -206,13 +215,14 @@ pub unsafe fn walk_frames(walk: *mut H2Walk, mut buffers: Buffers, len: u64, ori
     }
     walk.frames = frames as u8;
     if at + HEADER > len {
-        // The cut header's length is read elsewhere (`past_cut_header`): here, after an unrolled
-        // walk, every extra read is verified once per frame the walk may have stopped at.
-        if at + LENGTH_BYTES <= len && at + LENGTH_BYTES <= buffers.end() {
-            WalkEnd::Cut { at, buffers }
+        // The cut header's length is read elsewhere (`next_after_cut_header`): here, after an
+        // unrolled walk, every extra read is verified once per frame the walk may have stopped at.
+        let in_buffer = if SPLIT_HEADERS {
+            at < len && at + (len - at).min(LENGTH_BYTES) <= buffers.end()
         } else {
-            WalkEnd::Reached(at)
-        }
+            at + LENGTH_BYTES <= len && at + LENGTH_BYTES <= buffers.end()
+        };
+        if in_buffer { WalkEnd::Cut { at, buffers } } else { WalkEnd::Reached(at) }
     } else if frames == H2_WALK_FRAMES {
         WalkEnd::Bound { at, buffers }
     } else {
@@ -222,9 +232,10 @@ pub unsafe fn walk_frames(walk: *mut H2Walk, mut buffers: Buffers, len: u64, ori
 
 /// `SockState::h2_next` after a transfer of `len` bytes no longer than the head (its headers
 /// need no record of their own, but the connection's place in its frames moves on), whose
-/// first `avail` bytes are at `base`, walking from the frame boundary `origin`.
+/// first `avail` bytes are at `base`, walking from the frame boundary `origin`. `SPLIT_HEADERS`:
+/// as `walk_frames`'.
 #[inline(always)]
-pub fn next_after_head(base: u64, avail: u64, origin: u64, len: u64) -> u32 {
+pub fn next_after_head<const SPLIT_HEADERS: bool>(base: u64, avail: u64, origin: u64, len: u64) -> u32 {
     let mut at = origin;
     let mut step = 0;
     while step < HEAD_FRAMES && at + HEADER <= avail {
@@ -236,8 +247,13 @@ pub fn next_after_head(base: u64, avail: u64, origin: u64, len: u64) -> u32 {
         // Past the bound.
         return H2_NEXT_UNKNOWN;
     }
-    if at < avail && at + LENGTH_BYTES <= avail {
-        return next_origin_in_header(past_cut_header(base + at, at), len);
+    let in_buffer = if SPLIT_HEADERS {
+        at < avail && at + (len - at).min(LENGTH_BYTES) <= avail
+    } else {
+        at + LENGTH_BYTES <= avail
+    };
+    if in_buffer {
+        return next_after_cut_header::<SPLIT_HEADERS>(base + at, at, len);
     }
     next_origin(Some(at), len)
 }
@@ -245,20 +261,53 @@ pub fn next_after_head(base: u64, avail: u64, origin: u64, len: u64) -> u32 {
 /// A frame header's first bytes: its payload length.
 const LENGTH_BYTES: u64 = 3;
 
-/// Where the frame after the one whose header starts at `at` (user address `addr`) begins, when
-/// the transfer ends inside that header (a gateway reading into what room its buffer has left):
-/// its length is in the bytes moved, so the next transfer's place is known all the same. `at`
-/// itself (the place then unknown) when they cannot be read.
+/// `SockState::h2_next` after a transfer of `len` bytes that ended inside the frame header at
+/// `at` (user address `addr`): a gateway reads into what room its buffer has left, so a read may
+/// end anywhere. With the header's 3 length bytes moved, where the frame after it starts; with
+/// 1 or 2, those bytes (`H2_NEXT_PARTIAL`), which the next transfer's first bytes complete.
+/// `SPLIT_HEADERS`: as `walk_frames'`; without, the caller knows the 3 bytes were moved.
 #[inline(always)]
-pub fn past_cut_header(addr: u64, at: u64) -> u64 {
+pub fn next_after_cut_header<const SPLIT_HEADERS: bool>(addr: u64, at: u64, len: u64) -> u32 {
+    // One read of 3 bytes whatever was moved (a second read, after an unrolled walk, is verified
+    // once per frame the walk may have stopped at): bytes past the transfer are not used, and
+    // where they cannot be read the place is unknown.
+    let Some(length) = user_length(addr) else { return H2_NEXT_UNKNOWN };
+    match len - at {
+        1 if SPLIT_HEADERS => h2_next_partial(1, length >> 16),
+        2 if SPLIT_HEADERS => h2_next_partial(2, length >> 8),
+        _ => next_origin_in_header(at + HEADER + u64::from(length), len),
+    }
+}
+
+/// Where the first whole frame header of a transfer is, when the one before ended inside a
+/// header before its length was whole (`next`, with `H2_NEXT_PARTIAL`): its first `avail` bytes,
+/// at `base`, complete that length. `NO_ORIGIN` when they cannot.
+#[inline(always)]
+pub fn origin_past_split_header(next: u32, base: u64, avail: u64) -> u64 {
+    let seen = u64::from((next >> 16) & 3);
+    if seen == 0 || seen >= LENGTH_BYTES || avail < LENGTH_BYTES - seen {
+        return NO_ORIGIN;
+    }
+    // The 3 bytes from the transfer's start: those past the header's length are not used.
+    let Some(bytes) = user_length(base) else { return NO_ORIGIN };
+    let rest = bytes >> (8 * seen);
+    let (_, length) = h2_split_length(next, rest);
+    HEADER - seen + u64::from(length)
+}
+
+/// An origin past any transfer: nothing is walked, and the connection's place becomes unknown.
+pub const NO_ORIGIN: u64 = 1 << 40;
+
+/// The 3 bytes at user address `addr`, as a big-endian number (a frame header's length field).
+#[inline(always)]
+fn user_length(addr: u64) -> Option<u32> {
     let mut word = 0u32;
     // SAFETY: copies 3 bytes of user memory into a 4-byte local.
     if unsafe { bpf_probe_read_user((&raw mut word).cast(), LENGTH_BYTES as u32, addr as *const _) } != 0 {
-        return at;
+        return None;
     }
     let bytes = word.to_le_bytes();
-    let len = (u64::from(bytes[0]) << 16) | (u64::from(bytes[1]) << 8) | u64::from(bytes[2]);
-    at + HEADER + len
+    Some((u32::from(bytes[0]) << 16) | (u32::from(bytes[1]) << 8) | u32::from(bytes[2]))
 }
 
 /// `SockState::h2_next` after a transfer of `len` bytes whose walk ended at `end`: the next
@@ -267,7 +316,7 @@ pub fn past_cut_header(addr: u64, at: u64) -> u64 {
 #[inline(always)]
 pub fn next_origin(end: Option<u64>, len: u64) -> u32 {
     match end {
-        Some(end) if end >= len && end - len < u64::from(H2_NEXT_IN_HEADER) => (end - len) as u32,
+        Some(end) if end >= len && end - len < u64::from(H2_NEXT_PARTIAL) => (end - len) as u32,
         _ => H2_NEXT_UNKNOWN,
     }
 }

@@ -13,16 +13,16 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
 use gateway_observer_common::{
-    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, GoTlsCall, H2_NEXT_IN_HEADER, H2_NEXT_UNKNOWN,
-    H2DataEvent, PayloadEvent, SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index,
-    event_kind, syscall_class,
+    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, GoTlsCall, H2_NEXT_IN_HEADER, H2_NEXT_PARTIAL,
+    H2_NEXT_UNKNOWN, H2DataEvent, PayloadEvent, SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape,
+    drop_index, event_kind, syscall_class,
 };
 
 use crate::{
     go_tls::{call_in_progress, go_transfer},
     h2_continue,
     h2_marks::take_h2_mark,
-    h2_walk::{Buffers, WalkEnd, next_after_head, next_origin, walk_frames},
+    h2_walk::{Buffers, WalkEnd, next_after_head, next_origin, origin_past_split_header, walk_frames},
     loop_iterations::transfer_boundary,
     maps::{btf_field, config, count_drop, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
     sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, ring_share_left, socket_ring_unread},
@@ -148,7 +148,8 @@ fn socket_layer_transfer(ctx: &BtfTracePointContext, recv: bool) {
     on_transfer(state, tgid, ctx.arg(0), ret, ctx.arg(2), recv, go.is_some());
     if finish_transfer::<true>(state, tid, ret, go) {
         // A tail call never returns: this is the program's last action.
-        h2_continue::walk_on(ctx, recv);
+        let from = if recv { h2_continue::From::RecvTracepoint } else { h2_continue::From::SendTracepoint };
+        h2_continue::walk_on(ctx, from);
     }
 }
 
@@ -270,13 +271,19 @@ pub fn take_h2_place(state: &mut ThreadState, sock: &mut SockState, read: bool) 
 }
 
 /// Where the transfer's first frame header is, on an HTTP/2 connection: where the last walk in
-/// its direction left it, or its first byte when that is not known (or not HTTP/2).
+/// its direction left it, or its first byte when that is not known (or not HTTP/2). `first`:
+/// the transfer's first buffer (address, length), whose first bytes may complete the length of
+/// a header the last transfer ended inside (`SPLIT_HEADERS`: see `walk_frames`; without, no
+/// place is ever left partial).
 #[inline(always)]
-fn h2_origin(state: &ThreadState) -> u64 {
-    if state.data_first & ON_H2 != 0 && state.data_h2_origin != H2_NEXT_UNKNOWN {
-        u64::from(state.data_h2_origin & !H2_NEXT_IN_HEADER)
-    } else {
+fn h2_origin<const SPLIT_HEADERS: bool>(state: &ThreadState, first: (u64, u64)) -> u64 {
+    let next = state.data_h2_origin;
+    if state.data_first & ON_H2 == 0 || next == H2_NEXT_UNKNOWN {
         0
+    } else if SPLIT_HEADERS && next & H2_NEXT_PARTIAL != 0 {
+        origin_past_split_header(next, first.0, first.1)
+    } else {
+        u64::from(next & !H2_NEXT_IN_HEADER)
     }
 }
 
@@ -332,12 +339,14 @@ fn finish_transfer<const ACROSS_BUFFERS: bool>(
         let now = now_ns();
         if state.data_sk != 0 {
             if let Some(call) = go {
-                go_transfer(state, tid, call, state.data_sk, state.data_queued_ns);
+                // A Go `Write`'s plaintext, sent at its first transfer: walked on as this
+                // transfer's own would be.
+                walk_left = go_transfer::<ACROSS_BUFFERS>(state, tid, call, state.data_sk, state.data_queued_ns);
             } else if state.tls_depth != 0 {
                 // Ciphertext inside a TLS library call: its plaintext is sent when the call returns.
                 tls_transfer(state, state.data_sk, state.data_queued_ns);
             } else {
-                walk_left = emit_data::<ACROSS_BUFFERS>(state, tid, ret as u64, now);
+                walk_left = emit_data::<ACROSS_BUFFERS, ACROSS_BUFFERS>(state, tid, ret as u64, now);
             }
         }
         transfer_boundary(state, tid, now);
@@ -373,17 +382,23 @@ fn lose_record(state: &ThreadState, drop: u32) {
 /// may open with the preface) that runs past the head gets the larger record with its frame
 /// headers walked; any other pays one test more. `ACROSS_BUFFERS`: the walk goes on past the
 /// first buffer of a `writev` (the socket tracepoints; 6.1's verifier, for the `tcp_*msg`
-/// fallback, did not finish with it in 150 s, and TLS plaintext is one buffer), and past its
-/// bound in continuation programs. True when the walk is left for one.
+/// fallback, did not finish with it in 150 s, and TLS plaintext is one buffer). `CONTINUE`: past
+/// its bound in continuation programs, which the caller has (`h2_continue`). True when the walk
+/// is left for one.
 #[inline(always)]
-pub fn emit_data<const ACROSS_BUFFERS: bool>(state: &ThreadState, tid: u32, len: u64, now: u64) -> bool {
+pub fn emit_data<const ACROSS_BUFFERS: bool, const CONTINUE: bool>(
+    state: &ThreadState,
+    tid: u32,
+    len: u64,
+    now: u64,
+) -> bool {
     let unread = socket_ring_unread();
     if unread > u64::from(SOCKET_RINGBUF_BYTES / 2) && !ring_share_left(state.tgid) {
         lose_record(state, drop_index::RING_SHARE);
         return false;
     }
     let (buffers, iovs) = buffers(state, len);
-    let origin = h2_origin(state);
+    let origin = h2_origin::<CONTINUE>(state, (buffers.0, buffers.1));
     // An h2 transfer with bytes past its copied head (past 512, or in a later buffer), and a
     // connection's first transfer with a large first buffer (it may open with the preface).
     let past_head = if state.data_first & ON_H2 != 0 {
@@ -394,11 +409,11 @@ pub fn emit_data<const ACROSS_BUFFERS: bool>(state: &ThreadState, tid: u32, len:
     if past_head && origin < len {
         let iov = if ACROSS_BUFFERS { iovs.0 } else { 0 };
         let walked = Buffers::new(buffers.0, buffers.1, iov, iovs.1, iovs.2);
-        return emit_walked::<ACROSS_BUFFERS>(state, tid, len, now, buffers, walked, unread);
+        return emit_walked::<CONTINUE>(state, tid, len, now, (buffers, walked, origin), unread);
     }
     if state.data_first & ON_H2 != 0 {
         // No header past the head to keep, but the connection's place in its frames moves on.
-        set_h2_next(state, next_after_head(buffers.0, buffers.1, origin, len));
+        set_h2_next(state, next_after_head::<CONTINUE>(buffers.0, buffers.1, origin, len));
         // Wholly inside a frame's payload: no bytes needed. One that starts inside a header
         // keeps them: userspace completes the header from them.
         if origin >= len && state.data_h2_origin & H2_NEXT_IN_HEADER == 0 {
@@ -437,18 +452,19 @@ fn emit_payload(state: &ThreadState, tid: u32, len: u64, now: u64, unread: u64) 
     entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
 }
 
-/// `emit_data` for a transfer that may carry HTTP/2 frames past its head. True when its walk
-/// reached the bound and is left for a continuation (`CONTINUE`: this hook has them).
+/// `emit_data` for a transfer that may carry HTTP/2 frames past its head (`bytes`: its buffers as
+/// copied and as walked, and where its first frame header is). True when its walk reached the
+/// bound and is left for a continuation (`CONTINUE`: this hook has them).
 #[inline(always)]
 fn emit_walked<const CONTINUE: bool>(
     state: &ThreadState,
     tid: u32,
     len: u64,
     now: u64,
-    buffers: (u64, u64, u64, u64),
-    walked: Buffers,
+    bytes: ((u64, u64, u64, u64), Buffers, u64),
     unread: u64,
 ) -> bool {
+    let (buffers, walked, origin) = bytes;
     let Some(mut entry) = SOCKET_EVENTS.reserve::<H2DataEvent>(0) else {
         lose_record(state, drop_index::SOCKET_RINGBUF);
         return false;
@@ -464,8 +480,8 @@ fn emit_walked<const CONTINUE: bool>(
             && copied >= PREFACE_LEN
             && u64::from_le_bytes(*(*data).head.as_ptr().cast::<[u8; 8]>()) == PREFACE_START;
         if state.data_first & ON_H2 != 0 || preface {
-            let origin = if preface { PREFACE_LEN } else { h2_origin(state) };
-            let end = walk_frames(&raw mut (*event).walk, walked, len, origin, copied);
+            let origin = if preface { PREFACE_LEN } else { origin };
+            let end = walk_frames::<CONTINUE>(&raw mut (*event).walk, walked, len, origin, copied);
             (*data).h2_walk = 1;
             match (CONTINUE, end) {
                 // The connection's place stays unknown until the continuation has found it: at

@@ -22,6 +22,7 @@ use gateway_observer_common::{
 };
 
 use crate::{
+    h2_continue,
     maps::{count_drop, current_ids, now_ns, thread_state},
     socket_data::{FIRST_ON_SOCKET, ON_H2, emit_data, take_h2_place},
     sockets::SOCKS,
@@ -70,7 +71,10 @@ pub fn tls_other_enter(ctx: ProbeContext) -> u32 {
 /// The return of every call above.
 #[uretprobe]
 pub fn tls_exit(ctx: RetProbeContext) -> u32 {
-    tls_call_returns(&ctx);
+    if tls_call_returns(&ctx) {
+        // A tail call never returns: this is the program's last action.
+        h2_continue::walk_on(&ctx, h2_continue::From::Uprobe);
+    }
     0
 }
 
@@ -101,20 +105,21 @@ pub fn tls_transfer(state: &mut ThreadState, sk: u64, queued_ns: u64) {
     }
 }
 
+/// True when the plaintext's HTTP/2 walk is left for a continuation program.
 #[inline(always)]
-fn tls_call_returns(ctx: &RetProbeContext) {
+fn tls_call_returns(ctx: &RetProbeContext) -> bool {
     let (tid, tgid) = current_ids();
-    let Some(state) = thread_state(tid) else { return };
+    let Some(state) = thread_state(tid) else { return false };
     if state.tls_depth == 0 {
         // Its entry ran before the uprobes were attached.
-        return;
+        return false;
     }
     state.tls_depth -= 1;
     let key = TlsKey { ssl: state.tls_ssl, tgid, _pad: 0 };
     remember_socket(&key, state.tls_sk);
     let shape = state.tls_shape;
     if shape == data_shape::NONE {
-        return;
+        return false;
     }
     state.tls_shape = data_shape::NONE;
     // Both forms return an int: the bytes moved, or (`_ex`, and the internal function both
@@ -128,16 +133,24 @@ fn tls_call_returns(ctx: &RetProbeContext) {
         0
     };
     if len == 0 {
-        return;
+        return false;
     }
-    send_plaintext(state, tid, shape, len, state.tls_sk, &key);
+    send_plaintext::<true>(state, tid, shape, len, state.tls_sk, &key)
 }
 
 /// Sends the `len` bytes of plaintext (`shape`) a call of session `key` moved: on `sk`, the socket
 /// its nested transfers used, or (0) the one the session used last, or keyed by the session when
-/// none is known.
+/// none is known. True when its HTTP/2 walk is left for a continuation program (`CONTINUE`: the
+/// caller has them).
 #[inline(always)]
-pub fn send_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk: u64, key: &TlsKey) {
+pub fn send_plaintext<const CONTINUE: bool>(
+    state: &mut ThreadState,
+    tid: u32,
+    shape: u8,
+    len: u64,
+    sk: u64,
+    key: &TlsKey,
+) -> bool {
     let sk = if sk != 0 {
         sk
     } else {
@@ -147,15 +160,14 @@ pub fn send_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk
             None => {
                 // No socket known for this session: the `SSL *` (or `*tls.Conn`) stands for it.
                 state.data_first = 0;
-                emit_plaintext(state, tid, shape, len, key.ssl, DATA_FD_TLS_SESSION, 0);
-                return;
+                return emit_plaintext::<CONTINUE>(state, tid, shape, len, key.ssl, DATA_FD_TLS_SESSION, 0);
             }
         }
     };
     let Some(sock) = SOCKS.get_ptr_mut(&sk) else {
         // Not followed (over quota, or closed): its plaintext belongs to no connection we know.
         count_drop(drop_index::TLS_UNATTRIBUTED);
-        return;
+        return false;
     };
     // SAFETY: a map value pointer, valid for this program run.
     let sock = unsafe { &mut *sock };
@@ -163,17 +175,20 @@ pub fn send_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk
     // HTTP/2 inside TLS: the plaintext's frames are walked as a cleartext connection's are, from
     // the place its last plaintext in this direction left (the ciphertext leaves it alone).
     let mut first = 0;
-    if sock.h2 != 0 {
-        first = ON_H2;
-        take_h2_place(state, sock, data_shape::is_read(shape));
-    } else if sock.plain_seen < PREFACE_RECORDS {
+    if sock.plain_seen < PREFACE_RECORDS {
         // The preface opens the client's first plaintext, which a server may read after its own
-        // first write (its SETTINGS): the first few records either way are looked at.
+        // first write (its SETTINGS): the first few records either way are looked at. Also once
+        // the connection is HTTP/2: a server's SETTINGS first look to userspace like a
+        // connection first seen mid-way, and its mark may reach the kernel before the preface.
         first = FIRST_ON_SOCKET;
         sock.plain_seen += 1;
     }
+    if sock.h2 != 0 {
+        first |= ON_H2;
+        take_h2_place(state, sock, data_shape::is_read(shape));
+    }
     state.data_first = first;
-    emit_plaintext(state, tid, shape, len, sk, DATA_FD_UNKNOWN, lost);
+    emit_plaintext::<CONTINUE>(state, tid, shape, len, sk, DATA_FD_UNKNOWN, lost)
 }
 
 /// Plaintext records of a TLS connection looked at for the HTTP/2 client preface.
@@ -189,9 +204,17 @@ pub fn remember_socket(key: &TlsKey, sk: u64) {
 }
 
 /// Sends the `len` bytes of plaintext (`shape`) the call moved as a `DataEvent` on `sk` (or, with
-/// `DATA_FD_TLS_SESSION`, on the session `sk`).
+/// `DATA_FD_TLS_SESSION`, on the session `sk`). True when its walk is left for a continuation.
 #[inline(always)]
-fn emit_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk: u64, fd: u32, lost: u32) {
+fn emit_plaintext<const CONTINUE: bool>(
+    state: &mut ThreadState,
+    tid: u32,
+    shape: u8,
+    len: u64,
+    sk: u64,
+    fd: u32,
+    lost: u32,
+) -> bool {
     state.data_shape = shape;
     state.data_buf = state.tls_buf;
     state.data_count = len;
@@ -199,7 +222,8 @@ fn emit_plaintext(state: &mut ThreadState, tid: u32, shape: u8, len: u64, sk: u6
     state.data_fd = fd;
     state.data_queued_ns = state.tls_queued_ns;
     state.data_sock_lost = lost;
-    emit_data::<false>(state, tid, len, now_ns());
+    let walk_left = emit_data::<false, CONTINUE>(state, tid, len, now_ns());
     state.data_shape = data_shape::NONE;
     state.data_sk = 0;
+    walk_left
 }

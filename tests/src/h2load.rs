@@ -125,7 +125,15 @@ const MANY_STREAMS_REQUESTS: u64 = 3000;
 pub fn assert_many_streams_counted(observer: &Observer, url: &str) {
     let args = ["-n", &MANY_STREAMS_REQUESTS.to_string(), "-c", "1", "-m", "100"].map(String::from);
     let (succeeded, counted, statusless, resyncs) = counted_while(observer, || run(args, url, MANY_STREAMS_REQUESTS));
-    eprintln!("many streams: {counted} streams counted, {statusless} without a status, {resyncs} resyncs");
+    // Why a walk may have stopped short, for a failure's message: continuations that never came,
+    // socket records the ring had no room for.
+    let metrics = observer.metrics();
+    let cut_short = metric_sum(&metrics, "gateway_observer_http2_walks_cut_short_total", &[]);
+    let lost = metric_sum(&metrics, "gateway_observer_bpf_events_lost_total", &[("ring", "sockets")]);
+    eprintln!(
+        "many streams: {counted} streams counted, {statusless} without a status, {resyncs} resyncs; since start \
+         {cut_short} walks cut short, {lost} socket records lost"
+    );
     assert_eq!(counted, succeeded as f64, "streams 100 at a time on one connection vs h2load's requests");
     assert_eq!(resyncs, 0.0, "the walk of a transfer of more than 32 frames past its head lost sync");
     assert_eq!(statusless, 0.0, "streams 100 at a time on one connection without a status");

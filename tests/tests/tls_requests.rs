@@ -254,7 +254,7 @@ fn nginx_started_after_the_daemon_is_hooked_through_reloads() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(inbound(&observer), total, "requests counted across the reload");
     assert_eq!(failures(&observer), 0.0, "no hook of a new worker refused");
-    const TLS_PROGRAMS: usize = 11;
+    const TLS_PROGRAMS: usize = 12;
     let perf_events = |fds: &[String]| fds.iter().filter(|f| f.as_str() == "anon_inode:[perf_event]").count();
     // 8 uprobe events per hooked process, one fd each: entry and return of 4 places (the read
     // and the write body each pair of wrappers calls, the handshake, the shutdown).
@@ -263,8 +263,8 @@ fn nginx_started_after_the_daemon_is_hooked_through_reloads() {
 
     drop(nginx);
     wait_until("no process hooked once nginx is gone", Duration::from_secs(10), || hooked(&observer) == 0.0);
-    // Every perf fd closed; what stays are the TLS programs (OpenSSL's 6, Go's 5), loaded at the
-    // first hook and kept.
+    // Every perf fd closed; what stays are the TLS programs (OpenSSL's 6, Go's 5, the HTTP/2
+    // walks' continuation), loaded at the first hook and kept.
     let mut added = Vec::new();
     wait_for(Duration::from_secs(10), || {
         added = open_fds(observer.pid());

@@ -191,17 +191,19 @@ impl Walker {
 
     /// Where the next byte fed stands before the next frame header: 0 at a boundary (or lost:
     /// a lost walker resumes only at a syscall that starts with frames), the payload still to
-    /// come inside a frame, the rest of a header and its payload inside a header whose length
-    /// came (as the kernel reckons it), None inside one whose length did not.
-    pub fn to_next_header(&self) -> Option<u64> {
+    /// come inside a frame, the rest of a header and its payload inside a header (as the kernel
+    /// reckons it): its length from the bytes held and, when they end before it is whole, from
+    /// `next`, the first bytes to be fed. None when those do not complete it.
+    pub fn to_next_header(&self, next: &[u8]) -> Option<u64> {
         match self.state {
             State::Lost => Some(0),
             State::Header if self.have == 0 => Some(0),
-            State::Header if self.have >= LENGTH_BYTES => {
-                let len = self.header_bytes[..LENGTH_BYTES].iter().fold(0u64, |len, &b| (len << 8) | u64::from(b));
+            State::Header => {
+                let held = &self.header_bytes[..self.have.min(LENGTH_BYTES)];
+                let missing = next.get(..LENGTH_BYTES - held.len())?;
+                let len = held.iter().chain(missing).fold(0u64, |len, &b| (len << 8) | u64::from(b));
                 Some((HEADER_LEN - self.have) as u64 + len)
             }
-            State::Header => None,
             State::Payload => Some(self.remaining),
         }
     }

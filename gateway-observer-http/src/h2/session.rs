@@ -173,9 +173,11 @@ impl Session {
         let mut pieces = reuse(std::mem::take(&mut self.pieces));
         // The kernel's walk began where this side's walker says the next header is: after the
         // preface bytes still to skip, after the rest of a frame the last syscall left
-        // unfinished, at the syscall's start otherwise. Anywhere else it walked payload bytes.
+        // unfinished (a header's included, whose length this syscall's first bytes may complete),
+        // at the syscall's start otherwise. Anywhere else it walked payload bytes.
         let preface_here = side.preface_left.min(seg.len);
-        let expected = side.walker.to_next_header().map(|rest| if side.preface_left > 0 { preface_here } else { rest });
+        let expected =
+            side.walker.to_next_header(head).map(|rest| if side.preface_left > 0 { preface_here } else { rest });
         if !seg.walked.is_empty() && expected == Some(seg.walked.origin) {
             walked::pieces(seg.head, seg.len, seg.tail, &seg.walked, &mut pieces);
             self.walked_syscalls = self.walked_syscalls.saturating_add(1);

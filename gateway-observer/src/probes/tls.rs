@@ -10,8 +10,8 @@ use std::{
 };
 
 use aya::{
-    maps::{Array, MapData},
-    programs::UProbe,
+    maps::{Array, MapData, ProgramArray},
+    programs::{ProgramError, UProbe},
 };
 
 use super::{ProbeError, Probes};
@@ -53,6 +53,11 @@ pub const TLS_PROGRAMS: &[&str] = &[
     "go_tls_return",
     "go_tls_other_return",
 ];
+
+/// The continuation of the plaintext's HTTP/2 walks past 32 frames (loaded with the others, never
+/// attached: `tls_exit` and `go_tls_return` tail-call it through `WALK_MORE_MAP`).
+const WALK_MORE_PROGRAM: &str = "tls_walk_more";
+const WALK_MORE_MAP: &str = "TLS_WALK_MORE";
 
 /// The kernel's count of processes with Go TLS calls hooked: while 0, socket transfers skip the
 /// per-goroutine lookup.
@@ -117,6 +122,7 @@ impl TlsHooks {
                 let prog: &mut UProbe = program_of(probes, program)?;
                 prog.load().map_err(|source| ProbeError::LoadProgram { program, source })?;
             }
+            load_walk_continuation(probes)?;
             self.loaded = true;
         }
         // Returns first: an entry seen with its return unhooked would leave the thread inside
@@ -166,6 +172,17 @@ impl TlsHooks {
         let mut count: Array<&mut MapData, u32> = probes.map_mut(GO_PROCESSES_MAP)?;
         count.set(0, self.go_pids.len() as u32, 0).map_err(|source| ProbeError::Map { map: GO_PROCESSES_MAP, source })
     }
+}
+
+/// Loads the plaintext walks' continuation into the program array the TLS programs tail-call.
+fn load_walk_continuation(probes: &mut Probes) -> Result<(), ProbeError> {
+    let program = WALK_MORE_PROGRAM;
+    let load_err = |source| ProbeError::LoadProgram { program, source };
+    let prog = program_of(probes, program)?;
+    prog.load().map_err(load_err)?;
+    let fd = prog.fd().map_err(load_err)?.try_clone().map_err(|e| load_err(ProgramError::IOError(e)))?;
+    let mut slots: ProgramArray<&mut MapData> = probes.map_mut(WALK_MORE_MAP)?;
+    slots.set(0, &fd, 0).map_err(|source| ProbeError::Map { map: WALK_MORE_MAP, source })
 }
 
 fn program_of<'a>(probes: &'a mut Probes, program: &'static str) -> Result<&'a mut UProbe, ProbeError> {

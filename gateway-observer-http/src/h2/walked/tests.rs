@@ -243,96 +243,94 @@ fn a_walk_from_the_wrong_place_is_not_used() {
     assert_eq!(c.conn.lost_sync(), 0);
 }
 
-/// Where the next read's first header is after `chunk`, walking from `from` (the kernel's
-/// `SockState::h2_next`); None when a header is cut by the chunk's end.
-fn next_place(chunk: &[u8], from: usize) -> Option<usize> {
-    let mut at = from;
-    while at + 9 <= chunk.len() {
-        let h = &chunk[at..at + 9];
-        at += 9 + (usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]));
-    }
-    at.checked_sub(chunk.len())
+/// The length field of the frame header at `at` of `bytes`: its first 3 bytes.
+fn length_at(bytes: &[u8], at: usize) -> usize {
+    usize::from(bytes[at]) << 16 | usize::from(bytes[at + 1]) << 8 | usize::from(bytes[at + 2])
 }
 
-/// Three uploads (HEADERS, then DATA frames of 16384 and 5000 bytes) read 8192 bytes at a time,
-/// as hyper's h2 reads them: most reads start inside a DATA frame. `keeps_place`: the kernel
-/// walks each read from where the last one's frame ends; otherwise from its first byte (the
-/// kernel before it kept that place).
-fn uploads_in_reads(keeps_place: bool) -> Walking {
-    let mut c = Walking { conn: Connection::new(Role::Server), out: Vec::new() };
-    c.syscall(Direction::Read, 1, &cat(&[PREFACE, &frame(SETTINGS, 0, 0, &[])]), Some(PREFACE.len()));
-    let streams = [1u32, 3, 5];
-    let uploads: Vec<u8> = streams
-        .iter()
-        .flat_map(|&s| {
-            // POST, http, /: static 3, 6, 4.
-            cat(&[
-                &frame(HEADERS, FLAG_END_HEADERS, s, &[0x83, 0x86, 0x84]),
-                &frame(DATA, 0, s, &[b'u'; 16384]),
-                &frame(DATA, FLAG_END_STREAM, s, &[b'v'; 5000]),
-            ])
-        })
-        .collect();
-    let mut place = Some(0);
-    for (i, chunk) in uploads.chunks(8192).enumerate() {
-        let origin = if keeps_place { place.unwrap_or(0) } else { 0 };
-        c.syscall(Direction::Read, 10 + i as u64, chunk, Some(origin));
-        place = next_place(chunk, place.unwrap_or(0));
-    }
-    for (i, &s) in streams.iter().enumerate() {
-        c.syscall(Direction::Write, 100 + i as u64, &ok(s, 10), Some(0));
-    }
-    c
-}
-
-#[test]
-fn reads_that_start_inside_a_frame_are_walked_from_where_it_ends() {
-    let without = uploads_in_reads(false);
-    assert!(without.conn.lost_sync() > 0, "the test needs reads whose first header is past the head");
-    let with = uploads_in_reads(true);
-    assert_eq!(with.conn.lost_sync(), 0);
-    let done: Vec<_> = with.out.iter().map(|e| (e.status, e.response_end_ns)).collect();
-    assert_eq!(done, [(Some(200), 100), (Some(200), 101), (Some(200), 102)]);
-}
-
-/// Where the next read's first header is after `chunk`, walking from `from`, as the kernel keeps
-/// it: past a header the chunk's end cuts too, once its length is in the chunk. Also whether
-/// the chunk ended inside a header.
+/// Where the next read's first header is after `chunk`, walking from `from`, as the kernel kept
+/// it before a header's first bytes were kept too: past a header the chunk's end cuts, once its
+/// length is in the chunk. Also whether the chunk ended inside a header.
 fn next_place_past_cut(chunk: &[u8], from: usize) -> (Option<usize>, bool) {
     let mut at = from;
     while at + 9 <= chunk.len() {
-        let h = &chunk[at..at + 9];
-        at += 9 + (usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]));
+        at += 9 + length_at(chunk, at);
     }
     let cut = at < chunk.len();
     if cut && at + 3 <= chunk.len() {
-        let h = &chunk[at..at + 3];
-        at += 9 + (usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]));
+        at += 9 + length_at(chunk, at);
     }
     (at.checked_sub(chunk.len()), cut)
+}
+
+/// A server reading `count` GETs in the pieces `reads` makes of their bytes (each read's end,
+/// and where the kernel's walk of it starts), then answering each: every stream must come out
+/// once with its status, and the walk never lose sync.
+fn assert_requests_read_in_pieces(count: u32, reads: impl FnOnce(&[u8]) -> Vec<(usize, Option<usize>)>) {
+    let mut c = Walking { conn: Connection::new(Role::Server), out: Vec::new() };
+    c.syscall(Direction::Read, 1, &cat(&[PREFACE, &frame(SETTINGS, 0, 0, &[])]), Some(PREFACE.len()));
+    let streams: Vec<u32> = (0..count).map(|i| 2 * i + 1).collect();
+    let requests: Vec<u8> = streams.iter().flat_map(|&s| get(s, b"/items/of/some/length")).collect();
+    let mut from = 0;
+    for (i, (to, origin)) in reads(&requests).into_iter().enumerate() {
+        c.syscall(Direction::Read, 10 + i as u64, &requests[from..to], origin);
+        from = to;
+    }
+    for (i, &s) in streams.iter().enumerate() {
+        c.syscall(Direction::Write, 1000 + i as u64, &ok(s, 10), Some(0));
+    }
+    assert_eq!(c.conn.lost_sync(), 0);
+    assert_eq!(c.out.len(), streams.len());
+    assert!(c.out.iter().all(|e| e.status == Some(200)));
 }
 
 #[test]
 fn reads_that_end_inside_a_header_are_walked_from_past_it() {
     // Sixty GETs read 600 bytes at a time (what room a gateway's buffer has left): reads end
     // inside headers, and the next read's first header lies past that frame's payload.
-    let mut c = Walking { conn: Connection::new(Role::Server), out: Vec::new() };
-    c.syscall(Direction::Read, 1, &cat(&[PREFACE, &frame(SETTINGS, 0, 0, &[])]), Some(PREFACE.len()));
-    let streams: Vec<u32> = (0..60).map(|i| 2 * i + 1).collect();
-    let requests: Vec<u8> = streams.iter().flat_map(|&s| get(s, b"/items/of/some/length")).collect();
-    let (mut place, mut cuts) = (Some(0), 0);
-    for (i, chunk) in requests.chunks(600).enumerate() {
-        c.syscall(Direction::Read, 10 + i as u64, chunk, place);
-        let (next, cut) = next_place_past_cut(chunk, place.unwrap_or(0));
-        (place, cuts) = (next, cuts + usize::from(cut && next.is_some()));
-    }
-    assert!(cuts > 0, "the test needs reads that end inside a header, past its length");
-    for (i, &s) in streams.iter().enumerate() {
-        c.syscall(Direction::Write, 100 + i as u64, &ok(s, 10), Some(0));
-    }
-    assert_eq!(c.conn.lost_sync(), 0);
-    assert_eq!(c.out.len(), streams.len());
-    assert!(c.out.iter().all(|e| e.status == Some(200)));
+    assert_requests_read_in_pieces(60, |requests| {
+        let (mut place, mut cuts, mut reads) = (Some(0), 0, Vec::new());
+        for (i, chunk) in requests.chunks(600).enumerate() {
+            reads.push((i * 600 + chunk.len(), place));
+            let (next, cut) = next_place_past_cut(chunk, place.unwrap_or(0));
+            (place, cuts) = (next, cuts + usize::from(cut && next.is_some()));
+        }
+        assert!(cuts > 0, "the test needs reads that end inside a header, past its length");
+        reads
+    });
+}
+
+#[test]
+fn reads_that_end_before_a_headers_length_is_whole_are_walked_from_past_it() {
+    // Reads of about 600 bytes that end 1 or 2 bytes into a frame header (a TLS record
+    // boundary): the kernel keeps those bytes, and the next read's first bytes complete the
+    // length, so its walk starts at the next header all the same (`h2_next_partial`); userspace
+    // completes the length alike.
+    assert_requests_read_in_pieces(150, |requests| {
+        let mut starts = Vec::new();
+        let mut at = 0;
+        while at + 9 <= requests.len() {
+            starts.push(at);
+            at += 9 + length_at(requests, at);
+        }
+        let mut ends: Vec<usize> = Vec::new();
+        for &start in &starts {
+            if start >= ends.last().copied().unwrap_or(0) + 600 {
+                ends.push(start + 1 + ends.len() % 2);
+            }
+        }
+        assert!(ends.len() >= 4, "the test needs reads that end 1 and 2 bytes into a header: {ends:?}");
+        ends.push(requests.len());
+        let mut from = 0;
+        let mut reads = Vec::new();
+        for to in ends {
+            // The first whole header at or after the read's start: where the kernel's walk begins.
+            let origin = starts.iter().find(|&&start| start >= from).map_or(0, |&start| start - from);
+            reads.push((to, Some(origin)));
+            from = to;
+        }
+        reads
+    });
 }
 
 /// The client's first write: preface, SETTINGS and twelve requests whose paths are
