@@ -36,8 +36,11 @@ pub struct SockState {
     /// TLS library calls' plaintext records of it reported so far, counted up to a few: the first
     /// ones are looked at for HTTP/2's client preface, as a cleartext connection's first bytes.
     pub plain_seen: u32,
+    /// Its local port plus one once it counts among `FOLLOWED_PORTS` (0: not yet).
+    pub counted_port: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<SockState>() == 56);
+const _: () = assert!(size_of::<SockState>() == 64);
 
 /// `SockState::h2_next` not known: the next transfer's walk starts at its first byte, and
 /// userspace uses it only where its own walk agrees.

@@ -25,7 +25,10 @@ use crate::{
     h2_walk::{Buffers, WalkEnd, next_after_head, next_origin, origin_past_split_header, walk_frames},
     loop_iterations::transfer_boundary,
     maps::{btf_field, config, count_drop, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
-    sockets::{SOCKET_EVENTS, SOCKS, emit_conn, is_closed_or_listening, is_tcp, ring_share_left, socket_ring_unread},
+    sockets::{
+        SOCKET_EVENTS, SOCKS, emit_conn, insert_counted, is_closed_or_listening, is_tcp, remove_counted,
+        ring_share_left, socket_ring_unread,
+    },
     syscalls::Call,
     tls::tls_transfer,
     transfer_buffers::buffers,
@@ -192,7 +195,7 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
                 // Accepted on a target's port: the worker that reads it first owns it, and
                 // pays for it from its process's budget.
                 if !take_socket_budget(tgid) {
-                    let _ = SOCKS.remove(&key);
+                    remove_counted(key, sock);
                     emit_conn(event_kind::SOCKET_CLOSE, sk, 0, conn_role::SERVER);
                     return;
                 }
@@ -227,8 +230,7 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             }
             let tls = u32::from(in_tls);
             let sock = SockState { tgid, role: conn_role::UNKNOWN, tls, data_seen: 1, ..SockState::default() };
-            if SOCKS.insert(&key, &sock, 0).is_err() {
-                count_drop(drop_index::SOCKS_FULL);
+            if !insert_counted(key, sk, sock) {
                 return;
             }
             emit_conn(event_kind::SOCKET_OPEN, sk, tgid, conn_role::UNKNOWN);
@@ -572,15 +574,14 @@ unsafe fn fill_data(
             }
         }
         let mut tail_copied = 0u16;
-        if tail_len > 0
-            && tail_len <= DATA_TAIL_BYTES as u32
-            && bpf_probe_read_user(
-                (*event).tail.as_mut_ptr().cast(),
-                tail_len,
-                (tail_end - u64::from(tail_len)) as *const _,
-            ) == 0
-        {
-            tail_copied = tail_len as u16;
+        if tail_len > 0 && tail_len <= DATA_TAIL_BYTES as u32 {
+            let src = (tail_end - u64::from(tail_len)) as *const _;
+            // Bounded again at the call: 6.1's verifier forgets the bound of a length LLVM
+            // spills to the stack between the test and the call (it did, measured).
+            let size = verifier_bounded(tail_len, DATA_TAIL_BYTES as u32);
+            if bpf_probe_read_user((*event).tail.as_mut_ptr().cast(), size, src) == 0 {
+                tail_copied = size as u16;
+            }
         }
         (*event).tail_len = tail_copied;
     }

@@ -16,6 +16,7 @@ use gateway_observer_common::{
     event_kind, listen_key, ring_share,
 };
 
+use crate::followed_ports;
 use crate::maps::{
     BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, TARGETS, btf_field, config, count_drop, current_ids, now_ns, submit_flags,
     take_socket_budget,
@@ -86,6 +87,9 @@ pub fn socket_submit_flags(record_bytes: usize) -> u64 {
 #[btf_tracepoint(function = "sk_data_ready")]
 pub fn sk_data_ready(ctx: BtfTracePointContext) -> u32 {
     let sk: *const u8 = ctx.arg(0);
+    if !followed_ports::may_be_followed(sk) {
+        return 0;
+    }
     if let Some(sock) = SOCKS.get_ptr_mut(&(sk as u64)) {
         // SAFETY: a map value pointer, valid for this program run.
         let sock = unsafe { &mut *sock };
@@ -118,14 +122,16 @@ pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> u32 {
             }
         }
         TCP_ESTABLISHED => {
-            // SAFETY: a map value read; SockState is plain data.
-            if let Some(sock) = unsafe { SOCKS.get(&key) } {
+            if let Some(sock) = SOCKS.get_ptr_mut(&key) {
+                // SAFETY: a map value pointer, valid for this program run.
+                let sock = unsafe { &mut *sock };
+                // A connect's local port is chosen by now.
+                followed_ports::count(sock, sk);
                 emit_conn(event_kind::SOCKET_OPEN, sk, sock.tgid, sock.role);
             } else if old == TCP_SYN_RECV && listened_on(sk) {
                 // Accepted on a target's port: which worker will accept it is not known yet.
                 let sock = SockState { tgid: 0, role: conn_role::SERVER, ..SockState::default() };
-                if SOCKS.insert(&key, &sock, 0).is_err() {
-                    count_drop(drop_index::SOCKS_FULL);
+                if !insert_counted(key, sk, sock) {
                     return 0;
                 }
                 emit_conn(event_kind::SOCKET_OPEN, sk, 0, conn_role::SERVER);
@@ -133,15 +139,35 @@ pub fn inet_sock_set_state(ctx: BtfTracePointContext) -> u32 {
         }
         TCP_CLOSE => {
             // SAFETY: a map value read; SockState is plain data.
-            if let Some(sock) = unsafe { SOCKS.get(&key) } {
-                let (tgid, role) = (sock.tgid, sock.role);
-                let _ = SOCKS.remove(&key);
-                emit_conn(event_kind::SOCKET_CLOSE, sk, tgid, role);
+            if let Some(sock) = unsafe { SOCKS.get(&key) }.copied() {
+                remove_counted(key, &sock);
+                emit_conn(event_kind::SOCKET_CLOSE, sk, sock.tgid, sock.role);
             }
         }
         _ => {}
     }
     0
+}
+
+/// Follows connection `sk` (`key`) in `SOCKS`, counted under its local port; false (counted as a
+/// drop) when the map is full.
+#[inline(always)]
+pub fn insert_counted(key: u64, sk: *const u8, mut sock: SockState) -> bool {
+    followed_ports::count(&mut sock, sk);
+    if SOCKS.insert(&key, &sock, 0).is_err() {
+        followed_ports::uncount(&sock);
+        count_drop(drop_index::SOCKS_FULL);
+        return false;
+    }
+    true
+}
+
+/// Stops following connection `key`, whose state was `sock`.
+#[inline(always)]
+pub fn remove_counted(key: u64, sock: &SockState) {
+    if SOCKS.remove(&key).is_ok() {
+        followed_ports::uncount(sock);
+    }
 }
 
 /// tcp_retransmit_skb(const struct sock *sk, const struct sk_buff *skb, int err): data went
