@@ -128,6 +128,8 @@ pub(crate) struct Proxies {
     pub(crate) nginx: (u32, u16),
     /// The upstream nginx's port, for another proxy put in front of it.
     pub(crate) upstream_port: u16,
+    /// The upstream nginx's master pid (its worker is its child).
+    pub(crate) upstream_pid: u32,
 }
 
 /// Writes the configs into `dir`, starts the upstream nginx, the proxy nginx and
@@ -166,10 +168,8 @@ pub(crate) fn start_proxies(dir: &Path, gateway_bin: &Path, workers: usize, proc
         ),
     )?;
 
-    let mut nginx_pid = 0;
-    for (name, conf) in [("upstream nginx", &up_conf), ("proxy nginx", &proxy_conf)] {
-        nginx_pid = spawn_nginx(procs, name, dir, conf)?;
-    }
+    let upstream_pid = spawn_nginx(procs, "upstream nginx", dir, &up_conf)?;
+    let nginx_pid = spawn_nginx(procs, "proxy nginx", dir, &proxy_conf)?;
     let gw_pid = procs.spawn(
         "reference-gateway",
         Command::new(gateway_bin).arg("--config").arg(&gw_conf).stdout(Stdio::null()).stderr(Stdio::null()),
@@ -177,7 +177,7 @@ pub(crate) fn start_proxies(dir: &Path, gateway_bin: &Path, workers: usize, proc
     for (name, port) in [("upstream nginx", up_port), ("proxy nginx", nginx_port), ("reference-gateway", gw_port)] {
         wait_ready(name, port, procs)?;
     }
-    Ok(Proxies { gateway: (gw_pid, gw_port), nginx: (nginx_pid, nginx_port), upstream_port: up_port })
+    Ok(Proxies { gateway: (gw_pid, gw_port), nginx: (nginx_pid, nginx_port), upstream_port: up_port, upstream_pid })
 }
 
 fn bench(opts: &Options, gateway_bin: &Path, dir: &Path) -> Result<()> {

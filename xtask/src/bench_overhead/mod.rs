@@ -7,6 +7,8 @@
 //!   per request, with the kernel's program timing off as a user runs; in the on phase, CPU per
 //!   proxied request of the daemon (utime + stime), then a short run with program timing on for
 //!   the kernel programs' (Σ bpf_stats run time of every program the daemon holds).
+//! - Untargeted server: the bench's upstream nginx driven straight by wrk, without and with the
+//!   observer attached to an idle process (pairs again): what a web server sharing the host pays.
 //! - Untargeted syscall cost: ns per getppid(2) in this process, which the observer does not
 //!   target, without and with it attached (pairs again).
 //! - Targeted sched_switch and sched_wakeup ns/event under a context-switch load, next to an empty
@@ -28,6 +30,7 @@ mod saturation;
 mod sched_cost;
 mod syscall_cost;
 mod tls_proxy;
+mod untargeted_server;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -173,7 +176,8 @@ impl Running {
         let observer_args: &'static [&'static str] =
             if gateway == Gateway::NginxTlsPlaintext { &["--tls-plaintext"] } else { &[] };
         let h2c_streams = (gateway == Gateway::NginxH2c).then_some(h2c_proxy::STREAMS);
-        saturation::Target { name: gateway.name(), pid, port, tls: gateway.is_tls(), h2c_streams, observer_args, dir }
+        let tls = gateway.is_tls();
+        saturation::Target { name: gateway.name(), pid, port, observed: pid, tls, h2c_streams, observer_args, dir }
     }
 }
 
@@ -236,6 +240,8 @@ fn bench(opts: &Options, bins: &Binaries, dir: &Path) -> Result<()> {
         let pairs = saturation::pairs(opts, &target, &bins.observer, &mut procs)?;
         saturation::add_rows(&mut report, gateway.name(), gateway.throughput_kept(), &pairs);
     }
+    let server = untargeted_server::pairs(opts, &running.proxies, &bins.observer, dir, &mut procs)?;
+    untargeted_server::add_rows(&mut report, &server);
     // Nothing is read from bpf_stats there, and its timing would be part of every syscall's cost.
     let syscall_pairs = without_bpf_stats(|| syscall_cost::pairs(opts.pairs, &bins.observer, dir))?;
     syscall_cost::add_rows(&mut report, &syscall_pairs);

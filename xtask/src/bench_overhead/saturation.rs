@@ -23,8 +23,12 @@ const GOAL_CPU_PER_REQUEST_NS: f64 = 1_000.0;
 /// The running gateway under test and where its phases' files go.
 pub(super) struct Target<'a> {
     pub(super) name: &'static str,
+    /// The server measured: its CPU per request is its process family's.
     pub(super) pid: u32,
     pub(super) port: u16,
+    /// What the daemon targets in the on phases: the server itself, or (to measure what a
+    /// process the observer does not target pays) another one.
+    pub(super) observed: u32,
     /// Served over HTTPS.
     pub(super) tls: bool,
     /// Served over h2c and driven by h2load, this many streams at a time per connection.
@@ -65,12 +69,12 @@ impl Target<'_> {
 }
 
 pub(super) struct Phase {
-    wrk: WrkResult,
+    pub(super) wrk: WrkResult,
     /// The gateway's own CPU per response, ns.
-    gateway_ns: f64,
+    pub(super) gateway_ns: f64,
     /// With the observer attached: kernel programs ns and daemon ns of CPU per request, the
     /// daemon's peak RSS, and req/s during the costed run (program timing on).
-    observer: Option<(f64, f64, f64, f64)>,
+    pub(super) observer: Option<(f64, f64, f64, f64)>,
     /// With the observer attached: the costliest kernel programs, for the line under the phase's.
     programs: Option<String>,
 }
@@ -107,7 +111,7 @@ pub(super) fn pairs(
 
 fn phase_on(spec: WrkSpec, target: &Target, observer: &Path, pair: usize) -> Result<Phase> {
     let label = format!("{}-{pair}", target.name);
-    let mut daemon = Daemon::start_with(observer, target.pid, target.dir, &label, target.observer_args)?;
+    let mut daemon = Daemon::start_with(observer, target.observed, target.dir, &label, target.observer_args)?;
     // What the gateway keeps is measured with the kernel's program timing off, as a user runs:
     // timing costs two clock reads per program run, which alone took ~4 % of nginx's throughput.
     let before = daemon.snapshot()?;
