@@ -294,15 +294,21 @@ impl Probes {
             let (prog, btf) = self.program_with_btf(program)?;
             let prog: &mut BtfTracePoint = prog.try_into().map_err(load_err)?;
             prog.load(tracepoint, btf).map_err(load_err)?;
-            let fd = prog
-                .fd()
-                .map_err(load_err)?
-                .try_clone()
-                .map_err(|e| ProbeError::LoadProgram { program, source: aya::programs::ProgramError::IOError(e) })?;
-            let mut slots: ProgramArray<&mut MapData> = self.map_mut(array)?;
-            slots.set(0, &fd, 0).map_err(map_err(array))?;
+            self.set_tail_call(program, array)?;
         }
         Ok(())
+    }
+
+    /// Puts the loaded `program` in slot 0 of the program array `array`, for the programs that
+    /// tail-call through it.
+    pub(super) fn set_tail_call(&mut self, program: &'static str, array: &'static str) -> Result<(), ProbeError> {
+        let load_err = |source| ProbeError::LoadProgram { program, source };
+        let prog = self.ebpf.program(program).ok_or(ProbeError::MissingProgram(program))?;
+        // A copy of the descriptor: the map is borrowed from the same object.
+        let fd =
+            prog.fd().map_err(load_err)?.try_clone().map_err(|e| load_err(aya::programs::ProgramError::IOError(e)))?;
+        let mut slots: ProgramArray<&mut MapData> = self.map_mut(array)?;
+        slots.set(0, &fd, 0).map_err(map_err(array))
     }
 
     /// The loaded object, for the per-target uprobes (`probes::tls`).

@@ -10,8 +10,8 @@ use std::{
 };
 
 use aya::{
-    maps::{Array, MapData, ProgramArray},
-    programs::{ProgramError, UProbe},
+    maps::{Array, MapData},
+    programs::UProbe,
 };
 
 use super::{ProbeError, Probes};
@@ -177,12 +177,8 @@ impl TlsHooks {
 /// Loads the plaintext walks' continuation into the program array the TLS programs tail-call.
 fn load_walk_continuation(probes: &mut Probes) -> Result<(), ProbeError> {
     let program = WALK_MORE_PROGRAM;
-    let load_err = |source| ProbeError::LoadProgram { program, source };
-    let prog = program_of(probes, program)?;
-    prog.load().map_err(load_err)?;
-    let fd = prog.fd().map_err(load_err)?.try_clone().map_err(|e| load_err(ProgramError::IOError(e)))?;
-    let mut slots: ProgramArray<&mut MapData> = probes.map_mut(WALK_MORE_MAP)?;
-    slots.set(0, &fd, 0).map_err(|source| ProbeError::Map { map: WALK_MORE_MAP, source })
+    program_of(probes, program)?.load().map_err(|source| ProbeError::LoadProgram { program, source })?;
+    probes.set_tail_call(program, WALK_MORE_MAP)
 }
 
 fn program_of<'a>(probes: &'a mut Probes, program: &'static str) -> Result<&'a mut UProbe, ProbeError> {
