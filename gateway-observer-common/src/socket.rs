@@ -63,12 +63,16 @@ pub const fn h2_next_partial(seen: u32, prefix: u32) -> u32 {
     H2_NEXT_IN_HEADER | H2_NEXT_PARTIAL | (seen << 16) | (prefix & 0xffff)
 }
 
-/// For an `h2_next` with `H2_NEXT_PARTIAL`: how many of the header's bytes came before, and the
-/// payload length their prefix and `rest` (the next bytes, `3 - seen` of them, big-endian) make.
-pub const fn h2_split_length(next: u32, rest: u32) -> (u32, u32) {
-    let seen = (next >> 16) & 3;
+/// For an `h2_next` with `H2_NEXT_PARTIAL`: how many of the header's bytes came before (1 or 2).
+pub const fn h2_partial_seen(next: u32) -> u32 {
+    (next >> 16) & 3
+}
+
+/// For an `h2_next` with `H2_NEXT_PARTIAL`: the payload length its bytes and `rest` (the next
+/// bytes, `3 - h2_partial_seen(next)` of them, big-endian) make.
+pub const fn h2_split_length(next: u32, rest: u32) -> u32 {
     let prefix = next & 0xffff;
-    (seen, (prefix << (8 * (3 - seen))) | rest)
+    (prefix << (8 * (3 - h2_partial_seen(next)))) | rest
 }
 
 /// Key of `LISTEN_PORTS`: a port in one network namespace.
@@ -125,10 +129,10 @@ mod tests {
         // One byte of the length (0x00) before, 0x01 0x02 after: 0x000102.
         let next = h2_next_partial(1, 0x00);
         assert_ne!(next & H2_NEXT_IN_HEADER, 0);
-        assert_eq!(h2_split_length(next, 0x0102), (1, 0x0102));
+        assert_eq!((h2_partial_seen(next), h2_split_length(next, 0x0102)), (1, 0x0102));
         // Two bytes before (0x01 0x02), 0x03 after.
         let next = h2_next_partial(2, 0x0102);
-        assert_eq!(h2_split_length(next, 0x03), (2, 0x010203));
+        assert_eq!((h2_partial_seen(next), h2_split_length(next, 0x03)), (2, 0x010203));
         assert_ne!(next, H2_NEXT_UNKNOWN);
     }
 }

@@ -90,7 +90,7 @@ pub fn go_tls_other_enter(ctx: ProbeContext) -> u32 {
 pub fn go_tls_return(ctx: ProbeContext) -> u32 {
     if go_call_returns(&ctx, false) {
         // A tail call never returns: this is the program's last action.
-        h2_continue::walk_on(&ctx, h2_continue::From::Uprobe);
+        h2_continue::walk_on(&ctx, h2_continue::Continuation::Uprobe);
     }
     0
 }

@@ -56,9 +56,9 @@ static H2_SEND_MORE: ProgramArray = ProgramArray::with_max_entries(1, 0);
 #[map]
 static TLS_WALK_MORE: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
-/// Where a walk goes on from: which program array holds the continuation of the program running.
+/// Which continuation a walk goes on in: the program array of the program running.
 #[derive(Clone, Copy)]
-pub enum From {
+pub enum Continuation {
     RecvTracepoint,
     SendTracepoint,
     Uprobe,
@@ -78,11 +78,11 @@ pub fn leave(tid: u32, sk: u64, read: bool, len: u64, at: u64, buffers: Buffers)
 /// Hands the walk left on this CPU to the continuation program of the running one. Returns only
 /// when the tail call fails (no continuation loaded, the kernel's chain limit): the walk ends.
 #[inline(always)]
-pub fn walk_on<C: EbpfContext>(ctx: &C, from: From) {
+pub fn walk_on<C: EbpfContext>(ctx: &C, from: Continuation) {
     let more = match from {
-        From::RecvTracepoint => &H2_RECV_MORE,
-        From::SendTracepoint => &H2_SEND_MORE,
-        From::Uprobe => &TLS_WALK_MORE,
+        Continuation::RecvTracepoint => &H2_RECV_MORE,
+        Continuation::SendTracepoint => &H2_SEND_MORE,
+        Continuation::Uprobe => &TLS_WALK_MORE,
     };
     // SAFETY: a tail call into a program of the same type (and, for a tracepoint, attach point);
     // nothing is held across it.
@@ -96,21 +96,21 @@ pub fn walk_on<C: EbpfContext>(ctx: &C, from: From) {
 /// sock_recv_length's continuation, never attached: reached by tail call only.
 #[btf_tracepoint(function = "sock_recv_length")]
 pub fn sock_recv_length_more(ctx: BtfTracePointContext) -> u32 {
-    continue_walk(&ctx, From::RecvTracepoint);
+    continue_walk(&ctx, Continuation::RecvTracepoint);
     0
 }
 
 /// sock_send_length's continuation, never attached: reached by tail call only.
 #[btf_tracepoint(function = "sock_send_length")]
 pub fn sock_send_length_more(ctx: BtfTracePointContext) -> u32 {
-    continue_walk(&ctx, From::SendTracepoint);
+    continue_walk(&ctx, Continuation::SendTracepoint);
     0
 }
 
 /// The continuation of the uprobe programs' walks of TLS plaintext, never attached.
 #[uprobe]
 pub fn tls_walk_more(ctx: ProbeContext) -> u32 {
-    continue_walk(&ctx, From::Uprobe);
+    continue_walk(&ctx, Continuation::Uprobe);
     0
 }
 
@@ -118,7 +118,7 @@ pub fn tls_walk_more(ctx: ProbeContext) -> u32 {
 /// again while the walk reaches its bound, or ends inside a header (whose length the next run
 /// reads: read here, after the unrolled walk, it would be verified once per frame).
 #[inline(always)]
-fn continue_walk<C: EbpfContext>(ctx: &C, from: From) {
+fn continue_walk<C: EbpfContext>(ctx: &C, from: Continuation) {
     let Some(left) = H2_LEFT_WALKS.get_ptr_mut(0) else { return };
     // SAFETY: a per-CPU map value pointer, valid for this program run.
     let left = unsafe { &mut *left };

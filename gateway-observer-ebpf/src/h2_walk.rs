@@ -11,7 +11,7 @@
 use aya_ebpf::helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user};
 use gateway_observer_common::{
     DATA_HEAD_BYTES, H2_NEXT_IN_HEADER, H2_NEXT_PARTIAL, H2_NEXT_UNKNOWN, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES,
-    H2Walk, h2_next_partial, h2_split_length,
+    H2Walk, h2_next_partial, h2_partial_seen, h2_split_length,
 };
 
 pub const HEADER: u64 = 9;
@@ -284,15 +284,14 @@ pub fn next_after_cut_header<const SPLIT_HEADERS: bool>(addr: u64, at: u64, len:
 /// at `base`, complete that length. `NO_ORIGIN` when they cannot.
 #[inline(always)]
 pub fn origin_past_split_header(next: u32, base: u64, avail: u64) -> u64 {
-    let seen = u64::from((next >> 16) & 3);
+    let seen = u64::from(h2_partial_seen(next));
     if seen == 0 || seen >= LENGTH_BYTES || avail < LENGTH_BYTES - seen {
         return NO_ORIGIN;
     }
     // The 3 bytes from the transfer's start: those past the header's length are not used.
     let Some(bytes) = user_length(base) else { return NO_ORIGIN };
     let rest = bytes >> (8 * seen);
-    let (_, length) = h2_split_length(next, rest);
-    HEADER - seen + u64::from(length)
+    HEADER - seen + u64::from(h2_split_length(next, rest))
 }
 
 /// An origin past any transfer: nothing is walked, and the connection's place becomes unknown.

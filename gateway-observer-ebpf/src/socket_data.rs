@@ -151,7 +151,8 @@ fn socket_layer_transfer(ctx: &BtfTracePointContext, recv: bool) {
     on_transfer(state, tgid, ctx.arg(0), ret, ctx.arg(2), recv, go.is_some());
     if finish_transfer::<true>(state, tid, ret, go) {
         // A tail call never returns: this is the program's last action.
-        let from = if recv { h2_continue::From::RecvTracepoint } else { h2_continue::From::SendTracepoint };
+        let from =
+            if recv { h2_continue::Continuation::RecvTracepoint } else { h2_continue::Continuation::SendTracepoint };
         h2_continue::walk_on(ctx, from);
     }
 }

@@ -73,7 +73,7 @@ pub fn tls_other_enter(ctx: ProbeContext) -> u32 {
 pub fn tls_exit(ctx: RetProbeContext) -> u32 {
     if tls_call_returns(&ctx) {
         // A tail call never returns: this is the program's last action.
-        h2_continue::walk_on(&ctx, h2_continue::From::Uprobe);
+        h2_continue::walk_on(&ctx, h2_continue::Continuation::Uprobe);
     }
     0
 }
