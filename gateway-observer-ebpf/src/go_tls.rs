@@ -88,17 +88,24 @@ pub fn go_tls_other_enter(ctx: ProbeContext) -> u32 {
 /// Every RET instruction of `Read` and `Write`.
 #[uprobe]
 pub fn go_tls_return(ctx: ProbeContext) -> u32 {
-    if go_call_returns(&ctx, false) {
+    if go_call_returns::<true>(&ctx, false) {
         // A tail call never returns: this is the program's last action.
         h2_continue::walk_on(&ctx, h2_continue::Continuation::Uprobe);
     }
     0
 }
 
+/// `go_tls_return` without continuations, for the kernels `tls_exit_bounded` is for.
+#[uprobe]
+pub fn go_tls_return_bounded(ctx: ProbeContext) -> u32 {
+    go_call_returns::<false>(&ctx, false);
+    0
+}
+
 /// Every RET instruction of the handshake functions.
 #[uprobe]
 pub fn go_tls_other_return(ctx: ProbeContext) -> u32 {
-    go_call_returns(&ctx, true);
+    go_call_returns::<false>(&ctx, true);
     0
 }
 
@@ -155,9 +162,9 @@ pub fn go_transfer<const CONTINUE: bool>(
 }
 
 /// A RET of a hooked function (`handshake`: of a handshake function). True when a `Read`'s
-/// plaintext walk is left for a continuation.
+/// plaintext walk is left for a continuation (`CONTINUE`: the caller has them).
 #[inline(always)]
-fn go_call_returns(ctx: &ProbeContext, handshake: bool) -> bool {
+fn go_call_returns<const CONTINUE: bool>(ctx: &ProbeContext, handshake: bool) -> bool {
     let (tid, tgid) = current_ids();
     let key = TlsKey { ssl: reg(ctx, R14), tgid, _pad: 0 };
     // SAFETY: a map value read, copied at once.
@@ -180,5 +187,5 @@ fn go_call_returns(ctx: &ProbeContext, handshake: bool) -> bool {
     let Some(state) = thread_state(tid) else { return false };
     state.tls_buf = call.buf;
     state.tls_queued_ns = call.queued_ns;
-    send_plaintext::<true>(state, tid, call.shape, n as u64, call.sk, &session)
+    send_plaintext::<CONTINUE>(state, tid, call.shape, n as u64, call.sk, &session)
 }

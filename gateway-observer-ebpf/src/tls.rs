@@ -71,10 +71,18 @@ pub fn tls_other_enter(ctx: ProbeContext) -> u32 {
 /// The return of every call above.
 #[uretprobe]
 pub fn tls_exit(ctx: RetProbeContext) -> u32 {
-    if tls_call_returns(&ctx) {
+    if tls_call_returns::<true>(&ctx) {
         // A tail call never returns: this is the program's last action.
         h2_continue::walk_on(&ctx, h2_continue::Continuation::Uprobe);
     }
+    0
+}
+
+/// `tls_exit` for kernels whose verifier gives up on it (6.1: a million instructions): the
+/// plaintext's HTTP/2 walk stops at one record's bound, as the `tcp_*msg` fallback's does.
+#[uretprobe]
+pub fn tls_exit_bounded(ctx: RetProbeContext) -> u32 {
+    tls_call_returns::<false>(&ctx);
     0
 }
 
@@ -105,9 +113,10 @@ pub fn tls_transfer(state: &mut ThreadState, sk: u64, queued_ns: u64) {
     }
 }
 
-/// True when the plaintext's HTTP/2 walk is left for a continuation program.
+/// True when the plaintext's HTTP/2 walk is left for a continuation program (`CONTINUE`: the
+/// caller has them).
 #[inline(always)]
-fn tls_call_returns(ctx: &RetProbeContext) -> bool {
+fn tls_call_returns<const CONTINUE: bool>(ctx: &RetProbeContext) -> bool {
     let (tid, tgid) = current_ids();
     let Some(state) = thread_state(tid) else { return false };
     if state.tls_depth == 0 {
@@ -135,7 +144,7 @@ fn tls_call_returns(ctx: &RetProbeContext) -> bool {
     if len == 0 {
         return false;
     }
-    send_plaintext::<true>(state, tid, shape, len, state.tls_sk, &key)
+    send_plaintext::<CONTINUE>(state, tid, shape, len, state.tls_sk, &key)
 }
 
 /// Sends the `len` bytes of plaintext (`shape`) a call of session `key` moved: on `sk`, the socket
@@ -151,44 +160,50 @@ pub fn send_plaintext<const CONTINUE: bool>(
     sk: u64,
     key: &TlsKey,
 ) -> bool {
-    let sk = if sk != 0 {
-        sk
+    let known = if sk != 0 {
+        Some(sk)
     } else {
         // SAFETY: a map value read, copied at once.
-        match unsafe { TLS_SOCKS.get(key) }.copied() {
-            Some(sk) => sk,
-            None => {
-                // No socket known for this session: the `SSL *` (or `*tls.Conn`) stands for it.
-                state.data_first = 0;
-                return emit_plaintext::<CONTINUE>(state, tid, shape, len, key.ssl, DATA_FD_TLS_SESSION, 0);
+        unsafe { TLS_SOCKS.get(key) }.copied()
+    };
+    // One call of `emit_plaintext` below, whatever the branch: each inlined copy of its walk is
+    // verified on its own, and two put `tls_exit` past 6.1's million instructions.
+    let (target, fd, lost) = match known {
+        // No socket known for this session: the `SSL *` (or `*tls.Conn`) stands for it.
+        None => {
+            state.data_first = 0;
+            (key.ssl, DATA_FD_TLS_SESSION, 0)
+        }
+        Some(sk) => {
+            let Some(sock) = SOCKS.get_ptr_mut(&sk) else {
+                // Not followed (over quota, or closed): its plaintext belongs to no connection we know.
+                count_drop(drop_index::TLS_UNATTRIBUTED);
+                return false;
+            };
+            // SAFETY: a map value pointer, valid for this program run.
+            let sock = unsafe { &mut *sock };
+            // HTTP/2 inside TLS: the plaintext's frames are walked as a cleartext connection's
+            // are, from the place its last plaintext in this direction left (the ciphertext
+            // leaves it alone).
+            let mut first = 0;
+            if sock.plain_seen < PREFACE_RECORDS {
+                // The preface opens the client's first plaintext, which a server may read after
+                // its own first write (its SETTINGS): the first few records either way are looked
+                // at. Also once the connection is HTTP/2: a server's SETTINGS first look to
+                // userspace like a connection first seen mid-way, and its mark may reach the
+                // kernel before the preface.
+                first = FIRST_ON_SOCKET;
+                sock.plain_seen += 1;
             }
+            if sock.h2 != 0 {
+                first |= ON_H2;
+                take_h2_place(state, sock, data_shape::is_read(shape));
+            }
+            state.data_first = first;
+            (sk, DATA_FD_UNKNOWN, sock.lost)
         }
     };
-    let Some(sock) = SOCKS.get_ptr_mut(&sk) else {
-        // Not followed (over quota, or closed): its plaintext belongs to no connection we know.
-        count_drop(drop_index::TLS_UNATTRIBUTED);
-        return false;
-    };
-    // SAFETY: a map value pointer, valid for this program run.
-    let sock = unsafe { &mut *sock };
-    let lost = sock.lost;
-    // HTTP/2 inside TLS: the plaintext's frames are walked as a cleartext connection's are, from
-    // the place its last plaintext in this direction left (the ciphertext leaves it alone).
-    let mut first = 0;
-    if sock.plain_seen < PREFACE_RECORDS {
-        // The preface opens the client's first plaintext, which a server may read after its own
-        // first write (its SETTINGS): the first few records either way are looked at. Also once
-        // the connection is HTTP/2: a server's SETTINGS first look to userspace like a
-        // connection first seen mid-way, and its mark may reach the kernel before the preface.
-        first = FIRST_ON_SOCKET;
-        sock.plain_seen += 1;
-    }
-    if sock.h2 != 0 {
-        first |= ON_H2;
-        take_h2_place(state, sock, data_shape::is_read(shape));
-    }
-    state.data_first = first;
-    emit_plaintext::<CONTINUE>(state, tid, shape, len, sk, DATA_FD_UNKNOWN, lost)
+    emit_plaintext::<CONTINUE>(state, tid, shape, len, target, fd, lost)
 }
 
 /// Plaintext records of a TLS connection looked at for the HTTP/2 client preface.

@@ -187,7 +187,14 @@ fn tls_line(probes: &mut Probes) -> Line {
     };
     let mut hooks = crate::probes::tls::TlsHooks::new(crate::uprobe_opener::UprobeOpener::InProcess(pmu));
     match hooks.attach(probes, pid, &library, &entries) {
-        Ok(()) => line(REQUIREMENT, true, format!("{path}: {} calls attach; {covered}", entries.len())),
+        Ok(()) => match hooks.bounded_because() {
+            None => line(REQUIREMENT, true, format!("{path}: {} calls attach; {covered}", entries.len())),
+            Some(refused) => degraded(format!(
+                "{path}: {} calls attach, with the bounded return programs: HTTP/2 frames past 32 in one call's \
+                 plaintext are lost ({refused}); {covered}",
+                entries.len()
+            )),
+        },
         Err(e) => degraded(format!("{path}: {}; HTTPS requests are not seen; {covered}", error_chain(&e))),
     }
 }

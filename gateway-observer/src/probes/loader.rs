@@ -102,6 +102,8 @@ pub struct Probes {
     pub(super) quotas: Quotas,
     /// Drains of the socket ring so far (`advance_ring_epoch`).
     pub(super) ring_epoch: u64,
+    /// The socket tracepoints' HTTP/2 walks go on past 32 frames: their continuations are loaded.
+    pub(super) walks_continue: bool,
 }
 
 /// `bpf_map_update_elem` flag: only update an existing entry.
@@ -173,7 +175,8 @@ impl Probes {
             _ => return Err(ProbeError::MissingMap("THREADS")),
         };
         let slots = ThreadSlots::map(threads_map, max_threads).map_err(ProbeError::Mmap)?;
-        let mut probes = Self { ebpf, btf: Some(btf), slots, quotas: settings.quotas, ring_epoch: 0 };
+        let mut probes =
+            Self { ebpf, btf: Some(btf), slots, quotas: settings.quotas, ring_epoch: 0, walks_continue: false };
         probes.write_syscall_classes()?;
         let mut free: Queue<&mut MapData, u32> = probes.map_mut("FREE_SLOTS")?;
         for slot in 0..max_threads {
@@ -296,7 +299,13 @@ impl Probes {
             prog.load(tracepoint, btf).map_err(load_err)?;
             self.set_tail_call(program, array)?;
         }
+        self.walks_continue = true;
         Ok(())
+    }
+
+    /// Whether the socket tracepoints' HTTP/2 walks go on past 32 frames (`load_walk_continuations`).
+    pub fn walks_continue(&self) -> bool {
+        self.walks_continue
     }
 
     /// Puts the loaded `program` in slot 0 of the program array `array`, for the programs that

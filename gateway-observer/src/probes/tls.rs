@@ -20,10 +20,8 @@ use crate::{
     uprobe_opener::{self, UprobeOpener, UprobeRequest, helper::OpenError},
 };
 
-/// The uretprobe every hooked call returns through.
-const EXIT_PROGRAM: &str = "tls_exit";
-
-/// The entry program of each kind of call.
+/// The entry program of each kind of call (the returns of OpenSSL's calls and Go's data calls
+/// are the `ReturnPrograms`).
 fn entry_program(call: TlsCall) -> &'static str {
     match call {
         TlsCall::Read => "tls_read_enter",
@@ -34,25 +32,39 @@ fn entry_program(call: TlsCall) -> &'static str {
         TlsCall::GoRead => "go_tls_read_enter",
         TlsCall::GoWrite => "go_tls_write_enter",
         TlsCall::GoHandshake => "go_tls_other_enter",
-        TlsCall::GoReturn => "go_tls_return",
+        TlsCall::GoReturn => unreachable!("a data call's return program is one of the ReturnPrograms"),
         TlsCall::GoHandshakeReturn => "go_tls_other_return",
     }
 }
 
-/// Every TLS program, loaded once (at the first attach) and attached many times.
-pub const TLS_PROGRAMS: &[&str] = &[
+/// Every TLS program but the `ReturnPrograms`, loaded once (at the first attach) and attached
+/// many times.
+const TLS_PROGRAMS: &[&str] = &[
     "tls_read_enter",
     "tls_write_enter",
     "tls_read_ex_enter",
     "tls_write_ex_enter",
     "tls_other_enter",
-    EXIT_PROGRAM,
     "go_tls_read_enter",
     "go_tls_write_enter",
     "go_tls_other_enter",
-    "go_tls_return",
     "go_tls_other_return",
 ];
+
+/// The programs that send the plaintext when a data call returns: the uretprobe of every OpenSSL
+/// call, and the uprobe on the RETs of Go's `Read` and `Write`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReturnPrograms {
+    pub exit: &'static str,
+    pub go_return: &'static str,
+}
+
+/// Their HTTP/2 walks go on past one record's 32 frames, in `tls_walk_more`.
+pub const CONTINUED: ReturnPrograms = ReturnPrograms { exit: "tls_exit", go_return: "go_tls_return" };
+
+/// Their walks stop at the bound: for kernels whose verifier refuses the others (Debian 12's 6.1:
+/// over a million instructions), as the `tcp_*msg` fallback's walks stop there.
+pub const BOUNDED: ReturnPrograms = ReturnPrograms { exit: "tls_exit_bounded", go_return: "go_tls_return_bounded" };
 
 /// The continuation of the plaintext's HTTP/2 walks past 32 frames (loaded with the others, never
 /// attached: `tls_exit` and `go_tls_return` tail-call it through `WALK_MORE_MAP`).
@@ -81,12 +93,15 @@ pub struct TlsHooks {
     links: HashMap<u32, Vec<OwnedFd>>,
     /// The hooked processes whose calls are Go's.
     go_pids: std::collections::HashSet<u32>,
-    loaded: bool,
+    /// Set once the programs are loaded, at the first attach.
+    returns: Option<ReturnPrograms>,
+    /// Why the `BOUNDED` ones are in use: what the verifier said of the others.
+    bounded_because: Option<String>,
 }
 
 impl TlsHooks {
     pub fn new(opener: UprobeOpener) -> Self {
-        Self { opener, links: HashMap::new(), go_pids: Default::default(), loaded: false }
+        Self { opener, links: HashMap::new(), go_pids: Default::default(), returns: None, bounded_because: None }
     }
 
     /// Where the uprobes come from (it also opens files through `/proc/PID/map_files`).
@@ -108,6 +123,11 @@ impl TlsHooks {
         self.links.contains_key(&pid)
     }
 
+    /// Why this kernel runs the `BOUNDED` return programs, if it does.
+    pub fn bounded_because(&self) -> Option<&str> {
+        self.bounded_because.as_deref()
+    }
+
     /// Hooks the calls `entries` (symbol, kind, file offset) of `library` in process `pid`: entry
     /// and return of each. All or nothing: on an error, what was attached is detached.
     pub fn attach(
@@ -117,25 +137,39 @@ impl TlsHooks {
         library: &Library,
         entries: &[(&'static str, TlsCall, u64)],
     ) -> Result<(), TlsAttachError> {
-        if !self.loaded {
-            for &program in TLS_PROGRAMS {
-                let prog: &mut UProbe = program_of(probes, program)?;
-                prog.load().map_err(|source| ProbeError::LoadProgram { program, source })?;
+        let returns = match self.returns {
+            Some(returns) => returns,
+            None => {
+                for &program in TLS_PROGRAMS {
+                    load(probes, program)?;
+                }
+                let (returns, refused) = load_return_programs(probes)?;
+                if let Some(refused) = &refused {
+                    tracing::warn!(
+                        "degraded: HTTP/2 walks in TLS plaintext stop at 32 frames a call, frames past them are lost \
+                         ({refused})"
+                    );
+                }
+                (self.returns, self.bounded_because) = (Some(returns), refused);
+                returns
             }
-            load_walk_continuation(probes)?;
-            self.loaded = true;
-        }
+        };
         // Returns first: an entry seen with its return unhooked would leave the thread inside
         // the library as far as the kernel programs know (until its next poll). A Go call's
         // returns are uprobes on its RET sites.
         let exits = entries
             .iter()
             .filter(|(_, call, _)| call.has_uretprobe())
-            .map(|&(symbol, _, offset)| (symbol, EXIT_PROGRAM, offset, true));
-        let go_returns = entries.iter().filter(|(_, call, _)| call.is_go_return());
-        let starts = entries.iter().filter(|(_, call, _)| !call.is_go_return());
-        let starts =
-            go_returns.chain(starts).map(|&(symbol, call, offset)| (symbol, entry_program(call), offset, false));
+            .map(|&(symbol, _, offset)| (symbol, returns.exit, offset, true));
+        let go_returns = entries
+            .iter()
+            .filter(|(_, call, _)| call.is_go_return())
+            .map(|&(symbol, _, offset)| (symbol, returns.go_return, offset, false));
+        let starts = entries
+            .iter()
+            .filter(|(_, call, _)| !call.is_go_return())
+            .map(|&(symbol, call, offset)| (symbol, entry_program(call), offset, false));
+        let starts = go_returns.chain(starts);
         let mut links = Vec::with_capacity(entries.len() * 2);
         for (symbol, program, offset, retprobe) in exits.chain(starts) {
             let request = UprobeRequest { pid, offset, retprobe };
@@ -174,14 +208,67 @@ impl TlsHooks {
     }
 }
 
-/// Loads the plaintext walks' continuation into the program array the TLS programs tail-call.
-fn load_walk_continuation(probes: &mut Probes) -> Result<(), ProbeError> {
-    let program = WALK_MORE_PROGRAM;
-    program_of(probes, program)?.load().map_err(|source| ProbeError::LoadProgram { program, source })?;
-    probes.set_tail_call(program, WALK_MORE_MAP)
+/// Loads the `CONTINUED` return programs with their continuation or the `BOUNDED` ones, with why:
+/// the socket tracepoints' walks do not go on either (the `tcp_*msg` fallback, on kernels before
+/// 6.5, whose verifiers would spend seconds on the others to refuse them: 6.1's does), or this
+/// kernel refuses one of the others (the first line of the error: the verifier's log is long).
+fn load_return_programs(probes: &mut Probes) -> Result<(ReturnPrograms, Option<String>), ProbeError> {
+    let refused = if probes.walks_continue() {
+        let continued = [CONTINUED.exit, CONTINUED.go_return, WALK_MORE_PROGRAM];
+        let refused = continued.into_iter().find_map(|program| load(probes, program).err());
+        let Some(refused) = refused else {
+            probes.set_tail_call(WALK_MORE_PROGRAM, WALK_MORE_MAP)?;
+            return Ok((CONTINUED, None));
+        };
+        // Those that did load are not needed: their fds go.
+        for program in continued {
+            if let Ok(prog) = program_of(probes, program) {
+                let _ = prog.unload();
+            }
+        }
+        refusal_summary(&crate::logging::error_chain(&refused))
+    } else {
+        "the socket walks stop there too: the TCP functions have no continuation programs".to_owned()
+    };
+    for program in [BOUNDED.exit, BOUNDED.go_return] {
+        load(probes, program)?;
+    }
+    Ok((BOUNDED, Some(refused)))
+}
+
+/// A refused load's error without the verifier's log but its last line, which says why it gave up
+/// ("BPF program is too large. Processed 1000001 insn").
+fn refusal_summary(error: &str) -> String {
+    let Some((head, log)) = error.split_once(" Verifier output:") else { return error.to_owned() };
+    match log.lines().map(str::trim).rfind(|line| !line.is_empty()) {
+        Some(last) => format!("{head} The verifier: {last}"),
+        None => head.to_owned(),
+    }
+}
+
+fn load(probes: &mut Probes, program: &'static str) -> Result<(), ProbeError> {
+    program_of(probes, program)?.load().map_err(|source| ProbeError::LoadProgram { program, source })
 }
 
 fn program_of<'a>(probes: &'a mut Probes, program: &'static str) -> Result<&'a mut UProbe, ProbeError> {
     let prog = probes.ebpf_mut().program_mut(program).ok_or(ProbeError::MissingProgram(program))?;
     prog.try_into().map_err(|source| ProbeError::LoadProgram { program, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_keeps_the_verifiers_last_line() {
+        let error = "loading program tls_exit failed: the BPF_PROG_LOAD syscall returned Argument list too long (os \
+                     error 7). Verifier output: reg type unsupported for arg#0 function tls_exit#54\n0: (bf) r6 = r1\n\
+                     BPF program is too large. Processed 1000001 insn\n\n";
+        assert_eq!(
+            refusal_summary(error),
+            "loading program tls_exit failed: the BPF_PROG_LOAD syscall returned Argument list too long (os error 7). \
+             The verifier: BPF program is too large. Processed 1000001 insn"
+        );
+        assert_eq!(refusal_summary("no such program"), "no such program");
+    }
 }
