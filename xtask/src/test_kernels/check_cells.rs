@@ -47,7 +47,7 @@ fn verdict(check: &Check, expect: &Expectation) -> Cell {
     let names: Vec<String> = lacking.iter().map(|e| e.hook_name()).collect();
     let accepted: Option<Vec<&'static str>> = names.iter().map(|n| expect.accepts_missing(n)).collect();
     Cell {
-        accepted: accepted.and_then(|why| why.first().copied()),
+        accepted: accepted.map(|why| why.join("; ")),
         ..Cell::new(Verdict::Degraded, format!("ready without {}", names.join(", "))).with_detail(detail)
     }
 }
@@ -93,7 +93,7 @@ fn queue_wait(check: &Check, run: Option<&Run>, expect: &Expectation) -> Cell {
             Cell::failed("check: degraded; run did not say so").with_detail(describe_failures(&[hook]))
         }
         (Status::Degraded, Some(Failure::Absent)) => Cell {
-            accepted: expect.accepts_missing(QUEUE_WAIT_HOOK),
+            accepted: expect.accepts_missing(QUEUE_WAIT_HOOK).map(str::to_owned),
             ..Cell::new(Verdict::Degraded, format!("no {QUEUE_WAIT_HOOK}"))
         },
         _ => Cell::failed(format!("{QUEUE_WAIT_HOOK} failed")).with_detail(describe_failures(&[hook])),

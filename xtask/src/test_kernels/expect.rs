@@ -1,7 +1,8 @@
 //! What each kernel should give the daemon, from its version: the socket layer's tracepoints
 //! (`sock_recv_length`, `sock_send_length`, `sk_data_ready`) came in 6.5. Older kernels take
-//! socket bytes from TCP's own functions and run without the socket queue wait: that one
-//! degradation is accepted; any other is a failure.
+//! socket bytes from TCP's own functions, whose HTTP/2 walks stop at 32 frames, and so do TLS
+//! plaintext's there (the bounded return programs), and run without the socket queue wait. Those
+//! degradations are accepted; any other is a failure.
 
 /// The first kernel with the socket tracepoints.
 const SOCKET_TRACEPOINTS_SINCE: (u32, u32) = (6, 5);
@@ -16,7 +17,13 @@ pub struct Expectation {
 const SINCE_6_5: Expectation = Expectation { socket_source: "socket tracepoints", may_lack: &[] };
 const BEFORE_6_5: Expectation = Expectation {
     socket_source: "TCP functions",
-    may_lack: &[("sk_data_ready", "sk_data_ready is a tracepoint from 6.5 on: no socket queue wait before")],
+    may_lack: &[
+        ("sk_data_ready", "sk_data_ready is a tracepoint from 6.5 on: no socket queue wait before"),
+        (
+            "TLS plaintext (uprobes)",
+            "without the socket tracepoints, HTTP/2 walks stop at 32 frames, TLS plaintext's too",
+        ),
+    ],
 };
 
 impl Expectation {
@@ -45,10 +52,12 @@ mod tests {
         let old = Expectation::of("6.1.0-57-cloud-amd64");
         assert_eq!(old.socket_source, "TCP functions");
         assert!(old.accepts_missing("sk_data_ready").is_some());
+        assert!(old.accepts_missing("TLS plaintext (uprobes)").is_some());
         for recent in ["6.12.118+deb12-cloud-amd64", "6.18.0-1-amd64", "6.5.0", "7.0"] {
             let recent = Expectation::of(recent);
             assert_eq!(recent.socket_source, "socket tracepoints");
             assert!(recent.accepts_missing("sk_data_ready").is_none());
+            assert!(recent.accepts_missing("TLS plaintext (uprobes)").is_none());
         }
     }
 }

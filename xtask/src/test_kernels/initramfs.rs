@@ -1,6 +1,8 @@
 //! The guest's whole filesystem, as an initramfs: busybox-static and its applets, the daemon (its
-//! debug info stripped) with the shared libraries `ldd` names, the fixtures, and `guest/init.sh`
-//! as `/init`. No root filesystem: the kernel unpacks this into RAM and runs `/init`.
+//! debug info stripped), the host's `openssl` command twice (as `kt-tlsd`, a TLS server the
+//! daemon targets, and as its client) with a certificate made here, the shared libraries `ldd`
+//! names for both (Debian's `libssl3` among them: `check` hooks it, so each kernel's verifier
+//! judges the TLS programs), the fixtures, and `guest/init.sh` as `/init`. No root filesystem: the kernel unpacks this into RAM and runs `/init`.
 //!
 //! Left uncompressed: gzip would cost time both here and in the guest, where TCG makes
 //! decompression slow, and the kernel takes a plain cpio archive as well.
@@ -18,6 +20,8 @@ use crate::util::output;
 
 /// What Debian's busybox-static installs: statically linked, so it needs nothing beside it.
 const BUSYBOX: &str = "/bin/busybox";
+/// Debian's `openssl` command.
+const OPENSSL: &str = "/usr/bin/openssl";
 
 /// Builds `dir/root` and packs it into `dir/initrd.cpio`, which it returns.
 pub fn build(daemon: &Path, fixtures: &[PathBuf], dir: &Path) -> anyhow::Result<PathBuf> {
@@ -25,13 +29,18 @@ pub fn build(daemon: &Path, fixtures: &[PathBuf], dir: &Path) -> anyhow::Result<
     if root.exists() {
         std::fs::remove_dir_all(&root).with_context(|| format!("cannot clear {}", root.display()))?;
     }
-    for sub in ["bin", "dev", "proc", "sys", "tmp", "run"] {
+    for sub in ["bin", "dev", "proc", "sys", "tmp", "run", "usr/lib", "usr/lib64"] {
         mkdir(&root.join(sub))?;
+    }
+    // Merged /usr, as Debian's: `ldd` names libraries under /lib, where `check` does not look.
+    for dir in ["lib", "lib64"] {
+        std::os::unix::fs::symlink(format!("usr/{dir}"), root.join(dir)).context("cannot link /lib to /usr/lib")?;
     }
     busybox(&root)?;
     let bin = root.join("bin");
     strip_into(daemon, &bin.join("gateway-observer"))?;
-    for library in shared_libraries(daemon)? {
+    tls_server(&root)?;
+    for library in shared_libraries(daemon)?.into_iter().chain(shared_libraries(Path::new(OPENSSL))?) {
         let inside = root.join(library.strip_prefix("/").unwrap_or(&library));
         mkdir(inside.parent().unwrap_or(&root))?;
         copy(&library, &inside)?;
@@ -71,8 +80,8 @@ fn strip_into(binary: &Path, dest: &Path) -> anyhow::Result<()> {
 
 /// The absolute paths `ldd` prints for a binary, the dynamic loader included.
 fn shared_libraries(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let binary = binary.to_str().context("the daemon's path is not UTF-8")?;
-    let listing = output("ldd", &[binary]).context("ldd failed on the daemon")?;
+    let binary = binary.to_str().context("a binary's path is not UTF-8")?;
+    let listing = output("ldd", &[binary]).with_context(|| format!("ldd failed on {binary}"))?;
     let libraries: Vec<PathBuf> = listing
         .lines()
         .filter_map(|line| line.split_whitespace().find(|word| word.starts_with('/')))
@@ -82,6 +91,29 @@ fn shared_libraries(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
         bail!("ldd names no library for {binary}: expected at least libc and the loader");
     }
     Ok(libraries)
+}
+
+/// `openssl s_server -www` is the guest's TLS server: OpenSSL's own code answers the requests, and
+/// a copy named `kt-tlsd` gives it a name of its own to target (`openssl` is also the client).
+/// Its key and self-signed certificate are made here: P-256, quick to use under TCG.
+fn tls_server(root: &Path) -> anyhow::Result<()> {
+    let bin = root.join("bin");
+    copy(Path::new(OPENSSL), &bin.join("kt-tlsd"))?;
+    copy(Path::new(OPENSSL), &bin.join("openssl"))?;
+    let dir = root.join("etc/kt");
+    mkdir(&dir)?;
+    let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+    let status = Command::new(OPENSSL)
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+        .args(["-subj", "/CN=kt-tlsd", "-days", "2", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .context("cannot run openssl: is it installed (cargo xtask setup)?")?;
+    anyhow::ensure!(status.success(), "openssl could not make the guest's certificate ({status})");
+    Ok(())
 }
 
 /// `find . | cpio -o -H newc`, the format the kernel unpacks.

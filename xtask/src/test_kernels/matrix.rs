@@ -21,7 +21,7 @@ pub struct Cell {
     /// under the table.
     pub detail: Option<String>,
     /// For a degradation this kernel is expected to have: why it is accepted.
-    pub accepted: Option<&'static str>,
+    pub accepted: Option<String>,
 }
 
 impl Cell {

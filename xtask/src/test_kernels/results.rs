@@ -33,6 +33,9 @@ pub struct Run {
     pub requests_sent: Option<u64>,
     /// 200 responses the client got.
     pub requests_answered: Option<u64>,
+    /// The same over TLS, to `kt-tlsd` (OpenSSL's `s_server`).
+    pub tls_requests_sent: Option<u64>,
+    pub tls_requests_answered: Option<u64>,
     pub metrics: Vec<Sample>,
     pub stderr: Vec<String>,
     /// What the guest or a fixture noticed on the way (`@@KT note …`), e.g. a collection that did
@@ -118,7 +121,7 @@ pub fn parse(console: &str) -> Guest {
             "not-ready" if args == "exited" => guest.run.not_ready = Some("the daemon exited".into()),
             "not-ready" => guest.run.not_ready = Some("the daemon was not ready within 60 s".into()),
             "not-attached" => {
-                guest.run.not_ready = Some("the daemon did not attach to the 5 fixtures within 10 s".into())
+                guest.run.not_ready = Some("the daemon did not attach to the 6 fixtures within 10 s".into())
             }
             "ready" => guest.run.ready_after = seconds_between(args),
             "truth" => {
@@ -128,6 +131,8 @@ pub fn parse(console: &str) -> Guest {
             }
             "sent" => guest.run.requests_sent = args.parse().ok(),
             "client" => guest.run.requests_answered = args.strip_prefix("answered ").and_then(|n| n.parse().ok()),
+            "tls-sent" => guest.run.tls_requests_sent = args.parse().ok(),
+            "tls-answered" => guest.run.tls_requests_answered = args.parse().ok(),
             "metric" => guest.run.metrics.extend(parse_sample(args)),
             "note" => guest.run.notes.push(args.to_owned()),
             "loop-healthy" => {

@@ -25,7 +25,8 @@ pub fn judge(run: &Run) -> Vec<(&'static str, Cell)> {
         ("off-CPU futex", offcpu_cell(run, "kt-futex", "futex", &["futex_timed", "futex_sleep"])),
         ("timed waits timing out", timed_out_cell(run)),
         ("timed waits woken", woken_cell(run)),
-        ("requests", requests_cell(run)),
+        ("requests", requests_cell(run.requests_sent, run.requests_answered, run, "kt-httpd")),
+        ("TLS requests", requests_cell(run.tls_requests_sent, run.tls_requests_answered, run, "kt-tlsd")),
         ("EventLoopBlocked", incident_cell::judge(&run.incident)),
     ]
 }
@@ -125,12 +126,12 @@ fn woken_cell(run: &Run) -> Cell {
     }
 }
 
-/// Inbound requests the daemon counted on the server against what the client sent.
-fn requests_cell(run: &Run) -> Cell {
-    let (Some(sent), Some(answered)) = (run.requests_sent, run.requests_answered) else {
+/// Inbound requests the daemon counted on `server` against what the client sent and got answered.
+fn requests_cell(sent: Option<u64>, answered: Option<u64>, run: &Run, server: &str) -> Cell {
+    let (Some(sent), Some(answered)) = (sent, answered) else {
         return Cell::failed("no client report");
     };
-    let counted = run.sum(REQUESTS, &[("process", "kt-httpd"), ("direction", "inbound")]);
+    let counted = run.sum(REQUESTS, &[("process", server), ("direction", "inbound")]);
     let text = format!("{counted} of {sent}");
     if answered != sent {
         Cell::failed(text).with_detail(format!("the server answered {answered} of {sent}"))
@@ -153,13 +154,14 @@ mod tests {
 
     const RUN: &str = "@@KT begin run\n@@KT ready 9.5 14.25\n\
         @@KT truth sleep 2000000000\n@@KT truth futex 1000000000\n@@KT truth woken 1000000000\n\
-        @@KT sent 100\n@@KT client answered 100\n\
+        @@KT sent 100\n@@KT client answered 100\n@@KT tls-sent 10\n@@KT tls-answered 10\n\
         @@KT metric gateway_observer_thread_offcpu_seconds_total{process=\"kt-nap\",reason=\"sleep\"} 2.1\n\
         @@KT metric gateway_observer_thread_offcpu_seconds_total{process=\"kt-futex\",reason=\"futex_timed\"} 0.3\n\
         @@KT metric gateway_observer_thread_offcpu_seconds_total{process=\"kt-futex\",reason=\"futex_sleep\"} 0.7\n\
         @@KT metric gateway_observer_thread_offcpu_seconds_total{process=\"kt-wake\",reason=\"futex_timed\"} 0.95\n\
         @@KT metric gateway_observer_thread_offcpu_seconds_total{process=\"kt-wake\",reason=\"sleep\"} 1.0\n\
-        @@KT metric gateway_observer_http_requests_total{process=\"kt-httpd\",direction=\"inbound\"} 99\n";
+        @@KT metric gateway_observer_http_requests_total{process=\"kt-httpd\",direction=\"inbound\"} 99\n\
+        @@KT metric gateway_observer_http_requests_total{process=\"kt-tlsd\",direction=\"inbound\"} 10\n";
 
     #[test]
     fn figures_are_judged_against_the_fixtures_truth() {
@@ -176,6 +178,10 @@ mod tests {
         );
         let requests = cell(RUN, "requests");
         assert_eq!((requests.verdict, requests.text.as_str()), (Verdict::Failed, "99 of 100"));
+        let tls = cell(RUN, "TLS requests");
+        assert_eq!((tls.verdict, tls.text.as_str()), (Verdict::Ok, "10 of 10"));
+        let unanswered = RUN.replace("tls-answered 10", "tls-answered 9");
+        assert_eq!(cell(&unanswered, "TLS requests").verdict, Verdict::Failed);
     }
 
     #[test]

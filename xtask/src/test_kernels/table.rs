@@ -57,7 +57,7 @@ impl Notes {
 /// the degradation is accepted. Capitals for what fails the test. The same note on two kernels is
 /// one note.
 fn render(cell: &Cell, capability: &str, notes: &mut Notes) -> String {
-    let mut text = match (cell.verdict, cell.accepted) {
+    let mut text = match (cell.verdict, cell.accepted.as_deref()) {
         (Verdict::Ok, _) => format!("ok: {}", cell.text),
         (Verdict::Degraded, Some(why)) => {
             format!("degraded (accepted [{}]): {}", notes.number(format!("accepted: {why}")), cell.text)
