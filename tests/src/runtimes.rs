@@ -281,11 +281,15 @@ fn go_binary_built(source: &str, name: &str, flags: &[&str]) -> PathBuf {
     out
 }
 
-/// `go` with everything it writes kept under `dir`.
+/// Where Debian's `golang-*-dev` packages put their sources (golang.org/x/net for h2c).
+const DEBIAN_GOPATH: &str = "/usr/share/gocode";
+
+/// `go` with everything it writes kept under `dir`; imports found there or in Debian's packages.
 fn go_command(dir: &Path) -> Command {
     let mut go = Command::new("go");
+    let gopath = format!("{}:{DEBIAN_GOPATH}", dir.join("gopath").display());
     go.env("GOCACHE", dir.join("cache"))
-        .env("GOPATH", dir.join("gopath"))
+        .env("GOPATH", gopath)
         .env("GOMODCACHE", dir.join("gopath/pkg/mod"))
         .env("GOENV", "off")
         .env("GOFLAGS", "")
