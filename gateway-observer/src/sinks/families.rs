@@ -145,6 +145,13 @@ pub const HTTP_REQUESTS: Family = Family {
     labels: &["process", "direction", "method", "status_class"],
 };
 
+pub const GRPC_RESPONSES: Family = Family {
+    name: "gateway_observer_grpc_responses",
+    kind: Kind::Counter,
+    help: "gRPC calls over HTTP/2 that ended with a grpc-status (trailers, or a trailers-only response), by direction and code (OK, UNAVAILABLE, ...; `other` past the 17 codes): their HTTP status is 200 whatever the outcome.",
+    labels: &["process", "direction", "code"],
+};
+
 pub const HTTP_REQUEST_DURATION_SECONDS: Family = Family {
     name: "gateway_observer_http_request_duration_seconds",
     kind: Kind::Histogram,

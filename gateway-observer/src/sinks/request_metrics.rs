@@ -23,6 +23,11 @@ pub fn render_requests(tracker: &RequestTracker, e: &mut Exposition, now_ns: u64
             [("process", &**process), ("direction", side.as_str()), ("method", method), ("status_class", class)];
         e.sample(name, &labels, *count as f64);
     }
+    let name = &families::GRPC_RESPONSES;
+    e.family(name);
+    for ((process, side, code), count) in &tracker.stats.grpc_codes {
+        e.sample(name, &[("process", process), ("direction", side.as_str()), ("code", code)], *count as f64);
+    }
     let name = &families::HTTP_REQUEST_DURATION_SECONDS;
     e.family(name);
     for ((process, side), hist) in &tracker.stats.durations {

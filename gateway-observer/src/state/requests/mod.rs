@@ -194,6 +194,7 @@ impl RequestTracker {
     /// counters of peers `peer_live` no longer names.
     pub fn retain_series(&mut self, process_live: impl Fn(&str) -> bool, peer_live: impl Fn(&str, &str) -> bool) {
         self.stats.counts.retain(|(process, ..), _| process_live(process));
+        self.stats.grpc_codes.retain(|(process, ..), _| process_live(process));
         self.stats.durations.retain(|(process, _), _| process_live(process));
         self.stats.socket_queue.retain(|process, _| process_live(process));
         self.non_http_bytes.retain(|process, _| process_live(process));
@@ -481,6 +482,9 @@ impl RequestTracker {
         let queue = exchange.queued_since_ns.map(|q| exchange.request_start_ns.saturating_sub(q));
         let method = exchange.method.as_str();
         self.stats.record(process, tgid, side, method, exchange.status, duration, exchange.response_end_ns, queue);
+        if let Some(code) = exchange.grpc_status {
+            self.stats.record_grpc(process, side, code);
+        }
         match side {
             Side::Inbound => self.slowest.inbound_finished(&Finished {
                 pid: tgid,

@@ -44,6 +44,30 @@ pub fn status_class(status: Option<u16>) -> &'static str {
     }
 }
 
+/// gRPC's status codes by name (grpc/doc/statuscodes.md), `other` past them: a bounded label.
+pub fn grpc_code_name(code: u16) -> &'static str {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    NAMES.get(usize::from(code)).copied().unwrap_or("other")
+}
+
 /// One finished exchange as the window keeps it.
 #[derive(Debug, Clone, Copy)]
 struct Recent {
@@ -90,6 +114,9 @@ pub struct RequestStats {
     /// (process, side, method, status class) → requests. Process names are shared (`Arc`), so
     /// counting a request allocates nothing.
     pub counts: BTreeMap<(Arc<str>, Side, &'static str, &'static str), u64>,
+    /// (process, side, gRPC status code name) → gRPC calls: their HTTP status is 200 whatever
+    /// the outcome, which only the trailers' `grpc-status` tells.
+    pub grpc_codes: BTreeMap<(Arc<str>, Side, &'static str), u64>,
     /// (process, side) → latency histogram.
     pub durations: BTreeMap<(Arc<str>, Side), Log2Histogram>,
     /// process → how long inbound requests waited in the socket before the gateway read them.
@@ -161,6 +188,12 @@ impl RequestStats {
         }
         let refused = status.is_none_or(|s| s >= 500);
         self.recent.push_back(Recent { end_ns, tgid, side, duration_ns, refused, queue_ns });
+    }
+
+    /// A gRPC call's `grpc-status` (a response that carried one: its trailers, or a trailers-only
+    /// answer).
+    pub fn record_grpc(&mut self, process: &Arc<str>, side: Side, code: u16) {
+        *self.grpc_codes.entry((process.clone(), side, grpc_code_name(code))).or_default() += 1;
     }
 
     /// Drops window entries older than `now - WINDOW_NS`.
@@ -275,6 +308,23 @@ mod tests {
         assert_eq!(stats.answered_since(7, 1_000_000_000, 100_000_000), (3, 2));
         assert_eq!(stats.answered_since(7, 1_000_000_001, 100_000_000), (2, 1));
         assert_eq!(stats.answered_since(7, 5_000_000_000, 100_000_000), (0, 0));
+    }
+
+    #[test]
+    fn grpc_codes_are_named_and_bounded() {
+        assert_eq!(grpc_code_name(0), "OK");
+        assert_eq!(grpc_code_name(5), "NOT_FOUND");
+        assert_eq!(grpc_code_name(14), "UNAVAILABLE");
+        assert_eq!(grpc_code_name(16), "UNAUTHENTICATED");
+        assert_eq!(grpc_code_name(17), "other");
+        assert_eq!(grpc_code_name(u16::MAX), "other");
+        let mut stats = RequestStats::default();
+        let gw: Arc<str> = Arc::from("gw");
+        for code in [0, 0, 5, 99] {
+            stats.record_grpc(&gw, Side::Inbound, code);
+        }
+        let counts: Vec<(&str, u64)> = stats.grpc_codes.iter().map(|((_, _, code), n)| (*code, *n)).collect();
+        assert_eq!(counts, [("NOT_FOUND", 1), ("OK", 2), ("other", 1)]);
     }
 
     #[test]
