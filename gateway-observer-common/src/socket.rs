@@ -22,10 +22,11 @@ pub struct SockState {
     /// 1 once a TLS library call of a target moved bytes on it: its ciphertext is never reported
     /// (the plaintext is, from the library's hooks).
     pub tls: u32,
-    /// 1 once a transfer on it was seen: the first one's bytes say whether it speaks TLS.
+    /// Transfers on it seen so far, counted up to a few: the first one's bytes say whether it
+    /// speaks TLS, and the first few are looked at for HTTP/2's client preface.
     pub data_seen: u32,
-    /// 1 once its first transfer opened with the HTTP/2 client preface: transfers that run past
-    /// the copied head get their frame headers walked (`H2Walk`).
+    /// 1 once one of its first transfers opened with the HTTP/2 client preface: transfers that
+    /// run past the copied head get their frame headers walked (`H2Walk`).
     pub h2: u32,
     /// HTTP/2 connections: bytes from the start of its next read (`[0]`) and write (`[1]`) to
     /// their first frame header, where the last transfer's walk left it (a transfer may end

@@ -76,7 +76,8 @@ pub struct ThreadState {
     /// `SockState::lost` of the transfer's socket, read when the transfer was seen.
     pub data_sock_lost: u32,
     /// Bits: 1 when the transfer is the first seen on its socket (`SockState::data_seen` was 0),
-    /// 2 when its socket speaks HTTP/2 (`SockState::h2`: frame headers past the head are walked).
+    /// 2 when its socket speaks HTTP/2 (`SockState::h2`: frame headers past the head are walked),
+    /// 4 when it is one of the first few (looked at for the client preface).
     pub data_first: u32,
     /// Waiting time of timed futex waits that ended by their timeout, and of those woken.
     pub futex_timeout_ns: u64,

@@ -37,10 +37,17 @@ use crate::{
 
 const MSG_PEEK: i32 = 2;
 
-/// Bits of `ThreadState::data_first`: the transfer is the first seen on its socket, and its socket
-/// speaks HTTP/2 (`SockState::h2`), so that its record needs no second map lookup.
+/// Bits of `ThreadState::data_first`: the transfer is the first seen on its socket (its first
+/// bytes say whether it speaks TLS), its socket speaks HTTP/2 (`SockState::h2`), so that its
+/// record needs no second map lookup, and it is one of the socket's first `EARLY_TRANSFERS`,
+/// which are looked at for HTTP/2's client preface: a server may write first (gRPC's C core
+/// sends its SETTINGS as it accepts), so the preface is not always the first transfer.
 pub const FIRST_ON_SOCKET: u32 = 1;
 pub const ON_H2: u32 = 2;
+pub const EARLY_ON_SOCKET: u32 = 4;
+/// Transfers of a connection looked at for the client preface (`SockState::data_seen` counts
+/// them up to this).
+pub const EARLY_TRANSFERS: u32 = 4;
 /// "PRI * HT", the client preface's first 8 bytes, read as a little-endian word.
 const PREFACE_START: u64 = u64::from_le_bytes(*b"PRI * HT");
 const PREFACE_LEN: u64 = 24;
@@ -207,13 +214,13 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
                 take_h2_mark(key, sock);
             }
             state.data_sock_lost = sock.lost;
-            state.data_first = u32::from(sock.data_seen == 0) | if sock.h2 != 0 { ON_H2 } else { 0 };
+            state.data_first = early_bits(sock.data_seen) | if sock.h2 != 0 { ON_H2 } else { 0 };
             // (Ciphertext of a TLS connection does not move its plaintext's place: `tls.rs`.)
             if sock.h2 != 0 && !in_tls && sock.tls == 0 {
                 take_h2_place(state, sock, recv);
             }
-            if sock.data_seen == 0 {
-                sock.data_seen = 1;
+            if sock.data_seen < EARLY_TRANSFERS {
+                sock.data_seen += 1;
             }
             if in_tls {
                 sock.tls = 1;
@@ -236,10 +243,17 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             }
             emit_conn(event_kind::SOCKET_OPEN, sk, tgid, conn_role::UNKNOWN);
             state.data_sock_lost = 0;
-            state.data_first = FIRST_ON_SOCKET;
+            state.data_first = early_bits(0);
         }
     }
     state.data_sk = key;
+}
+
+/// `data_first`'s bits for a transfer after `seen` others on its socket.
+#[inline(always)]
+fn early_bits(seen: u32) -> u32 {
+    let first = if seen == 0 { FIRST_ON_SOCKET } else { 0 };
+    if seen < EARLY_TRANSFERS { first | EARLY_ON_SOCKET } else { first }
 }
 
 /// The first bytes of a connection are a TLS record (handshake, or application data of one
@@ -479,7 +493,7 @@ fn emit_walked<const CONTINUE: bool>(
         let data = &raw mut (*event).data;
         fill_data(data, state, tid, len, now, buffers);
         let copied = u64::from((*data).head_len);
-        let preface = state.data_first & FIRST_ON_SOCKET != 0
+        let preface = state.data_first & EARLY_ON_SOCKET != 0
             && copied >= PREFACE_LEN
             && u64::from_le_bytes(*(*data).head.as_ptr().cast::<[u8; 8]>()) == PREFACE_START;
         if state.data_first & ON_H2 != 0 || preface {
@@ -564,11 +578,12 @@ unsafe fn fill_data(
             copied = head_len as u16;
         }
         (*event).head_len = copied;
-        if state.data_first & FIRST_ON_SOCKET != 0 && copied >= 3 {
+        if state.data_first & (FIRST_ON_SOCKET | EARLY_ON_SOCKET) != 0 && copied >= 3 {
             let head = &(*event).head;
-            if starts_tls_record(head) {
+            if state.data_first & FIRST_ON_SOCKET != 0 && starts_tls_record(head) {
                 silence_if_undecrypted(state.data_sk);
-            } else if copied as u64 >= PREFACE_LEN
+            } else if state.data_first & EARLY_ON_SOCKET != 0
+                && copied as u64 >= PREFACE_LEN
                 && u64::from_le_bytes(*head.as_ptr().cast::<[u8; 8]>()) == PREFACE_START
             {
                 mark_h2(state.data_sk);

@@ -24,7 +24,7 @@ use gateway_observer_common::{
 use crate::{
     h2_continue,
     maps::{count_drop, current_ids, now_ns, thread_state},
-    socket_data::{FIRST_ON_SOCKET, ON_H2, emit_data, take_h2_place},
+    socket_data::{EARLY_ON_SOCKET, EARLY_TRANSFERS, ON_H2, emit_data, take_h2_place},
     sockets::SOCKS,
     transfer_buffers::read_user,
 };
@@ -186,13 +186,13 @@ pub fn send_plaintext<const CONTINUE: bool>(
             // are, from the place its last plaintext in this direction left (the ciphertext
             // leaves it alone).
             let mut first = 0;
-            if sock.plain_seen < PREFACE_RECORDS {
+            if sock.plain_seen < EARLY_TRANSFERS {
                 // The preface opens the client's first plaintext, which a server may read after
                 // its own first write (its SETTINGS): the first few records either way are looked
                 // at. Also once the connection is HTTP/2: a server's SETTINGS first look to
                 // userspace like a connection first seen mid-way, and its mark may reach the
                 // kernel before the preface.
-                first = FIRST_ON_SOCKET;
+                first = EARLY_ON_SOCKET;
                 sock.plain_seen += 1;
             }
             if sock.h2 != 0 {
@@ -205,9 +205,6 @@ pub fn send_plaintext<const CONTINUE: bool>(
     };
     emit_plaintext::<CONTINUE>(state, tid, shape, len, target, fd, lost)
 }
-
-/// Plaintext records of a TLS connection looked at for the HTTP/2 client preface.
-const PREFACE_RECORDS: u32 = 4;
 
 /// Notes `sk` (unless 0) as the socket session `key` last moved bytes on.
 #[inline(always)]
