@@ -79,6 +79,14 @@ pub fn https_server(mut command: Command, what: &str, port: u16) -> Killed {
     server
 }
 
+/// A server (TLS or not) started by `command`, listening on `port`, under an observer without TLS
+/// plaintext.
+pub fn observed_server(command: Command, what: &str, port: u16) -> (Killed, Observer) {
+    let server = https_server(command, what, port);
+    let observer = Observer::start(server.0.id());
+    (server, observer)
+}
+
 /// An observer with TLS plaintext on `server`, once its TLS calls are hooked.
 pub fn hooked_observer(server: &Killed) -> Observer {
     let observer = Observer::start_with(&[&format!("pid={}", server.0.id())], &["--tls-plaintext"]);

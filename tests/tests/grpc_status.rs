@@ -10,11 +10,10 @@ use std::{process::Command, time::Duration};
 use tests::{
     free_port,
     h2load::{run, stream_counts},
-    observer::Observer,
     privileged,
     runtimes::go_binary,
     temp_dir,
-    tls::https_server,
+    tls::observed_server,
     wrk::metric_sum,
 };
 
@@ -29,9 +28,7 @@ fn grpc_status_codes_from_trailers_are_counted() {
     let port = free_port();
     let mut command = Command::new(go_binary("grpc_server.go"));
     command.arg(port.to_string());
-    // (A plain server: `https_server` only starts it and waits for its port.)
-    let server = https_server(command, "go-grpc_server", port);
-    let observer = Observer::start(server.0.id());
+    let (_server, observer) = observed_server(command, "go-grpc_server", port);
     let url = format!("http://127.0.0.1:{port}/grpc.health.v1.Health/Check");
     let codes = |code: &str| {
         metric_sum(

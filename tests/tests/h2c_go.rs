@@ -14,10 +14,9 @@ use tests::{
     h2load::{
         assert_many_streams_counted, assert_multiplexed_counted, assert_served_matches_h2load, assert_uploads_counted,
     },
-    observer::Observer,
     privileged,
     runtimes::go_binary,
-    tls::https_server,
+    tls::observed_server,
     wrk::UPSTREAM_DELAY,
 };
 
@@ -29,9 +28,7 @@ fn go_h2c_streams_match_h2load() {
     let port = free_port();
     let mut command = Command::new(go_binary("h2c_server.go"));
     command.args([port.to_string(), UPSTREAM_DELAY.as_millis().to_string()]);
-    // (A plain server: `https_server` only starts it and waits for its port.)
-    let server = https_server(command, "go-h2c_server", port);
-    let observer = Observer::start(server.0.id());
+    let (_server, observer) = observed_server(command, "go-h2c_server", port);
     let url = format!("http://127.0.0.1:{port}/items");
     let (_, outbound) = assert_served_matches_h2load(&observer, &url);
     assert_eq!(outbound, 0.0, "the server answers itself: no request goes out");
