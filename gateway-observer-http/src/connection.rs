@@ -51,6 +51,14 @@ pub struct Segment<'a> {
     pub walked: crate::h2::Walked<'a>,
 }
 
+/// Bytes that open with HTTP/2's client preface: at least "PRI " (no HTTP/1.x method), so a
+/// preface cut over syscalls is still known.
+fn opens_with_preface(head: &[u8]) -> bool {
+    let preface = h2::PREFACE.as_slice();
+    let head = head.get(..preface.len().min(head.len())).unwrap_or_default();
+    head.len() >= 4 && preface.starts_with(head)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
     Get,
@@ -215,6 +223,8 @@ pub struct Connection {
     /// HTTP/2 told from the frames of a connection first seen mid-way, not yet taken by
     /// `take_h2_mid_way`: the kernel, which never saw the preface, is to walk its frames.
     h2_mid_way_untold: bool,
+    /// The HTTP/2 session was started as one first seen mid-way.
+    h2_mid_way: bool,
     /// Followed since its handshake: its first bytes each way are its first.
     from_start: bool,
 }
@@ -239,6 +249,7 @@ impl Connection {
             fresh: true,
             h2: None,
             h2_mid_way_untold: false,
+            h2_mid_way: false,
             from_start: false,
         }
     }
@@ -261,6 +272,12 @@ impl Connection {
         match self.mode {
             _ if self.closed => return,
             Mode::Http => {}
+            Mode::MaybeH2(_) if is_request && opens_with_preface(seg.head) => {
+                // The server wrote first (gRPC's C core sends its SETTINGS as it accepts), in a
+                // syscall whose frames did not show in its head: the client's preface says the
+                // session starts here.
+                self.start_h2(Session::new(self.role, true));
+            }
             Mode::MaybeH2(left) => {
                 if h2::frames::plausible_start(seg.head, seg.len) {
                     self.start_h2_mid_way();
@@ -276,6 +293,12 @@ impl Connection {
             }
             Mode::Upgraded => return,
             Mode::H2 => {}
+        }
+        if self.h2_mid_way && is_request && opens_with_preface(seg.head) {
+            // Taken for one first seen mid-way because the server wrote first (gRPC's C core sends
+            // its SETTINGS as it accepts) on a connection not followed since its handshake: the
+            // client's preface says the session starts here.
+            self.start_h2(Session::new(self.role, true));
         }
         if let Some(session) = self.h2.as_mut() {
             session.on_segment(dir, seg, out);
@@ -386,10 +409,7 @@ impl Connection {
 
     /// The first bytes of the connection: the client preface, or (first seen mid-way) frames.
     fn detect_h2(&mut self, is_request: bool, seg: &Segment) {
-        // At least "PRI " (no HTTP/1.x method), so a preface cut over syscalls is still known.
-        let preface = h2::PREFACE.as_slice();
-        let head = seg.head.get(..preface.len().min(seg.head.len())).unwrap_or_default();
-        if is_request && head.len() >= 4 && preface.starts_with(head) {
+        if is_request && opens_with_preface(seg.head) {
             self.start_h2(Session::new(self.role, true));
         } else if h2::frames::plausible_start(seg.head, seg.len) {
             if self.from_start && !is_request {
@@ -406,10 +426,12 @@ impl Connection {
 
     fn start_h2_mid_way(&mut self) {
         self.start_h2(Session::midway(self.role));
+        self.h2_mid_way = true;
         self.h2_mid_way_untold = true;
     }
 
     fn start_h2(&mut self, session: Session) {
+        self.h2_mid_way = false;
         self.mode = Mode::H2;
         self.h2 = Some(Box::new(session));
         self.request.stop();
