@@ -258,6 +258,31 @@ pub fn next_after_head<const SPLIT_HEADERS: bool>(base: u64, avail: u64, origin:
     next_origin(Some(at), len)
 }
 
+/// Frames stepped over in a gathered transfer (`next_after_gathered`) before its place is left
+/// unknown.
+const GATHERED_FRAMES: u32 = 16;
+
+/// `next_after_head` for a transfer gathered whole into `bytes` (kernel memory,
+/// `transfer_buffers::gather_small_transfer`): where the next transfer's first header is, or
+/// unknown past `GATHERED_FRAMES` or when the transfer ends inside a header.
+#[inline(always)]
+pub fn next_after_gathered(bytes: &[u8; 2 * DATA_HEAD_BYTES], origin: u64, len: u64) -> u32 {
+    let mut at = origin;
+    let mut step = 0;
+    while step < GATHERED_FRAMES && at + HEADER <= len {
+        step += 1;
+        let i = (at & (DATA_HEAD_BYTES as u64 - 1)) as usize;
+        let (Some(&b0), Some(&b1), Some(&b2)) = (bytes.get(i), bytes.get(i + 1), bytes.get(i + 2)) else {
+            return H2_NEXT_UNKNOWN;
+        };
+        at += HEADER + ((u64::from(b0) << 16) | (u64::from(b1) << 8) | u64::from(b2));
+    }
+    if at < len {
+        return H2_NEXT_UNKNOWN;
+    }
+    next_origin(Some(at), len)
+}
+
 /// A frame header's first bytes: its payload length.
 const LENGTH_BYTES: u64 = 3;
 

@@ -12,6 +12,7 @@
 // on the 512-byte BPF stack instead of moving a copy into the callee, whatever the optimiser does.
 #![allow(clippy::needless_borrows_for_generic_args, reason = "keys stay in place on the BPF stack")]
 
+mod data_records;
 mod followed_ports;
 mod go_tls;
 mod h2_continue;

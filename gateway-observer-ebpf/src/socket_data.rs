@@ -8,30 +8,29 @@
 //! bytes are, from the `msghdr`'s iterator; fexit sends what moved).
 
 use aya_ebpf::{
-    helpers::generated::bpf_probe_read_user,
     macros::{btf_tracepoint, fentry, fexit},
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
 use gateway_observer_common::{
-    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, GoTlsCall, H2_NEXT_IN_HEADER, H2_NEXT_PARTIAL,
-    H2_NEXT_UNKNOWN, H2DataEvent, PayloadEvent, SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape,
-    drop_index, event_kind, syscall_class,
+    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, GoTlsCall, H2_NEXT_IN_HEADER, H2_NEXT_PARTIAL, H2_NEXT_UNKNOWN, H2DataEvent,
+    SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index, event_kind, syscall_class,
 };
 
 use crate::{
+    data_records::{emit_gathered, emit_payload, emit_record, fill_data, lose_record},
     go_tls::{call_in_progress, go_transfer},
     h2_continue,
     h2_marks::take_h2_mark,
     h2_walk::{Buffers, WalkEnd, next_after_head, next_origin, origin_past_split_header, walk_frames},
     loop_iterations::transfer_boundary,
-    maps::{btf_field, config, count_drop, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
+    maps::{btf_field, config, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
     sockets::{
         SOCKET_EVENTS, SOCKS, emit_conn, insert_counted, is_closed_or_listening, is_tcp, remove_counted,
         ring_share_left, socket_ring_unread,
     },
     syscalls::Call,
     tls::tls_transfer,
-    transfer_buffers::buffers,
+    transfer_buffers::{buffers, scattered_small},
     waits::stack_if_same_call,
 };
 
@@ -49,8 +48,8 @@ pub const EARLY_ON_SOCKET: u32 = 4;
 /// them up to this).
 pub const EARLY_TRANSFERS: u32 = 4;
 /// "PRI * HT", the client preface's first 8 bytes, read as a little-endian word.
-const PREFACE_START: u64 = u64::from_le_bytes(*b"PRI * HT");
-const PREFACE_LEN: u64 = 24;
+pub const PREFACE_START: u64 = u64::from_le_bytes(*b"PRI * HT");
+pub const PREFACE_LEN: u64 = 24;
 
 /// tcp_recvmsg(struct sock *sk, struct msghdr *msg, size_t len, int flags[, int *addr_len])
 #[fentry(function = "tcp_recvmsg")]
@@ -256,26 +255,6 @@ fn early_bits(seen: u32) -> u32 {
     if seen < EARLY_TRANSFERS { first | EARLY_ON_SOCKET } else { first }
 }
 
-/// The first bytes of a connection are a TLS record (handshake, or application data of one
-/// first seen mid-way): the same test as userspace's.
-#[inline(always)]
-fn starts_tls_record(head: &[u8]) -> bool {
-    matches!(head, [0x16 | 0x17, 0x03, 0x00..=0x04, ..])
-}
-
-/// A TLS connection nothing will decrypt: its first record (just reserved) tells userspace, and
-/// no ciphertext of it is reported after (userspace would only drop it).
-#[inline(always)]
-fn silence_if_undecrypted(key: u64) {
-    if config().silence_tls == 0 {
-        return;
-    }
-    if let Some(sock) = SOCKS.get_ptr_mut(&key) {
-        // SAFETY: a map value pointer, valid for this program run.
-        unsafe { (*sock).tls = 1 };
-    }
-}
-
 /// Moves the place of the next frame header in `sock`'s `read` (or write) direction into the
 /// transfer being reported. Unknown until this transfer's walk says where the next header is:
 /// a transfer whose record is lost leaves it so.
@@ -306,7 +285,7 @@ fn h2_origin<const SPLIT_HEADERS: bool>(state: &ThreadState, first: (u64, u64)) 
 
 /// Where the next transfer in this one's direction starts in its frames.
 #[inline(always)]
-fn set_h2_next(state: &ThreadState, next: u32) {
+pub fn set_h2_next(state: &ThreadState, next: u32) {
     set_h2_next_of(state.data_sk, data_shape::is_read(state.data_shape), next);
 }
 
@@ -319,16 +298,6 @@ pub fn set_h2_next_of(sk: u64, read: bool, next: u32) {
         if let Some(slot) = unsafe { (*sock).h2_next.get_mut(dir) } {
             *slot = next;
         }
-    }
-}
-
-/// The connection's first bytes are the HTTP/2 client preface: its transfers that run past the
-/// head get their frame headers walked from now on.
-#[inline(always)]
-fn mark_h2(key: u64) {
-    if let Some(sock) = SOCKS.get_ptr_mut(&key) {
-        // SAFETY: a map value pointer, valid for this program run.
-        unsafe { (*sock).h2 = 1 };
     }
 }
 
@@ -373,28 +342,6 @@ fn finish_transfer<const ACROSS_BUFFERS: bool>(
     walk_left
 }
 
-/// `value`, at most `max`, with the bound where the verifier sees it. LLVM knows a copy length
-/// is in range from how it was computed and drops the check; older verifiers cannot follow that
-/// reasoning and reject the copy ("R2 min value is negative"). A volatile read hides the value
-/// from LLVM, so the comparison stays.
-#[inline(always)]
-fn verifier_bounded(value: u32, max: u32) -> u32 {
-    // SAFETY: reads a local.
-    let opaque = unsafe { core::ptr::read_volatile(&value) };
-    if opaque > max { max } else { opaque }
-}
-
-/// A data record that is not sent, counted under `drop` and on its socket, so that userspace
-/// resets this connection only.
-#[inline(always)]
-fn lose_record(state: &ThreadState, drop: u32) {
-    count_drop(drop);
-    if let Some(sock) = SOCKS.get_ptr_mut(&state.data_sk) {
-        // SAFETY: a map value pointer, valid for this program run.
-        unsafe { (*sock).lost = (*sock).lost.wrapping_add(1) };
-    }
-}
-
 /// Sends a data record. A transfer of an HTTP/2 connection (or a connection's first one, which
 /// may open with the preface) that runs past the head gets the larger record with its frame
 /// headers walked; any other pays one test more. `ACROSS_BUFFERS`: the walk goes on past the
@@ -416,6 +363,13 @@ pub fn emit_data<const ACROSS_BUFFERS: bool, const CONTINUE: bool>(
     }
     let (buffers, iovs) = buffers(state, len);
     let origin = h2_origin::<CONTINUE>(state, (buffers.0, buffers.1));
+    // A small HTTP/2 transfer in more pieces than the walk follows (gRPC's C core: a buffer per
+    // header name and value) is gathered instead. Its own path: the verifier would otherwise
+    // walk every state the gathering loop leaves through the frame walk below.
+    if ACROSS_BUFFERS && state.data_first & ON_H2 != 0 && scattered_small(iovs, buffers.1, len) {
+        emit_gathered(state, tid, len, now, (buffers, iovs, origin), unread);
+        return false;
+    }
     // An h2 transfer with bytes past its copied head (past 512, or in a later buffer), and a
     // connection's first transfer with a large first buffer (it may open with the preface).
     let past_head = if state.data_first & ON_H2 != 0 {
@@ -438,35 +392,8 @@ pub fn emit_data<const ACROSS_BUFFERS: bool, const CONTINUE: bool>(
             return false;
         }
     }
-    let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
-        lose_record(state, drop_index::SOCKET_RINGBUF);
-        return false;
-    };
-    // SAFETY: a reserved record of a DataEvent's size.
-    unsafe { fill_data(entry.as_mut_ptr(), state, tid, len, now, buffers) };
-    // The ring's unread bytes with this record (and its 8-byte header), read once above.
-    let record = size_of::<DataEvent>();
-    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
+    emit_record(state, tid, len, now, (buffers, None), unread);
     false
-}
-
-/// `emit_data` for an HTTP/2 transfer inside one frame's payload: its length and time only.
-#[inline(always)]
-fn emit_payload(state: &ThreadState, tid: u32, len: u64, now: u64, unread: u64) {
-    let Some(mut entry) = SOCKET_EVENTS.reserve::<PayloadEvent>(0) else {
-        lose_record(state, drop_index::SOCKET_RINGBUF);
-        return;
-    };
-    let event = entry.as_mut_ptr().cast::<DataEvent>();
-    // SAFETY: the fields of a DataEvent before its head, which the reserved record holds
-    // (`PAYLOAD_EVENT_SIZE`); nothing at or past `head` is written.
-    unsafe {
-        fill_fields(event, event_kind::SOCKET_PAYLOAD, state, tid, len, now);
-        (*event).head_len = 0;
-        (*event).tail_len = 0;
-    }
-    let record = size_of::<PayloadEvent>();
-    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
 }
 
 /// `emit_data` for a transfer that may carry HTTP/2 frames past its head (`bytes`: its buffers as
@@ -491,7 +418,7 @@ fn emit_walked<const CONTINUE: bool>(
     // SAFETY: a reserved record of an H2DataEvent's size, whose first field is the DataEvent.
     unsafe {
         let data = &raw mut (*event).data;
-        fill_data(data, state, tid, len, now, buffers);
+        fill_data(data, state, tid, len, now, buffers, None);
         let copied = u64::from((*data).head_len);
         let preface = state.data_first & EARLY_ON_SOCKET != 0
             && copied >= PREFACE_LEN
@@ -516,89 +443,4 @@ fn emit_walked<const CONTINUE: bool>(
     let record = size_of::<H2DataEvent>();
     entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
     walk_left
-}
-
-/// Fills a data record's fields before its head but `head_len` and `tail_len`: the transfer.
-///
-/// # Safety
-/// `event` points at a reserved ring-buffer record at least `PAYLOAD_EVENT_SIZE` long.
-#[inline(always)]
-unsafe fn fill_fields(event: *mut DataEvent, kind: u32, state: &ThreadState, tid: u32, len: u64, now: u64) {
-    // SAFETY: the caller's; every field written lies before `head`.
-    unsafe {
-        (*event).kind = kind;
-        (*event).tid = tid;
-        (*event).tgid = state.tgid;
-        (*event).fd = state.data_fd;
-        (*event).sk = state.data_sk;
-        (*event).timestamp_ns = now;
-        (*event).len = len;
-        (*event).queued_since_ns = state.data_queued_ns;
-        (*event).shape = state.data_shape;
-        (*event).h2_walk = 0;
-        (*event).sock_lost = state.data_sock_lost as u16;
-    }
-}
-
-/// Fills a data record's fields: the transfer, its head and tail. Returns nothing: `head_len`
-/// says what was copied.
-///
-/// # Safety
-/// `event` points at a reserved ring-buffer record at least a DataEvent long; every field is
-/// written (the byte arrays as far as their valid length).
-#[inline(always)]
-unsafe fn fill_data(
-    event: *mut DataEvent,
-    state: &ThreadState,
-    tid: u32,
-    len: u64,
-    now: u64,
-    buffers: (u64, u64, u64, u64),
-) {
-    let (head_base, head_avail, tail_end, tail_avail) = buffers;
-    let head_len = if head_avail < DATA_HEAD_BYTES as u64 { head_avail as u32 } else { DATA_HEAD_BYTES as u32 };
-    // Only bytes of the buffer the transfer ended in: the one before it may lie anywhere.
-    let tail_len = if tail_end == 0 {
-        0
-    } else if tail_avail < DATA_TAIL_BYTES as u64 {
-        tail_avail as u32
-    } else {
-        DATA_TAIL_BYTES as u32
-    };
-    // SAFETY: the caller's.
-    unsafe {
-        fill_fields(event, event_kind::SOCKET_DATA, state, tid, len, now);
-        let head_len = verifier_bounded(head_len, DATA_HEAD_BYTES as u32);
-        let tail_len = verifier_bounded(tail_len, DATA_TAIL_BYTES as u32);
-        let mut copied = 0u16;
-        if head_len > 0
-            && head_len <= DATA_HEAD_BYTES as u32
-            && bpf_probe_read_user((*event).head.as_mut_ptr().cast(), head_len, head_base as *const _) == 0
-        {
-            copied = head_len as u16;
-        }
-        (*event).head_len = copied;
-        if state.data_first & (FIRST_ON_SOCKET | EARLY_ON_SOCKET) != 0 && copied >= 3 {
-            let head = &(*event).head;
-            if state.data_first & FIRST_ON_SOCKET != 0 && starts_tls_record(head) {
-                silence_if_undecrypted(state.data_sk);
-            } else if state.data_first & EARLY_ON_SOCKET != 0
-                && copied as u64 >= PREFACE_LEN
-                && u64::from_le_bytes(*head.as_ptr().cast::<[u8; 8]>()) == PREFACE_START
-            {
-                mark_h2(state.data_sk);
-            }
-        }
-        let mut tail_copied = 0u16;
-        if tail_len > 0 && tail_len <= DATA_TAIL_BYTES as u32 {
-            let src = (tail_end - u64::from(tail_len)) as *const _;
-            // Bounded again at the call: 6.1's verifier forgets the bound of a length LLVM
-            // spills to the stack between the test and the call (it did, measured).
-            let size = verifier_bounded(tail_len, DATA_TAIL_BYTES as u32);
-            if bpf_probe_read_user((*event).tail.as_mut_ptr().cast(), size, src) == 0 {
-                tail_copied = size as u16;
-            }
-        }
-        (*event).tail_len = tail_copied;
-    }
 }

@@ -1,8 +1,13 @@
 //! Where a transfer's bytes are in the caller's memory: its first buffer, the buffer its last
 //! bytes are in, and the iovec array they came from, from the syscall's arguments (or, inside
-//! TCP, the kernel's copy of the array).
+//! TCP, the kernel's copy of the array); a small transfer over many buffers, gathered.
 
-use aya_ebpf::helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user};
+use aya_ebpf::{
+    cty::c_void,
+    helpers::generated::{bpf_loop, bpf_probe_read_kernel, bpf_probe_read_user},
+    macros::map,
+    maps::PerCpuArray,
+};
 use gateway_observer_common::{DATA_HEAD_BYTES, ThreadState, data_shape};
 
 /// Readv/writev of more buffers than this are not looked into (UIO_MAXIOV is 1024).
@@ -115,4 +120,91 @@ pub fn read_user<T: Default>(addr: u64) -> T {
         bpf_probe_read_user((&mut value as *mut T).cast(), core::mem::size_of::<T>() as u32, addr as *const _);
     }
     value
+}
+
+/// A transfer of at most the head's size over two or more user buffers, its first short of it:
+/// `gather_small_transfer` takes it.
+#[inline(always)]
+pub fn scattered_small(iovs: IovArray, first_len: u64, len: u64) -> bool {
+    let (iov, count, kernel_copy) = iovs;
+    iov != 0 && !kernel_copy && count >= 2 && first_len < len && len <= DATA_HEAD_BYTES as u64
+}
+
+/// Buffers of a small transfer gathered into its head (below).
+const GATHER_IOV: u64 = 16;
+
+/// Bytes one CPU gathers a transfer into: twice the head, so that the verifier sees each piece's
+/// copy (an offset under the head's size, a length up to it) stay inside.
+#[repr(C)]
+pub struct Gathered {
+    pub bytes: [u8; 2 * DATA_HEAD_BYTES],
+}
+
+#[map]
+static GATHERED: PerCpuArray<Gathered> = PerCpuArray::with_max_entries(1, 0);
+
+/// A transfer of at most the head's size spread over more buffers than the walk follows (gRPC's
+/// C core writes a buffer per header name and value, a frame header may straddle two) gathered
+/// whole, in order, from the user iovec array `iovs` (its first buffer holding `first_len` of the
+/// `len` bytes): where the bytes are (valid for this program run), or None when they do not all
+/// come from the first `GATHER_IOV` buffers. One buffer per `bpf_loop` step: the verifier checks
+/// the step once, where an unrolled loop was checked again for every state reaching it (a
+/// million instructions in the socket tracepoints).
+#[inline(always)]
+pub fn gather_small_transfer(iovs: IovArray, first_len: u64, len: u64) -> Option<*const Gathered> {
+    if !scattered_small(iovs, first_len, len) {
+        return None;
+    }
+    let (iov, count, _) = iovs;
+    let mut gather = Gather { iov, len, copied: 0, failed: 0 };
+    let steps = count.min(GATHER_IOV) as u32;
+    // SAFETY: the step reads `gather` (on this stack) only while `bpf_loop` runs.
+    unsafe { bpf_loop(steps, gather_step as *mut c_void, (&raw mut gather).cast(), 0) };
+    let gathered = GATHERED.get_ptr_mut(0)?;
+    (gather.failed == 0 && gather.copied == len).then_some(gathered.cast_const())
+}
+
+/// The state `gather_step` carries from one buffer to the next.
+#[repr(C)]
+struct Gather {
+    iov: u64,
+    len: u64,
+    copied: u64,
+    failed: u64,
+}
+
+/// Copies buffer `index` of the iovec array into `GATHERED`, after the bytes before it; 1 ends the
+/// loop (all gathered, or a failure).
+#[inline(never)]
+extern "C" fn gather_step(index: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: `gather_small_transfer`'s `Gather`, alive while its `bpf_loop` runs.
+    let gather = unsafe { &mut *ctx.cast::<Gather>() };
+    if gather.copied >= gather.len {
+        return 1;
+    }
+    let Some(gathered) = GATHERED.get_ptr_mut(0) else {
+        gather.failed = 1;
+        return 1;
+    };
+    let mut entry = [0u64; 4];
+    copy_words(&mut entry, gather.iov + (index & (GATHER_IOV - 1)) * 16, 16, false);
+    let (base, buf_len) = (entry[0], entry[1]);
+    let size = buf_len.min(gather.len - gather.copied);
+    let at = gather.copied;
+    if size > DATA_HEAD_BYTES as u64 || at >= DATA_HEAD_BYTES as u64 {
+        gather.failed = 1;
+        return 1;
+    }
+    // SAFETY: at most the head's size, at an offset under it, into the per-CPU area of twice its
+    // size.
+    let failed = unsafe {
+        let dst = (*gathered).bytes.as_mut_ptr().add(at as usize);
+        size > 0 && bpf_probe_read_user(dst.cast(), size as u32, base as *const _) != 0
+    };
+    if failed {
+        gather.failed = 1;
+        return 1;
+    }
+    gather.copied += size;
+    0
 }

@@ -25,7 +25,7 @@ const LLVM_PREFIX: &str = "/opt/gateway-observer/llvm";
 /// and unit tests of deploy/'s alert rules), and the runtimes of gateways this project did not write (Netty and
 /// netty-tcnative's OpenSSL engine, Guava, embedded Tomcat for the JDK 17
 /// that is already there; Go, with golang.org/x/net for its h2c server and grpc-go for its gRPC
-/// server; Node.js), for `test-kernels` QEMU, a static busybox and cpio
+/// server; Python's grpcio, gRPC's C core; Node.js), for `test-kernels` QEMU, a static busybox and cpio
 /// (the guest's initramfs), and for `package` dpkg-dev (dpkg-shlibdeps computes the libc6
 /// dependency) and man-db (its check asks `man -w` for the installed page), and apparmor
 /// (`apparmor_parser` compiles deploy/'s profile in the deploy tests; nothing is loaded).
@@ -57,6 +57,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "golang-go",
     "golang-golang-x-net-dev",
     "golang-google-grpc-dev",
+    "python3-grpcio",
     "nodejs",
     "qemu-system-x86",
     "busybox-static",
