@@ -10,7 +10,7 @@ use std::{
 use crate::{
     observer::Observer,
     temp_dir, wait_until,
-    wrk::{metric_sum, observed, wrk},
+    wrk::{WRK_CONNECTIONS, metric_sum, observed, wrk},
 };
 
 /// A self-signed certificate and its key for 127.0.0.1 (also as its subjectAltName, which a
@@ -99,7 +99,8 @@ pub fn hooked_observer(server: &Killed) -> Observer {
 }
 
 /// wrk over https against `port`, then the observer's view of `process` checked against it:
-/// inbound requests within 0.1 % (the ones wrk abandons at its end), p50 within 10 %, no request
+/// inbound requests within 0.1 % or one per wrk connection, whichever is more (the ones wrk
+/// abandons at its end: at most one in flight per connection), p50 within 10 %, no request
 /// made, no ciphertext parsed or counted as TLS nobody decrypts. Returns (wrk's requests,
 /// plaintext records tied to no connection).
 pub fn assert_https_matches_wrk(observer: &Observer, port: u16, process: &str) -> (f64, f64) {
@@ -113,7 +114,9 @@ pub fn assert_https_matches_wrk(observer: &Observer, port: u16, process: &str) -
     eprintln!("TLS records with no socket: {unattributed}; non-HTTP bytes: {garbage}; unparsed TLS: {unparsed}");
     let requests = client.requests as f64;
     assert!(requests > 500.0, "too few requests to compare: {requests}");
-    assert!((inbound - requests).abs() / requests <= 0.001, "observer {inbound} inbound vs wrk {requests}");
+    // A handler of 10 ms gives ~11k requests: 0.1 % is 11, under the 16 wrk may abandon.
+    let tolerance = (requests * 0.001).max(WRK_CONNECTIONS as f64);
+    assert!((inbound - requests).abs() <= tolerance, "observer {inbound} inbound vs wrk {requests}");
     assert_eq!(outbound, 0.0, "{process} makes no request");
     let ratio = p50 / client.p50_seconds;
     assert!((0.9..=1.1).contains(&ratio), "observer p50 {:.3} ms vs wrk {:.3} ms", p50 * 1e3, client.p50_seconds * 1e3);
