@@ -597,4 +597,6 @@ pub(crate) fn finish(
 }
 
 #[cfg(test)]
+mod h2_start_tests;
+#[cfg(test)]
 mod tests;
