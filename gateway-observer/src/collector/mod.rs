@@ -24,7 +24,7 @@ use std::{
     time::Instant,
 };
 
-use gateway_observer_common::{THREAD_HIST_BUCKETS, ThreadState, drop_index, reason};
+use gateway_observer_common::{ThreadState, drop_index, reason};
 
 use crate::{
     detect::{
@@ -38,12 +38,13 @@ use crate::{
     host::procfs,
     probes::{ProbeError, Probes},
     state::{
-        counters::DeltaCounters,
+        counters::{DeltaCounters, LabelTotals},
         history::ThreadInfo,
         jvm_pauses::JvmPauses,
         request_queues::RequestQueues,
         requests::RequestTracker,
         targets::{PortListeners, TargetSpec, host_processes, resolve, waiting_specs},
+        thread_counters::{Growth, Reading, ThreadCounters},
         thread_memory::{RequestPressure, ThreadMemory, ThreadsNow},
         threads::ThreadNames,
     },
@@ -74,6 +75,10 @@ enum HistKind {
     Iteration,
 }
 
+/// The histograms in the order of `thread_counters::Reading::hists`.
+const HIST_KINDS: [HistKind; crate::state::thread_counters::HIST_KINDS] =
+    [HistKind::Runqueue, HistKind::FutexWait, HistKind::Iteration];
+
 /// Connections with requests in flight asked for their lost-record counts after a loss (a map
 /// lookup each); past it, the rest are checked after the next loss.
 const LOSS_CHECKS: usize = 1024;
@@ -82,12 +87,14 @@ pub struct Collector {
     probes: Probes,
     specs: Vec<TargetSpec>,
     names: ThreadNames,
-    /// (tid, reason) → (process, thread group, reason)
-    offcpu: DeltaCounters<(u32, u32), (String, String, u32)>,
-    /// (tid, kind, bucket) → (process, kind, bucket)
-    hist_count: DeltaCounters<(u32, HistKind, usize), (String, HistKind, usize)>,
-    /// (tid, kind) → (process, kind)
-    hist_sum: DeltaCounters<(u32, HistKind), (String, HistKind)>,
+    /// Each thread's kernel counters as last read, whose growth goes into the totals below.
+    thread_counters: ThreadCounters,
+    /// Off-CPU time by (process, thread group, reason).
+    offcpu: LabelTotals<(String, String, u32)>,
+    /// Per-thread histograms by (process, kind, bucket).
+    hist_count: LabelTotals<(String, HistKind, usize)>,
+    /// Their sums by (process, kind).
+    hist_sum: LabelTotals<(String, HistKind)>,
     recent_blocks: VecDeque<Block>,
     symbolizer: crate::symbolize::Symbolizer,
     /// Stacks of alerted threads blocked now, unwound off the tick thread (issue 17).
@@ -106,7 +113,7 @@ pub struct Collector {
     slot_copies: Vec<(u32, ThreadState)>,
     /// Off-CPU waits past the block threshold, counted per thread by the kernel, by (process,
     /// thread group, reason).
-    long_blocks: DeltaCounters<(u32, u32), (String, String, u32)>,
+    long_blocks: LabelTotals<(String, String, u32)>,
     /// What the kernel was told to send one by one (`BLOCK_DETAIL`: tid → `block_detail::*`).
     block_detail: HashMap<u32, u8>,
     block_detail_full_warned: bool,
@@ -176,9 +183,10 @@ impl Collector {
             probes,
             specs,
             names: ThreadNames::new(NAME_REFRESH_TICKS),
-            offcpu: DeltaCounters::default(),
-            hist_count: DeltaCounters::default(),
-            hist_sum: DeltaCounters::default(),
+            thread_counters: ThreadCounters::default(),
+            offcpu: LabelTotals::default(),
+            hist_count: LabelTotals::default(),
+            hist_sum: LabelTotals::default(),
             recent_blocks: VecDeque::new(),
             recent_iterations: VecDeque::new(),
             thread_states: BTreeMap::new(),
@@ -188,7 +196,7 @@ impl Collector {
             busy_loops: Vec::new(),
             open_iterations: Vec::new(),
             slot_copies: Vec::new(),
-            long_blocks: DeltaCounters::default(),
+            long_blocks: LabelTotals::default(),
             block_detail: HashMap::new(),
             block_detail_full_warned: false,
             decode_errors: 0,
@@ -245,14 +253,20 @@ impl Collector {
     /// After each drain of the socket ring: if the kernel lost records since the last one,
     /// responses may be among them. Each socket counts its own losses, so only the connections
     /// that lost records forget their requests in flight (see the tracker); if the kernel's
-    /// counts cannot be read, every connection does.
-    pub fn after_socket_drain(&mut self) {
+    /// counts cannot be read, every connection does. `drained`: records this drain read. A drain
+    /// that read none found the ring empty, so nothing was written, and nothing lost (a loss
+    /// needs a full ring), since the last one: the map syscalls are skipped (a drain runs 50
+    /// times a second, also on a host with no requests).
+    pub fn after_socket_drain(&mut self, drained: usize) {
         for late in self.continued_walks.after_drain() {
             self.handle_continued(&late);
         }
         let mid_way = self.requests.take_h2_mid_way();
         if !mid_way.is_empty() {
             self.h2_marks.tell(&mut self.probes, mid_way, Instant::now());
+        }
+        if drained == 0 {
+            return;
         }
         if let Err(err) = self.probes.advance_ring_epoch() {
             tracing::debug!(error = %err, "cannot renew the targets' shares of the socket ring");

@@ -52,16 +52,7 @@ impl Collector {
         if let Some(last) = self.probes.thread_slot(slot).filter(|last| last.tid == tid) {
             self.observe_thread(&last, &last.offcpu_ns, &process, &group);
         }
-        for code in 0..reason::COUNT {
-            self.offcpu.forget(&(tid, code));
-            self.long_blocks.forget(&(tid, code));
-        }
-        for kind in [HistKind::Runqueue, HistKind::FutexWait, HistKind::Iteration] {
-            for bucket in 0..THREAD_HIST_BUCKETS {
-                self.hist_count.forget(&(tid, kind, bucket));
-            }
-            self.hist_sum.forget(&(tid, kind));
-        }
+        self.thread_counters.forget(tid);
         for code in BLOCKING_REASONS.into_iter().chain([reason::FUTEX]) {
             self.loop_blocked.forget(&(tid, code));
         }
@@ -122,28 +113,24 @@ impl Collector {
         process: &str,
         group: &str,
     ) {
-        let tid = state.tid;
-        for (code, &ns) in (0..reason::COUNT).zip(totals.iter()) {
-            if ns > 0 {
-                self.offcpu
-                    .observe_with_estimate_lazy((tid, code), ns, || (process.to_owned(), group.to_owned(), code));
+        let reading = Reading {
+            offcpu_ns: totals,
+            long_blocks: &state.long_blocks,
+            hists: [&state.runqueue_hist, &state.futex_hist, &state.iter_hist],
+            sums: [state.offcpu_ns[reason::RUNQUEUE as usize], state.futex_wait_ns, state.iter_on_cpu_ns],
+        };
+        // Labels are built only for what grew: a label is an allocation (it holds names).
+        let (offcpu, long_blocks, hist_count, hist_sum) =
+            (&mut self.offcpu, &mut self.long_blocks, &mut self.hist_count, &mut self.hist_sum);
+        self.thread_counters.observe(state.tid, &reading, |growth| match growth {
+            Growth::OffCpu { reason, ns } => offcpu.add((process.to_owned(), group.to_owned(), reason), ns),
+            Growth::LongBlocks { reason, count } => {
+                long_blocks.add((process.to_owned(), group.to_owned(), reason), count);
             }
-        }
-        for (code, &count) in (0..reason::COUNT).zip(state.long_blocks.iter()) {
-            if count > 0 {
-                self.long_blocks.observe_u32_lazy((tid, code), count, || (process.to_owned(), group.to_owned(), code));
+            Growth::HistCount { kind, bucket, count } => {
+                hist_count.add((process.to_owned(), HIST_KINDS[kind], bucket), count);
             }
-        }
-        let runqueue_sum = state.offcpu_ns[reason::RUNQUEUE as usize];
-        for (kind, hist, sum) in [
-            (HistKind::Runqueue, &state.runqueue_hist, runqueue_sum),
-            (HistKind::FutexWait, &state.futex_hist, state.futex_wait_ns),
-            (HistKind::Iteration, &state.iter_hist, state.iter_on_cpu_ns),
-        ] {
-            for (bucket, &count) in hist.iter().enumerate().filter(|(_, c)| **c > 0) {
-                self.hist_count.observe_u32_lazy((tid, kind, bucket), count, || (process.to_owned(), kind, bucket));
-            }
-            self.hist_sum.observe_lazy((tid, kind), sum, || (process.to_owned(), kind));
-        }
+            Growth::HistSum { kind, delta } => hist_sum.add((process.to_owned(), HIST_KINDS[kind]), delta),
+        });
     }
 }

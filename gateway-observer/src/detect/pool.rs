@@ -288,12 +288,12 @@ pub fn saturated_pools(
     let SleepSignals { requests, timed_waits } = signals;
     let loop_tids: std::collections::HashSet<u32> =
         super::loop_threads::event_loops(history, now, loops).map(|t| t.tid).collect();
-    let mut groups: BTreeMap<(u32, String), GroupTotals> = BTreeMap::new();
+    let mut groups: BTreeMap<(u32, &str), GroupTotals> = BTreeMap::new();
     for thread in history.threads() {
         if loop_tids.contains(&thread.tid) {
             continue;
         }
-        let totals = groups.entry((thread.tgid, thread.group.clone())).or_default();
+        let totals = groups.entry((thread.tgid, thread.group.as_str())).or_default();
         totals.pid = thread.tgid;
         totals.comm.clone_from(&thread.comm);
         totals.threads += 1;
@@ -322,7 +322,7 @@ pub fn saturated_pools(
             let queued = of(&requests.queued);
             let pressure = Pressure { waiting: of(&requests.waiting), queued };
             let all_along = Pressure { waiting: of(&requests.waiting_all_along), queued };
-            judge(group, t, blocks, window_start_ns, config, (pressure, all_along))
+            judge(group.to_owned(), t, blocks, window_start_ns, config, (pressure, all_along))
         })
         .collect()
 }

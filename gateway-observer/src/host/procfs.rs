@@ -72,7 +72,9 @@ pub fn parent(pid: u32) -> Option<u32> {
 
 /// (parent, comm) from one read of /proc/PID/stat, for scans of every process on the host.
 pub fn parent_and_comm(pid: u32) -> Option<(u32, String)> {
-    parse_stat_parent_and_comm(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    // The main thread's own stat: the process's stat sums the CPU time of every thread, a walk
+    // of 2,000 threads in a big JVM, every tick. Its comm and parent are the process's.
+    parse_stat_parent_and_comm(&fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?)
 }
 
 /// (parent, comm) of a stat line.

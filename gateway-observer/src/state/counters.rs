@@ -12,12 +12,41 @@ use std::{
 pub struct DeltaCounters<K, L> {
     /// Keyed by thread (and bucket): thousands of entries looked up every tick.
     last: HashMap<K, u64, foldhash::fast::RandomState>,
-    totals: BTreeMap<L, u64>,
+    totals: LabelTotals<L>,
 }
 
 impl<K, L> Default for DeltaCounters<K, L> {
     fn default() -> Self {
-        Self { last: HashMap::default(), totals: BTreeMap::new() }
+        Self { last: HashMap::default(), totals: LabelTotals::default() }
+    }
+}
+
+/// Per-label totals that never go down, for counters whose last values are kept elsewhere
+/// (`thread_counters`) or by [`DeltaCounters`].
+#[derive(Debug)]
+pub struct LabelTotals<L> {
+    totals: BTreeMap<L, u64>,
+}
+
+impl<L> Default for LabelTotals<L> {
+    fn default() -> Self {
+        Self { totals: BTreeMap::new() }
+    }
+}
+
+impl<L: Ord> LabelTotals<L> {
+    /// Adds `delta` under `label`; the label exists from then on, also with a delta of 0.
+    pub fn add(&mut self, label: L, delta: u64) {
+        *self.totals.entry(label).or_insert(0) += delta;
+    }
+
+    /// Drops the totals of labels `keep` refuses (what they name is gone).
+    pub fn retain_labels(&mut self, mut keep: impl FnMut(&L) -> bool) {
+        self.totals.retain(|label, _| keep(label));
+    }
+
+    pub fn totals(&self) -> &BTreeMap<L, u64> {
+        &self.totals
     }
 }
 
@@ -40,7 +69,7 @@ impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
             }
         };
         let delta = if value >= last { value - last } else { value };
-        *self.totals.entry(label()).or_insert(0) += delta;
+        self.totals.add(label(), delta);
     }
 
     /// Like `observe`, for a value that includes an estimate of what the kernel has not added yet
@@ -56,11 +85,11 @@ impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
             Some(last) if value <= *last => {} // its label exists since its first observation
             Some(last) => {
                 let delta = value - std::mem::replace(last, value);
-                *self.totals.entry(label()).or_insert(0) += delta;
+                self.totals.add(label(), delta);
             }
             None => {
                 self.last.insert(key, value);
-                *self.totals.entry(label()).or_insert(0) += value;
+                self.totals.add(label(), value);
             }
         }
     }
@@ -80,7 +109,7 @@ impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
                 0
             }
         };
-        *self.totals.entry(label()).or_insert(0) += u64::from(value.wrapping_sub(last));
+        self.totals.add(label(), u64::from(value.wrapping_sub(last)));
     }
 
     /// Forgets a key that the kernel no longer has; its label keeps what it counted. The table
@@ -93,12 +122,12 @@ impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
 
     /// Drops the totals of labels `keep` refuses (what they name is gone). Their keys must be
     /// forgotten already: a key still observed would bring its label back from its next growth.
-    pub fn retain_labels(&mut self, mut keep: impl FnMut(&L) -> bool) {
-        self.totals.retain(|label, _| keep(label));
+    pub fn retain_labels(&mut self, keep: impl FnMut(&L) -> bool) {
+        self.totals.retain_labels(keep);
     }
 
     pub fn totals(&self) -> &BTreeMap<L, u64> {
-        &self.totals
+        self.totals.totals()
     }
 
     pub fn tracked_keys(&self) -> usize {

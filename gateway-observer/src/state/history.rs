@@ -180,7 +180,9 @@ impl History {
     pub fn delta(&self, tid: u32, window: Duration) -> Option<WindowDelta> {
         let track = self.tracks.get(&tid)?;
         let (newest_at, newest) = track.samples.back()?;
-        let (oldest_at, oldest) = track.samples.iter().find(|(t, _)| newest_at.duration_since(*t) <= window)?;
+        // From the newest back: a window of seconds is a few samples of the minutes kept.
+        let (oldest_at, oldest) =
+            track.samples.iter().rev().take_while(|(t, _)| newest_at.duration_since(*t) <= window).last()?;
         let elapsed = newest_at.duration_since(*oldest_at);
         if elapsed.is_zero() {
             return None;

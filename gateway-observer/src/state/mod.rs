@@ -12,6 +12,7 @@ pub mod loop_baselines;
 pub mod request_queues;
 pub mod requests;
 pub mod targets;
+pub mod thread_counters;
 pub mod thread_memory;
 pub mod threads;
 pub mod timed_waits;
