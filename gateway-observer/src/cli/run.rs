@@ -33,6 +33,7 @@ use crate::{
         families,
         http::{self, Published},
         prometheus::Exposition,
+        publication,
     },
     state::targets::{self, PortListeners, TargetSpec},
     uprobe_opener::{UprobeOpener, UprobePmu, helper::Helper},
@@ -157,17 +158,28 @@ fn log_transition(line: &str) -> bool {
     false
 }
 
-/// Everything the HTTP sink serves, rendered once per tick.
-fn publication(collector: &Collector, book: &AlertBook) -> Published {
-    let mut metrics = collector.render_metrics();
-    metrics.push_str(&alert_metrics(book));
-    let alerts = v1::Alerts { alerts: book.alerts().into_iter().map(v1::Alert::from).collect() };
-    Published {
-        metrics: Arc::new(metrics),
-        alerts_json: Arc::new(v1::body(&alerts)),
-        snapshot_json: Arc::new(v1::body(&collector.snapshot())),
-        ready: true,
+/// Renders what the HTTP handlers asked for (`publication::METRICS`, `SNAPSHOT`) into the
+/// publication, as of the last tick.
+fn render(published: &mut Published, asked: u8, collector: &Collector, book: &AlertBook) {
+    if asked & publication::METRICS != 0 {
+        let mut metrics = collector.render_metrics();
+        metrics.push_str(&alert_metrics(book));
+        published.metrics = Arc::new(metrics);
+        published.metrics_tick = published.tick;
     }
+    if asked & publication::SNAPSHOT != 0 {
+        published.snapshot_json = Arc::new(v1::body(&collector.snapshot()));
+        published.snapshot_tick = published.tick;
+    }
+}
+
+/// After a tick: the alerts, always (Alertmanager and `top` follow them); the metrics and the
+/// snapshot are stale from now on and rendered when next asked for.
+fn publish_tick(published: &mut Published, book: &AlertBook) {
+    let alerts = v1::Alerts { alerts: book.alerts().into_iter().map(v1::Alert::from).collect() };
+    published.alerts_json = Arc::new(v1::body(&alerts));
+    published.ready = true;
+    published.tick += 1;
 }
 
 /// `gateway_observer_alerts{kind,process,subject}`: 1 while firing, 0 while pending or resolved.
@@ -254,7 +266,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let kept = privileges::drop_to_kept().context("failed to drop capabilities")?;
     tracing::info!("{kept}");
     let mut book = AlertBook::new(LifecycleConfig::default());
-    let (publish, published) = watch::channel(publication(&collector, &book));
+    let mut first = Published::default();
+    publish_tick(&mut first, &book);
+    render(&mut first, publication::METRICS | publication::SNAPSHOT, &collector, &book);
+    let (publish, published) = watch::channel(first);
+    let renders = Arc::new(publication::RenderRequests::default());
+    let published = publication::Shared { published, renders: Arc::clone(&renders) };
     let (stop_server, mut server_stopped) = watch::channel(false);
     let server = tokio::spawn(http::serve(listener, published, http::ServeLimits::default(), access, async move {
         let _ = server_stopped.wait_for(|stop| *stop).await;
@@ -295,7 +312,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
                     last_push = std::time::Instant::now();
                     push_alerts(url.clone(), &book);
                 }
-                publish.send_replace(publication(&collector, &book));
+                publish.send_modify(|published| publish_tick(published, &book));
+            }
+            asked = renders.asked() => {
+                publish.send_modify(|published| render(published, asked, &collector, &book));
             }
             guard = ring.readable_mut() => {
                 let mut guard = guard.context("event ring buffer failed")?;

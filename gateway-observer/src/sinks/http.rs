@@ -1,6 +1,7 @@
 //! The daemon's HTTP listener: `/metrics` (Prometheus text), `/api/v1/alerts` and
 //! `/api/v1/snapshot` (JSON), `/live` and `/ready` (ready only once every probe is attached).
-//! Handlers read the latest rendering the collector published; they never wait on the collector.
+//! Handlers read the latest rendering the collector published; the metrics and the snapshot
+//! are rendered when asked for, at most once per tick (`publication`).
 //!
 //! The listener is bounded so that nobody who can connect can take the daemon's descriptors or
 //! memory: at most `ServeLimits::connections` at once (more are closed at accept), and a
@@ -30,7 +31,10 @@ use hyper_util::{
     rt::{TokioIo, TokioTimer},
     service::TowerToHyperService,
 };
-use tokio::{net::TcpListener, sync::Semaphore, sync::watch};
+use tokio::{net::TcpListener, sync::Semaphore};
+
+use super::publication::{METRICS, SNAPSHOT};
+pub use super::publication::{Published, Shared};
 
 /// Bounds on the listener's connections.
 #[derive(Debug, Clone, Copy)]
@@ -110,22 +114,13 @@ async fn api_guard(
 /// Connections closed at accept because `ServeLimits::connections` were open.
 pub static REFUSED_CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 
-/// What the collector publishes after each tick.
-#[derive(Debug, Clone, Default)]
-pub struct Published {
-    pub metrics: Arc<String>,
-    pub alerts_json: Arc<String>,
-    pub snapshot_json: Arc<String>,
-    pub ready: bool,
-}
-
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
 pub async fn serve(
     listener: TcpListener,
-    published: watch::Receiver<Published>,
+    published: Shared,
     limits: ServeLimits,
     access: ApiAccess,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -172,23 +167,23 @@ pub async fn serve(
     }
 }
 
-async fn metrics(State(published): State<watch::Receiver<Published>>) -> impl IntoResponse {
-    let text = published.borrow().metrics.clone();
+async fn metrics(State(shared): State<Shared>) -> impl IntoResponse {
+    let text = shared.fresh(METRICS).await.metrics;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text.as_str().to_owned())
 }
 
-async fn alerts(State(published): State<watch::Receiver<Published>>) -> impl IntoResponse {
-    let json = published.borrow().alerts_json.clone();
+async fn alerts(State(shared): State<Shared>) -> impl IntoResponse {
+    let json = shared.latest().alerts_json;
     ([(header::CONTENT_TYPE, "application/json")], json.as_str().to_owned())
 }
 
-async fn snapshot(State(published): State<watch::Receiver<Published>>) -> impl IntoResponse {
-    let json = published.borrow().snapshot_json.clone();
+async fn snapshot(State(shared): State<Shared>) -> impl IntoResponse {
+    let json = shared.fresh(SNAPSHOT).await.snapshot_json;
     ([(header::CONTENT_TYPE, "application/json")], json.as_str().to_owned())
 }
 
-async fn ready(State(published): State<watch::Receiver<Published>>) -> impl IntoResponse {
-    if published.borrow().ready {
+async fn ready(State(shared): State<Shared>) -> impl IntoResponse {
+    if shared.latest().ready {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "probes not attached yet\n")
@@ -205,6 +200,7 @@ mod tests {
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
+    use tokio::sync::watch;
 
     use super::*;
 
@@ -213,6 +209,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let published = Published { metrics: Arc::new("up 1\n".to_owned()), ..Published::default() };
         let (_publish, receiver) = watch::channel(published);
+        let receiver = Shared { published: receiver, renders: Arc::default() };
         let (stop, mut stopped) = watch::channel(false);
         tokio::spawn(async move {
             let _keep = _publish;

@@ -4,4 +4,5 @@
 pub mod families;
 pub mod http;
 pub mod prometheus;
+pub mod publication;
 pub mod request_metrics;
