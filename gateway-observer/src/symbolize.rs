@@ -296,10 +296,6 @@ impl Symbolizer {
             }
         };
         let identity = checked.identity;
-        // Used now, named in a stack or not: a mapped file no stack passes through (a locale
-        // archive, a library no thread is in) would otherwise be dropped by `forget_unused` after
-        // each request and parsed again at the next, every few seconds while an alert lasts.
-        self.last_used.insert(identity, std::time::Instant::now());
         if !self.elves.contains_key(&identity) {
             if self.elves.len() >= MAX_CACHED {
                 self.elves.clear();
