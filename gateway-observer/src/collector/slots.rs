@@ -30,7 +30,7 @@ pub(super) fn exit_name(state: &ThreadState) -> Option<String> {
 /// at switch-in: a thread stuck for minutes must count as stuck while it is stuck. Reading a slot
 /// while the kernel closes a span can see the span in neither place: a detector's next window
 /// absorbs that, and the exported counters ignore a value lower than the last
-/// (`DeltaCounters::observe_with_estimate`).
+/// (`ThreadCounters::observe`).
 pub(super) fn with_open_span(state: &ThreadState, now_mono: u64) -> [u64; reason::COUNT as usize] {
     let mut totals = state.offcpu_ns;
     let start = state.offcpu_start_ns;

@@ -72,46 +72,6 @@ impl<K: Eq + Hash, L: Ord> DeltaCounters<K, L> {
         self.totals.add(label(), delta);
     }
 
-    /// Like `observe`, for a value that includes an estimate of what the kernel has not added yet
-    /// (an off-CPU span still open). A value below the last one is a read that caught the kernel
-    /// between closing the span and adding it: nothing new, and the label never goes down. The
-    /// key must be forgotten when its thread goes, since a lower value never means a new key here.
-    pub fn observe_with_estimate(&mut self, key: K, value: u64, label: L) {
-        self.observe_with_estimate_lazy(key, value, || label);
-    }
-
-    pub fn observe_with_estimate_lazy(&mut self, key: K, value: u64, label: impl FnOnce() -> L) {
-        match self.last.get_mut(&key) {
-            Some(last) if value <= *last => {} // its label exists since its first observation
-            Some(last) => {
-                let delta = value - std::mem::replace(last, value);
-                self.totals.add(label(), delta);
-            }
-            None => {
-                self.last.insert(key, value);
-                self.totals.add(label(), value);
-            }
-        }
-    }
-
-    /// Like `observe`, for a kernel u32 counter that wraps: its growth is the wrapping difference
-    /// (read every second, it cannot wrap twice in between).
-    pub fn observe_u32(&mut self, key: K, value: u32, label: L) {
-        self.observe_u32_lazy(key, value, || label);
-    }
-
-    pub fn observe_u32_lazy(&mut self, key: K, value: u32, label: impl FnOnce() -> L) {
-        let last = match self.last.get_mut(&key) {
-            Some(last) if *last == u64::from(value) => return,
-            Some(last) => std::mem::replace(last, u64::from(value)) as u32,
-            None => {
-                self.last.insert(key, u64::from(value));
-                0
-            }
-        };
-        self.totals.add(label(), u64::from(value.wrapping_sub(last)));
-    }
-
     /// Forgets a key that the kernel no longer has; its label keeps what it counted. The table
     /// gives its room back once a quarter full: 2,000 threads that came and went leave
     /// megabytes of per-bucket keys' room otherwise, for the daemon's whole life.
@@ -187,14 +147,6 @@ mod tests {
     }
 
     #[test]
-    fn a_wrapping_u32_counter_keeps_counting() {
-        let mut c = DeltaCounters::default();
-        c.observe_u32(1u32, u32::MAX - 5, "a");
-        c.observe_u32(1u32, 4, "a");
-        assert_eq!(c.totals()["a"], u64::from(u32::MAX - 5) + 10);
-    }
-
-    #[test]
     fn a_reset_key_counts_its_new_value() {
         let mut c = DeltaCounters::default();
         c.observe(1u32, 100, "a");
@@ -209,15 +161,5 @@ mod tests {
         c.observe(1u32, 160, "pool-1-thread-*");
         assert_eq!(c.totals()["Thread-*"], 100);
         assert_eq!(c.totals()["pool-1-thread-*"], 60);
-    }
-
-    #[test]
-    fn an_estimate_that_reads_low_never_takes_the_label_down() {
-        let mut c = DeltaCounters::default();
-        c.observe_with_estimate(1u32, 100, "a"); // closed 60 + open span 40 so far
-        c.observe_with_estimate(1u32, 90, "a"); // read between the span's close and its add
-        assert_eq!(c.totals()["a"], 100);
-        c.observe_with_estimate(1u32, 130, "a"); // the span closed at 130
-        assert_eq!(c.totals()["a"], 130);
     }
 }

@@ -134,39 +134,25 @@ fn wrapping_growth(last: &mut u32, now: u32) -> Option<u64> {
 mod tests {
     use super::*;
 
-    struct Counters {
-        offcpu_ns: [u64; REASONS],
-        long_blocks: [u32; REASONS],
-        hists: [[u32; THREAD_HIST_BUCKETS]; HIST_KINDS],
-        sums: [u64; HIST_KINDS],
-    }
-
-    impl Counters {
-        fn new() -> Self {
-            let Last { offcpu_ns, long_blocks, hists, sums } = Last::ZERO;
-            Self { offcpu_ns, long_blocks, hists, sums }
-        }
-
-        fn reading(&self) -> Reading<'_> {
-            Reading {
-                offcpu_ns: &self.offcpu_ns,
-                long_blocks: &self.long_blocks,
-                hists: [&self.hists[0], &self.hists[1], &self.hists[2]],
-                sums: self.sums,
-            }
+    fn reading(now: &Last) -> Reading<'_> {
+        Reading {
+            offcpu_ns: &now.offcpu_ns,
+            long_blocks: &now.long_blocks,
+            hists: [&now.hists[0], &now.hists[1], &now.hists[2]],
+            sums: now.sums,
         }
     }
 
-    fn growths(c: &mut ThreadCounters, tid: u32, now: &Counters) -> Vec<Growth> {
+    fn growths(c: &mut ThreadCounters, tid: u32, now: &Last) -> Vec<Growth> {
         let mut out = Vec::new();
-        c.observe(tid, &now.reading(), |g| out.push(g));
+        c.observe(tid, &reading(now), |g| out.push(g));
         out
     }
 
     #[test]
     fn a_new_thread_counts_all_it_has_and_every_sum_once() {
         let mut c = ThreadCounters::default();
-        let mut now = Counters::new();
+        let mut now = Last::ZERO;
         now.offcpu_ns[2] = 500;
         now.hists[1][7] = 3;
         now.sums[1] = 900;
@@ -187,7 +173,7 @@ mod tests {
     #[test]
     fn an_estimate_that_reads_low_adds_nothing_and_is_not_remembered() {
         let mut c = ThreadCounters::default();
-        let mut now = Counters::new();
+        let mut now = Last::ZERO;
         now.offcpu_ns[0] = 100; // closed 60 + open span 40 so far
         growths(&mut c, 1, &now);
         now.offcpu_ns[0] = 90; // read between the span's close and its add
@@ -199,7 +185,7 @@ mod tests {
     #[test]
     fn wrapping_counts_keep_counting() {
         let mut c = ThreadCounters::default();
-        let mut now = Counters::new();
+        let mut now = Last::ZERO;
         now.long_blocks[4] = u32::MAX - 5;
         now.hists[0][3] = u32::MAX;
         growths(&mut c, 1, &now);
@@ -214,7 +200,7 @@ mod tests {
     #[test]
     fn a_sum_that_went_down_is_new_and_a_forgotten_tid_starts_from_zero() {
         let mut c = ThreadCounters::default();
-        let mut now = Counters::new();
+        let mut now = Last::ZERO;
         now.sums[2] = 100;
         growths(&mut c, 1, &now);
         now.sums[2] = 10;
