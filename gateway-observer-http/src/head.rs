@@ -4,7 +4,7 @@
 //! unread, so no value ever lands in memory beyond the token being compared.
 
 use super::{
-    connection::Method,
+    exchange::Method,
     parser::{Framing, Kind, MAX_PATH},
     redact::RequestPath,
 };

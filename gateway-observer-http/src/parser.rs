@@ -15,7 +15,7 @@ mod bytes;
 mod cursor;
 mod message;
 
-use super::connection::Method;
+use super::exchange::Method;
 pub use super::head::looks_like_start;
 use super::head::{Accumulated, VERSION_PREFIX, find_lf, is_method_byte, is_tchar, is_version, push_lower};
 pub use cursor::Cursor;

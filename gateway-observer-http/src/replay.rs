@@ -12,7 +12,7 @@
 //!
 //! Time only moves forward, starting at [`START_NS`]. A truncated operation ends the input.
 
-use super::connection::{Direction, Role, Segment};
+use super::exchange::{Direction, Role, Segment};
 
 pub const START_NS: u64 = 1_000_000;
 pub const MAX_HEAD: usize = 512;

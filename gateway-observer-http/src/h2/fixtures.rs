@@ -3,8 +3,8 @@
 //! and last 16 bytes. The expected streams are what the Python side sent, not what this crate
 //! decoded.
 
-use crate::connection::{Connection, Direction, Exchange, Method, Role, Segment};
 use crate::replay::{Writer, tests::check_corpus};
+use crate::{Connection, Direction, Exchange, Method, Role, Segment};
 
 struct Syscall<'a> {
     from_client: bool,

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use super::huffman;
-use crate::connection::Method;
+use crate::exchange::Method;
 use crate::redact::RequestPath;
 
 /// The largest dynamic table tracked (bytes as HPACK counts them).

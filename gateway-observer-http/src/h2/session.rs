@@ -16,9 +16,8 @@ use super::frames::{
 };
 use super::hpack::Decoder;
 use super::walked;
-use crate::connection::{
-    Direction, Exchange, ExchangeOutcome, InFlight, MAX_IN_FLIGHT, Method, Pending, Role, Segment, finish,
-};
+use crate::connection::MAX_IN_FLIGHT;
+use crate::exchange::{Direction, Exchange, ExchangeOutcome, InFlight, Method, Pending, Role, Segment, finish};
 use crate::parser::Cursor;
 
 /// The client connection preface (RFC 9113 §3.4).

@@ -1,6 +1,6 @@
 //! The visible parts of one segment, as the parser walks it.
 
-use crate::connection::Segment;
+use crate::exchange::Segment;
 
 /// Bytes of a segment's end the end-of-chunked-body check looks at (`X0\r\n\r\n`).
 const SUFFIX: usize = 6;

@@ -2,7 +2,7 @@
 //! message's body: the framing rules of RFC 9112 §6.3.
 
 use super::Accumulated;
-use crate::connection::Method;
+use crate::exchange::Method;
 
 /// The longest path kept, in bytes.
 pub const MAX_PATH: usize = 64;

@@ -1,5 +1,5 @@
 use super::*;
-use crate::connection::Segment;
+use crate::exchange::Segment;
 
 fn seg(len: u64, head: &[u8], tail: &[u8]) -> Segment<'static> {
     // Tests leak their small buffers for 'static segments.

@@ -2,7 +2,7 @@
 //! syscall seen as the kernel reports it.
 
 use super::{MAX_STREAMS, Stalls};
-use crate::connection::Role;
+use crate::exchange::Role;
 use crate::h2::PREFACE;
 use crate::h2::frames::{DATA, FLAG_END_HEADERS, FLAG_END_STREAM, FLAG_PADDED, HEADERS, SETTINGS, WINDOW_UPDATE};
 use crate::h2::session::tests::{Conn, cat, frame, get};

@@ -1,11 +1,11 @@
 //! Streams through [`crate::Connection`] from constructed frames, each syscall seen as the kernel
 //! reports it (its first 512 and last 16 bytes).
 
-use crate::connection::{Connection, Direction, Exchange, ExchangeOutcome, Method, Role, Segment};
 use crate::h2::PREFACE;
 use crate::h2::frames::{
     CONTINUATION, DATA, FLAG_END_HEADERS, FLAG_END_STREAM, FLAG_PADDED, GOAWAY, HEADERS, RST_STREAM, SETTINGS,
 };
+use crate::{Connection, Direction, Exchange, ExchangeOutcome, Method, Role, Segment};
 
 const HEAD: usize = 512;
 const TAIL: usize = 16;

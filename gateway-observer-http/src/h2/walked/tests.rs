@@ -2,10 +2,10 @@
 //! writes many streams per syscall, as the kernel reports them with its walk.
 
 use super::*;
-use crate::connection::{Connection, Direction, Role, Segment};
 use crate::h2::PREFACE;
 use crate::h2::frames::{DATA, FLAG_END_HEADERS, FLAG_END_STREAM, HEADERS, SETTINGS, WINDOW_UPDATE};
 use crate::h2::session::tests::{cat, frame, get};
+use crate::{Connection, Direction, Role, Segment};
 
 const HEAD: usize = 512;
 const TAIL: usize = 16;
@@ -166,7 +166,7 @@ fn a_walk_past_the_syscall_is_cut_at_its_end() {
 /// A server connection whose syscalls the kernel reports with the walk past the head.
 struct Walking {
     conn: Connection,
-    out: Vec<crate::connection::Exchange>,
+    out: Vec<crate::Exchange>,
 }
 
 impl Walking {
