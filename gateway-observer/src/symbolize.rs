@@ -86,16 +86,32 @@ pub struct MappedTables {
     pub tables: UnwindTables,
 }
 
-/// A process's executable mappings and the identities of the files behind them, read once for
-/// the stacks of its threads.
+/// A mapping's file, parsed the first time a frame needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MappedFile {
+    Unread,
+    /// Refused, or no ELF we can read.
+    Unreadable,
+    Parsed(Identity),
+}
+
+/// A process's executable mappings and the files behind them, read once for the stacks of its
+/// threads. A file is parsed only when a frame is in it: of the dozens of libraries a gateway
+/// maps, a stack passes through a few.
 #[derive(Debug, Default)]
 pub struct Image {
+    pid: u32,
+    owners: Vec<u32>,
     maps: Vec<Mapping>,
-    files: Vec<Option<Identity>>,
+    files: Vec<MappedFile>,
     perf_map: Arc<Vec<PerfEntry>>,
 }
 
 impl Image {
+    fn mapping_at(&self, addr: u64) -> Option<usize> {
+        self.maps.iter().position(|m| addr >= m.start && addr < m.end)
+    }
+
     /// The code the process's perf map names (a JIT's: V8's, a JVM's), as sorted disjoint
     /// ranges. The map is the target's text: a range says only where an unwind may go on by
     /// frame pointer, never what memory is read.
@@ -164,49 +180,73 @@ impl Symbolizer {
         Self { unwind_tables: true, ..Self::default() }
     }
 
-    /// The process's executable mappings, every file behind them loaded (and cached).
+    /// The process's executable mappings. Only the files CPython's interpreter state can be in
+    /// (the executable, the first mapping, and a libpython) are parsed now; the others when a
+    /// frame is in them ([`Symbolizer::tables_at`], [`Symbolizer::name_frames`]).
     pub fn image(&mut self, pid: u32) -> Image {
         let maps = read_maps(pid);
         let owners = procfs::uids(pid);
         let perf_map = self.perf_map(pid, &owners);
-        let mut opened: HashMap<PathBuf, Option<Identity>> = HashMap::new();
-        let files = maps
-            .iter()
-            .map(|m| match opened.get(&m.path) {
-                Some(identity) => *identity,
-                None => {
-                    let identity = self.load_elf(pid, &m.path, &owners);
-                    opened.insert(m.path.clone(), identity);
-                    identity
-                }
-            })
-            .collect();
-        Image { maps, files, perf_map }
-    }
-
-    /// The unwind tables of every mapping of `image` whose file has some.
-    pub fn tables(&self, image: &Image) -> Vec<MappedTables> {
+        let files = vec![MappedFile::Unread; maps.len()];
+        let mut image = Image { pid, owners, maps, files, perf_map };
+        let python = |m: &Mapping| m.path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libpython"));
+        let eager: Vec<usize> = (0..image.maps.len()).filter(|&at| at == 0 || python(&image.maps[at])).collect();
+        for at in eager {
+            self.file_of(&mut image, at);
+        }
         image
-            .maps
-            .iter()
-            .zip(&image.files)
-            .filter_map(|(mapping, identity)| {
-                let elf = self.elves.get(identity.as_ref()?)?.as_ref()?;
-                let tables = elf.unwind.clone()?;
-                // The segment that holds the mapping's first byte says where the file's address 0 is.
-                let vaddr = elf.vaddr_at_mapping(mapping.file_offset)?;
-                let base = mapping.start.checked_sub(vaddr)?;
-                let path = mapping.path.to_string_lossy().into_owned();
-                Some(MappedTables { range: mapping.start..mapping.end, base, path, tables })
-            })
-            .collect()
     }
 
-    /// The CPython interpreter a file mapped by `image`'s process holds: its `PY_VERSION_HEX` and
-    /// where its `_PyRuntime` is in the process.
+    /// The unwind tables of the mapping of `image` that holds `addr`, its file parsed if it was
+    /// not yet: the mapping's range, and its tables if its file has some. `None` outside any
+    /// file's code.
+    pub fn tables_at(&mut self, image: &mut Image, addr: u64) -> Option<(std::ops::Range<u64>, Option<MappedTables>)> {
+        let at = image.mapping_at(addr)?;
+        let identity = self.file_of(image, at);
+        let mapping = &image.maps[at];
+        let tables = identity.and_then(|identity| {
+            let elf = self.elves.get(&identity)?.as_ref()?;
+            let tables = elf.unwind.clone()?;
+            // The segment that holds the mapping's first byte says where the file's address 0 is.
+            let vaddr = elf.vaddr_at_mapping(mapping.file_offset)?;
+            let base = mapping.start.checked_sub(vaddr)?;
+            let path = mapping.path.to_string_lossy().into_owned();
+            Some(MappedTables { range: mapping.start..mapping.end, base, path, tables })
+        });
+        Some((mapping.start..mapping.end, tables))
+    }
+
+    /// The file behind mapping `at` of `image`, parsed the first time (for every mapping of the
+    /// same file) and marked used, so [`Symbolizer::forget_unused`] keeps it while stacks pass
+    /// through it.
+    fn file_of(&mut self, image: &mut Image, at: usize) -> Option<Identity> {
+        let identity = match image.files[at] {
+            MappedFile::Parsed(identity) => Some(identity),
+            MappedFile::Unreadable => None,
+            MappedFile::Unread => {
+                let identity = self.load_elf(image.pid, &image.maps[at].path.clone(), &image.owners.clone());
+                let file = identity.map_or(MappedFile::Unreadable, MappedFile::Parsed);
+                for (mapping, slot) in image.maps.iter().zip(image.files.iter_mut()) {
+                    if mapping.path == image.maps[at].path {
+                        *slot = file;
+                    }
+                }
+                identity
+            }
+        };
+        if let Some(identity) = identity {
+            self.last_used.insert(identity, std::time::Instant::now());
+        }
+        identity
+    }
+
+    /// The CPython interpreter a file mapped by `image`'s process holds (its executable or a
+    /// libpython, which [`Symbolizer::image`] parses): its `PY_VERSION_HEX` and where its
+    /// `_PyRuntime` is in the process.
     pub fn python_runtime(&self, image: &Image) -> Option<(u32, u64)> {
-        image.maps.iter().zip(&image.files).find_map(|(mapping, identity)| {
-            let elf = self.elves.get(identity.as_ref()?)?.as_ref()?;
+        image.maps.iter().zip(&image.files).find_map(|(mapping, file)| {
+            let MappedFile::Parsed(identity) = file else { return None };
+            let elf = self.elves.get(identity)?.as_ref()?;
             let python = elf.python?;
             let base = mapping.start.checked_sub(elf.vaddr_at_mapping(mapping.file_offset)?)?;
             Some((python.version, base.checked_add(python.runtime)?))
@@ -216,17 +256,18 @@ impl Symbolizer {
     /// Names of frames of `image`'s process, innermost first. A return address is looked up one
     /// byte back (the call it returns from), so a call that ends its function is not named after
     /// the next one.
-    pub fn name_frames(&self, image: &Image, frames: &[(u64, bool)]) -> Vec<String> {
+    pub fn name_frames(&mut self, image: &mut Image, frames: &[(u64, bool)]) -> Vec<String> {
         frames
             .iter()
             .map(|&(ip, returns)| {
                 if let Some(name) = jit_name(ip, &image.perf_map) {
                     return name;
                 }
-                let Some(at) = image.maps.iter().position(|m| ip >= m.start && ip < m.end) else {
+                let Some(at) = image.mapping_at(ip) else {
                     return UNKNOWN.to_owned();
                 };
-                let elf = image.files[at].as_ref().and_then(|id| self.elves.get(id)).and_then(Option::as_ref);
+                let identity = self.file_of(image, at);
+                let elf = identity.and_then(|id| self.elves.get(&id)).and_then(Option::as_ref);
                 name(ip, if returns { ip.saturating_sub(1) } else { ip }, &image.maps[at], elf)
             })
             .collect()

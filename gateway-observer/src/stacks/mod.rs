@@ -204,17 +204,17 @@ pub fn stacks_of(symbolizer: &mut Symbolizer, unwinder: &mut unwind::Unwinder, p
                 Err(e) if e.raw_os_error() == Some(libc::EPERM) => return (tid, Err("denied")),
                 Err(_) => return (tid, Err("error")),
             };
-            // The mappings and files are read once per request, and only if a thread is stopped.
-            let (image, tables, jit, python) = image.get_or_insert_with(|| {
+            // The mappings are read once per request, and only if a thread is stopped; a file
+            // when a frame is first in it.
+            let (image, jit, python) = image.get_or_insert_with(|| {
                 let image = symbolizer.image(pid);
-                let tables = symbolizer.tables(&image);
                 let jit = image.jit_code();
                 let python = symbolizer
                     .python_runtime(&image)
                     .and_then(|(version, runtime)| python::Interpreter::new(python::Process(pid), version, runtime));
-                (image, tables, jit, python)
+                (image, jit, python)
             });
-            let frames = unwinder.unwind(tables, jit, &stopped, &stack);
+            let frames = unwinder.unwind(&mut |addr| symbolizer.tables_at(image, addr), jit, &stopped, &stack);
             let mut names = symbolizer.name_frames(image, &frames);
             if let Some(python) = python {
                 names = python::merge(names, python.frames(tid));

@@ -15,7 +15,7 @@
 //! saved `rbp` and the return address above it, each frame higher on the stack than the last),
 //! until a return address lands in a file's code again and its tables take over.
 
-use std::sync::Arc;
+use std::{ops::Range, sync::Arc};
 
 use framehop::{
     ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _,
@@ -45,20 +45,30 @@ impl Default for Unwinder {
     }
 }
 
-impl Unwinder {
-    /// The frames of the thread that stopped at `stopped`, innermost first. `jit` is the code
-    /// the perf map names, sorted and disjoint ([`crate::symbolize::Image::jit_code`]). A chain
-    /// cut short (unknown code, a frame past the copy) ends with the frames found so far.
-    pub fn unwind(
-        &mut self,
-        modules: &[MappedTables],
-        jit: &[std::ops::Range<u64>],
-        stopped: &Stopped,
-        stack: &StackCopy,
-    ) -> Vec<Frame> {
-        self.cache = CacheX86_64::new();
-        let mut unwinder: UnwinderX86_64<Arc<[u8]>> = UnwinderX86_64::new();
-        for m in modules {
+/// Where a mapping's unwind tables come from: the mapping that holds an address (its range)
+/// and its file's tables, if it has some; `None` outside any file's code.
+pub type TablesAt<'a> = dyn FnMut(u64) -> Option<(Range<u64>, Option<MappedTables>)> + 'a;
+
+/// framehop's modules of one process, each added the first time a frame (or a frame record
+/// looked for on the stack) is in it: files no chain passes through are never parsed.
+struct Modules<'a, 'b> {
+    tables_at: &'a mut TablesAt<'b>,
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    /// Mappings looked at, and whether their file has tables.
+    seen: Vec<(Range<u64>, bool)>,
+    /// The code the perf map names: followed by frame pointer.
+    jit: &'a [Range<u64>],
+}
+
+impl Modules<'_, '_> {
+    /// Whether `addr` is in a file's code with unwind tables, its module added if it was not.
+    fn covers(&mut self, addr: u64) -> bool {
+        if let Some((_, has_tables)) = self.seen.iter().find(|(range, _)| range.contains(&addr)) {
+            return *has_tables;
+        }
+        let Some((range, tables)) = (self.tables_at)(addr) else { return false };
+        let has_tables = tables.is_some();
+        if let Some(m) = tables {
             let info = ExplicitModuleSectionInfo {
                 base_svma: 0,
                 text_svma: m.tables.text.clone(),
@@ -69,12 +79,33 @@ impl Unwinder {
                 eh_frame_hdr: m.tables.eh_frame_hdr.as_ref().map(|(_, bytes)| bytes.clone()),
                 ..ExplicitModuleSectionInfo::default()
             };
-            unwinder.add_module(Module::new(m.path.clone(), m.range.clone(), m.base, info));
+            self.unwinder.add_module(Module::new(m.path, m.range, m.base, info));
         }
-        let is_code = |addr: u64| modules.iter().any(|m| m.range.contains(&addr));
-        // Where a chain may go on: a file's code, or a JIT's (by frame pointer). Frame records
-        // are looked for only by return addresses into files' code: a JIT's leave stale ones.
-        let goes_on = |addr: u64| is_code(addr) || in_jit(jit, addr);
+        self.seen.push((range, has_tables));
+        has_tables
+    }
+
+    /// Where a chain may go on: a file's code, or a JIT's (by frame pointer).
+    fn goes_on(&mut self, addr: u64) -> bool {
+        self.covers(addr) || in_jit(self.jit, addr)
+    }
+}
+
+impl Unwinder {
+    /// The frames of the thread that stopped at `stopped`, innermost first. `tables_at` gives
+    /// the process's code, `jit` the code the perf map names, sorted and disjoint
+    /// ([`crate::symbolize::Image::jit_code`]). A chain cut short (unknown code, a frame past the
+    /// copy) ends with the frames found so far.
+    pub fn unwind(
+        &mut self,
+        tables_at: &mut TablesAt<'_>,
+        jit: &[Range<u64>],
+        stopped: &Stopped,
+        stack: &StackCopy,
+    ) -> Vec<Frame> {
+        self.cache = CacheX86_64::new();
+        let mut modules = Modules { tables_at, unwinder: UnwinderX86_64::new(), seen: Vec::new(), jit };
+        modules.covers(stopped.pc);
         let mut regs = UnwindRegsX86_64::new(stopped.pc, stopped.sp, 0);
         let mut read = |addr: u64| stack.word(addr).ok_or(());
         let mut address = FrameAddress::from_instruction_pointer(stopped.pc);
@@ -82,9 +113,9 @@ impl Unwinder {
         let mut guesses = 0;
         while out.len() < MAX_FRAMES {
             let before = regs;
-            let next = unwinder.unwind_frame(address, &mut regs, &mut self.cache, &mut read);
+            let next = modules.unwinder.unwind_frame(address, &mut regs, &mut self.cache, &mut read);
             match next {
-                Ok(Some(ret)) if goes_on(ret) => match FrameAddress::from_return_address(ret) {
+                Ok(Some(ret)) if modules.goes_on(ret) => match FrameAddress::from_return_address(ret) {
                     Some(next) => {
                         address = next;
                         out.push((ret, true));
@@ -98,12 +129,16 @@ impl Unwinder {
                     guesses += 1;
                     // Slots that look like frame records, lowest first; the first from which the
                     // chain goes on through code for a few frames wins (a stale return address
-                    // left in a frame's locals leads out of the code soon).
+                    // left in a frame's locals leads out of the code soon). Frame records are
+                    // looked for only by return addresses into files' code: a JIT's leave stale
+                    // ones.
+                    let candidates: Vec<u64> =
+                        frame_records(stack, before.sp(), |addr| modules.covers(addr)).take(MAX_CANDIDATES).collect();
                     let mut best: Option<(usize, u64)> = None;
-                    for bp in frame_records(stack, before.sp(), &is_code).take(MAX_CANDIDATES) {
+                    for bp in candidates {
                         let mut trial = before;
                         trial.set_bp(bp);
-                        let depth = self.depth_from(&unwinder, address, trial, &mut read, &goes_on);
+                        let depth = self.depth_from(&mut modules, address, trial, &mut read);
                         if best.is_none_or(|(most, _)| depth > most) {
                             best = Some((depth, bp));
                         }
@@ -125,15 +160,14 @@ impl Unwinder {
     /// (a chain that ends properly counts as going all the way).
     fn depth_from(
         &mut self,
-        unwinder: &UnwinderX86_64<Arc<[u8]>>,
+        modules: &mut Modules<'_, '_>,
         mut address: FrameAddress,
         mut regs: UnwindRegsX86_64,
         read: &mut impl FnMut(u64) -> Result<u64, ()>,
-        is_code: &impl Fn(u64) -> bool,
     ) -> usize {
         for depth in 0..CHECK_DEPTH {
-            match unwinder.unwind_frame(address, &mut regs, &mut self.cache, read) {
-                Ok(Some(ret)) if is_code(ret) => match FrameAddress::from_return_address(ret) {
+            match modules.unwinder.unwind_frame(address, &mut regs, &mut self.cache, read) {
+                Ok(Some(ret)) if modules.goes_on(ret) => match FrameAddress::from_return_address(ret) {
                     Some(next) => address = next,
                     None => return depth,
                 },
@@ -166,12 +200,12 @@ const MAX_GUESSES: usize = 4;
 pub fn frame_records<'a>(
     stack: &'a StackCopy,
     sp: u64,
-    is_code: &'a impl Fn(u64) -> bool,
+    mut is_code: impl FnMut(u64) -> bool + 'a,
 ) -> impl Iterator<Item = u64> + 'a {
     let end = stack.sp.saturating_add(stack.bytes.len() as u64);
     (sp.next_multiple_of(8)..end)
         .step_by(8)
-        .filter(move |&at| at.checked_add(8).and_then(|ret| stack.word(ret)).is_some_and(is_code))
+        .filter(move |&at| at.checked_add(8).and_then(|ret| stack.word(ret)).is_some_and(&mut is_code))
 }
 
 #[cfg(test)]
@@ -187,10 +221,10 @@ mod tests {
         let words: [u64; 5] = [7, 0x9000, 0x1234, 0x5200, 0];
         let bytes = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
         let stack = StackCopy { sp, bytes };
-        assert_eq!(frame_records(&stack, sp, &is_code).collect::<Vec<_>>(), vec![0x1010]);
-        assert_eq!(frame_records(&stack, 0x1011, &is_code).next(), None, "aligned, and above sp only");
+        assert_eq!(frame_records(&stack, sp, is_code).collect::<Vec<_>>(), vec![0x1010]);
+        assert_eq!(frame_records(&stack, 0x1011, is_code).next(), None, "aligned, and above sp only");
         let not_code = |_: u64| false;
-        assert_eq!(frame_records(&stack, sp, &not_code).next(), None);
+        assert_eq!(frame_records(&stack, sp, not_code).next(), None);
     }
 
     #[test]
