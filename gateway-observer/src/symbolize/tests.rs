@@ -184,3 +184,33 @@ fn a_strangers_or_a_huge_perf_map_is_refused() {
     assert_eq!(names, vec!["[unknown]"], "a stranger's perf map was believed");
     assert_eq!(s.refusals().get("owner"), Some(&1), "{:?}", s.refusals());
 }
+
+/// An image parses only its executable at once, and a library when an address in it is asked
+/// for: of the files this test binary maps, libc once one of its functions is, and never the
+/// dynamic loader, which no frame here is in.
+#[test]
+fn a_file_is_parsed_when_an_address_in_it_is_first_asked_for() {
+    let mut s = Symbolizer::with_unwind_tables();
+    let mut image = s.image(std::process::id());
+    let name = |image: &Image, wanted: &str| {
+        let parsed: Vec<String> = image
+            .maps
+            .iter()
+            .zip(&image.files)
+            .filter(|(_, file)| matches!(file, MappedFile::Parsed(_)))
+            .map(|(m, _)| m.path.to_string_lossy().into_owned())
+            .collect();
+        (parsed.iter().any(|p| p.contains(wanted)), parsed)
+    };
+    assert!(image.maps.iter().any(|m| m.path.to_string_lossy().contains("libc.so")), "{:?}", image.maps);
+    let (libc, parsed) = name(&image, "libc.so");
+    assert!(!libc && parsed.len() == 1, "only the executable at first: {parsed:?}");
+    let getpid = libc::getpid as *const () as u64;
+    let (range, tables) = s.tables_at(&mut image, getpid).expect("getpid is in a mapping");
+    assert!(range.contains(&getpid));
+    assert!(tables.is_some_and(|t| t.tables.eh_frame.is_some()), "libc's unwind tables");
+    let (libc, parsed) = name(&image, "libc.so");
+    assert!(libc, "libc parsed once asked for: {parsed:?}");
+    assert!(!name(&image, "ld-linux").0, "the loader is never parsed: {parsed:?}");
+    assert!(s.tables_at(&mut image, 0x10).is_none(), "outside any mapping");
+}
