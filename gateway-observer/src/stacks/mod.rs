@@ -25,8 +25,10 @@ use crate::symbolize::Symbolizer;
 
 /// Requests waiting for the worker; past it they are dropped (and counted).
 const QUEUE: usize = 16;
-/// How long the worker keeps a parsed file no request has used.
-const FILES_KEEP: Duration = Duration::from_secs(30);
+/// How long the worker keeps a parsed file no frame has needed: an alert asks for its threads'
+/// stacks every [`REUNWIND`], so its files stay parsed while it lasts, and are dropped soon after
+/// it ends (a debug build's symbols are megabytes).
+const FILES_KEEP: Duration = Duration::from_secs(10);
 /// A thread's stack is taken again at most this often.
 pub const REUNWIND: Duration = Duration::from_secs(3);
 /// A stack is shown this long after it was taken (a thread seen running at the next try keeps
