@@ -109,7 +109,7 @@ pub struct Image {
 
 impl Image {
     fn mapping_at(&self, addr: u64) -> Option<usize> {
-        self.maps.iter().position(|m| addr >= m.start && addr < m.end)
+        self.maps.iter().position(|m| m.holds(addr))
     }
 
     /// The code the process's perf map names (a JIT's: V8's, a JVM's), as sorted disjoint
@@ -184,17 +184,22 @@ impl Symbolizer {
     /// (the executable, the first mapping, and a libpython) are parsed now; the others when a
     /// frame is in them ([`Symbolizer::tables_at`], [`Symbolizer::name_frames`]).
     pub fn image(&mut self, pid: u32) -> Image {
-        let maps = read_maps(pid);
-        let owners = procfs::uids(pid);
-        let perf_map = self.perf_map(pid, &owners);
-        let files = vec![MappedFile::Unread; maps.len()];
-        let mut image = Image { pid, owners, maps, files, perf_map };
+        let mut image = self.mappings(pid);
         let python = |m: &Mapping| m.path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libpython"));
         let eager: Vec<usize> = (0..image.maps.len()).filter(|&at| at == 0 || python(&image.maps[at])).collect();
         for at in eager {
             self.file_of(&mut image, at);
         }
         image
+    }
+
+    /// The process's executable mappings and perf map, no file parsed yet.
+    fn mappings(&mut self, pid: u32) -> Image {
+        let maps = read_maps(pid);
+        let owners = procfs::uids(pid);
+        let perf_map = self.perf_map(pid, &owners);
+        let files = vec![MappedFile::Unread; maps.len()];
+        Image { pid, owners, maps, files, perf_map }
     }
 
     /// The unwind tables of the mapping of `image` that holds `addr`, its file parsed if it was
@@ -224,10 +229,11 @@ impl Symbolizer {
             MappedFile::Parsed(identity) => Some(identity),
             MappedFile::Unreadable => None,
             MappedFile::Unread => {
-                let identity = self.load_elf(image.pid, &image.maps[at].path.clone(), &image.owners.clone());
+                let path = &image.maps[at].path;
+                let identity = self.load_elf(image.pid, path, &image.owners);
                 let file = identity.map_or(MappedFile::Unreadable, MappedFile::Parsed);
                 for (mapping, slot) in image.maps.iter().zip(image.files.iter_mut()) {
-                    if mapping.path == image.maps[at].path {
+                    if mapping.path == *path {
                         *slot = file;
                     }
                 }
@@ -276,34 +282,10 @@ impl Symbolizer {
     /// Names for `ips` of process `pid`, innermost first: `function+0xoff (file)`, `file+0xoff`
     /// or `[unknown]`.
     pub fn symbolize(&mut self, pid: u32, ips: &[u64]) -> Vec<String> {
-        let maps = read_maps(pid);
-        let owners = procfs::uids(pid);
-        let perf_map = self.perf_map(pid, &owners);
         // Each file is opened (and checked) once per call, however many frames are in it.
-        let mut opened: HashMap<PathBuf, Option<Identity>> = HashMap::new();
-        ips.iter()
-            .map(|ip| {
-                if let Some(name) = jit_name(*ip, &perf_map) {
-                    return name;
-                }
-                let Some(mapping) = mapping_of(*ip, &maps) else {
-                    return UNKNOWN.to_owned();
-                };
-                let identity = match opened.get(&mapping.path) {
-                    Some(identity) => *identity,
-                    None => {
-                        let identity = self.load_elf(pid, &mapping.path, &owners);
-                        opened.insert(mapping.path.clone(), identity);
-                        identity
-                    }
-                };
-                if let Some(identity) = identity {
-                    self.last_used.insert(identity, std::time::Instant::now());
-                }
-                let elf = identity.and_then(|id| self.elves.get(&id)).and_then(Option::as_ref);
-                name(*ip, *ip, mapping, elf)
-            })
-            .collect()
+        let mut image = self.mappings(pid);
+        let frames: Vec<(u64, bool)> = ips.iter().map(|&ip| (ip, false)).collect();
+        self.name_frames(&mut image, &frames)
     }
 
     /// Drops parsed files and perf maps that named no frame since `keep` before `now`.
@@ -384,9 +366,15 @@ fn jit_name(ip: u64, perf_map: &[PerfEntry]) -> Option<String> {
     Some(format!("{name}+{:#x} [jit]", ip - start))
 }
 
+impl Mapping {
+    fn holds(&self, addr: u64) -> bool {
+        addr >= self.start && addr < self.end
+    }
+}
+
 /// The executable mapping that holds `ip`.
 fn mapping_of(ip: u64, maps: &[Mapping]) -> Option<&Mapping> {
-    maps.iter().find(|m| ip >= m.start && ip < m.end)
+    maps.iter().find(|m| m.holds(ip))
 }
 
 /// What a frame outside every file-backed mapping is named: its address would say where the
