@@ -59,6 +59,8 @@ pub struct ProbeConfig {
     /// pt_regs offset of the register Go's register ABI keeps the goroutine (`g`) in (x86-64:
     /// r14; 0 where the kernel's pt_regs has none: Go TLS calls are hooked on x86-64 only).
     pub regs_go_g_offset: u32,
-    pub _pad2: u32,
+    /// Offset in `struct inet_connection_sock` (which a TCP `struct sock` is) of `icsk_ulp_ops`:
+    /// set on a kernel TLS socket. 0 where the kernel's BTF lacks it.
+    pub icsk_ulp_ops_offset: u32,
 }
 const _: () = assert!(size_of::<ProbeConfig>() == 136);

@@ -51,7 +51,7 @@ static PROBE_CONFIG: ProbeConfig = ProbeConfig {
     thread_quota: 0,
     socket_quota: 0,
     regs_go_g_offset: 0,
-    _pad2: 0,
+    icsk_ulp_ops_offset: 0,
 };
 
 /// The loader patches `PROBE_CONFIG` after compilation, so the compiler must not fold its

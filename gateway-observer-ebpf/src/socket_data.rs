@@ -25,8 +25,8 @@ use crate::{
     loop_iterations::transfer_boundary,
     maps::{btf_field, config, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
     sockets::{
-        SOCKET_EVENTS, SOCKS, emit_conn, insert_counted, is_closed_or_listening, is_tcp, remove_counted,
-        ring_share_left, socket_ring_unread,
+        SOCKET_EVENTS, SOCKS, emit_conn, has_upper_layer_protocol, insert_counted, is_closed_or_listening, is_tcp,
+        remove_counted, ring_share_left, socket_ring_unread,
     },
     syscalls::Call,
     tls::tls_transfer,
@@ -223,9 +223,10 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             }
             if in_tls {
                 sock.tls = 1;
-            } else if sock.tls != 0 {
-                // Ciphertext outside the hooked calls (an unhooked library function): never
-                // reported, since userspace would parse it as garbage.
+            } else if sock.tls != 0 && !has_upper_layer_protocol(sk) {
+                // Ciphertext outside the hooked calls (an unhooked library function, or none
+                // hooked): never reported, since userspace would parse it as garbage. Kernel TLS
+                // moves plaintext through the socket once its handshake is done: reported.
                 return;
             }
         }

@@ -233,13 +233,18 @@ fn emit_flow(kind: u32, sk: *const u8, sock: &SockState, unacked_bytes: u32, by_
     }
 }
 
-/// A field of the `struct tcp_sock` that `sk` is (past `struct sock`, so not a BTF-checked load).
+/// A field of the `struct tcp_sock` (or `inet_connection_sock`) that `sk` is: past `struct
+/// sock`, so not a BTF-checked load.
 #[inline(always)]
-fn read_kernel(sk: *const u8, offset: u32) -> u32 {
-    let mut value = 0u32;
-    // SAFETY: a 4-byte read of kernel memory into a local; a fault leaves 0.
+fn read_kernel<T: Default>(sk: *const u8, offset: u32) -> T {
+    let mut value = T::default();
+    // SAFETY: a read of kernel memory into a local of its size; a fault leaves the default.
     unsafe {
-        bpf_probe_read_kernel((&mut value as *mut u32).cast(), 4, sk.wrapping_add(offset as usize).cast());
+        bpf_probe_read_kernel(
+            (&mut value as *mut T).cast(),
+            size_of::<T>() as u32,
+            sk.wrapping_add(offset as usize).cast(),
+        );
     }
     value
 }
@@ -250,6 +255,15 @@ pub fn is_tcp(sk: *const u8) -> bool {
     let family: u16 = btf_field(sk, cfg.sock_family_offset);
     let protocol: u16 = btf_field(sk, cfg.sock_protocol_offset);
     (family == AF_INET || family == AF_INET6) && protocol == IPPROTO_TCP
+}
+
+/// The socket has an upper-layer protocol (`icsk_ulp_ops`): on a connection that began with a
+/// TLS record, kernel TLS (OpenSSL's `KTLS` option), whose plaintext the socket calls then move.
+/// The field is past `struct sock`, where a BTF pointer cannot reach: a probe read.
+#[inline(always)]
+pub fn has_upper_layer_protocol(sk: *const u8) -> bool {
+    let offset = config().icsk_ulp_ops_offset;
+    offset != 0 && read_kernel::<u64>(sk, offset) != 0
 }
 
 #[inline(always)]

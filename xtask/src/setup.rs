@@ -62,6 +62,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "busybox-static",
     "cpio",
+    "xz-utils",
     "dpkg-dev",
     "man-db",
     "apparmor",

@@ -130,6 +130,7 @@ fn hook_lines(probes: &mut Probes) -> Vec<Line> {
         },
     });
     lines.push(walk_continuations_line(probes, found));
+    lines.push(kernel_tls_line(found));
     lines
 }
 
@@ -149,6 +150,27 @@ fn walk_continuations_line(probes: &mut Probes, found: Option<DataHooks>) -> Lin
         }
     };
     Line { requirement: REQUIREMENT.into(), status, detail }
+}
+
+/// Whether requests over kernel TLS (kTLS) are seen: their plaintext moves through the socket
+/// calls, where the socket tracepoints read it, but above TCP's own functions.
+fn kernel_tls_line(found: Option<DataHooks>) -> Line {
+    const REQUIREMENT: &str = "kernel TLS";
+    if found != Some(DataHooks::SocketTracepoints) {
+        let detail = "kTLS sessions' plaintext moves above TCP's functions: their requests are not seen \
+                      (counted as TLS connections unparsed)";
+        return Line { requirement: REQUIREMENT.into(), status: Status::Degraded, detail: detail.into() };
+    }
+    let module = if Path::new("/sys/module/tls").exists() {
+        "the tls module is loaded"
+    } else {
+        "the tls module is not loaded (the kernel loads it when a library asks, where it has one)"
+    };
+    let detail = format!(
+        "plaintext read at the socket once a library hands the session to the kernel (OpenSSL's KTLS option; \
+         nginx: ssl_conf_command Options KTLS), with no uprobe; {module}"
+    );
+    line(REQUIREMENT, true, detail)
 }
 
 /// Libraries a TLS stack is found in, where distributions put them.

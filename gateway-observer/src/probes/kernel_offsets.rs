@@ -47,6 +47,8 @@ pub struct KernelOffsets {
     pub regs_syscall_nr: u32,
     /// pt_regs `r14`, where Go's register ABI keeps the goroutine; 0 on other architectures.
     pub regs_go_g: u32,
+    /// `struct inet_connection_sock`'s `icsk_ulp_ops`, set on a kernel TLS socket; 0 if absent.
+    pub icsk_ulp_ops: u32,
     /// Fields of `struct msghdr`'s `msg_iter` (a `struct iov_iter`) the data hooks read.
     pub msg_iter_type: u32,
     pub msg_iter_buf: u32,
@@ -84,6 +86,7 @@ impl KernelOffsets {
             net_inum: field_offset(&btf, "net", "ns")? + field_offset(&btf, "ns_common", "inum")?,
             regs_syscall_nr: field_offset(&btf, "pt_regs", "orig_ax")?,
             regs_go_g: field_offset(&btf, "pt_regs", "r14").unwrap_or(0),
+            icsk_ulp_ops: field_offset(&btf, "inet_connection_sock", "icsk_ulp_ops").unwrap_or(0),
             msg_iter_type: msg_iter_offset(&btf, "iter_type")?,
             // `ubuf` shares its union with the iovec array pointer (`__iov`, `iov` before 6.4).
             msg_iter_buf: msg_iter_offset(&btf, "ubuf")?,
@@ -190,5 +193,7 @@ mod tests {
         assert_eq!((offsets.sock_remote_addr, offsets.sock_local_addr), (0, 4));
         assert_eq!((offsets.sock_remote_port, offsets.sock_local_port), (12, 14));
         assert_eq!(offsets.sock_family, 16);
+        // inet_connection_sock opens with inet_sock, which opens with the struct sock.
+        assert!(offsets.icsk_ulp_ops > offsets.sock_protocol, "{}", offsets.icsk_ulp_ops);
     }
 }

@@ -155,7 +155,7 @@ impl Probes {
             thread_quota: settings.quotas.threads,
             socket_quota: settings.quotas.connections,
             regs_go_g_offset: offsets.regs_go_g,
-            _pad2: 0,
+            icsk_ulp_ops_offset: offsets.icsk_ulp_ops,
         };
         let max_threads = settings.max_threads.max(1);
         // Parsed once, for the loader's relocations and the programs' loads. The loader parses

@@ -412,6 +412,13 @@ pub const TLS_CIPHERTEXT_RECORDS: Family = Family {
     labels: &[],
 };
 
+pub const KERNEL_TLS_CONNECTIONS: Family = Family {
+    name: "gateway_observer_kernel_tls_connections",
+    kind: Kind::Counter,
+    help: "Connections of targets that began with a TLS handshake and went on in plaintext through the socket (kernel TLS, kTLS): offload=\"both\" are parsed like plain HTTP; offload=\"send_only\" sent plaintext but received ciphertext, and are not parsed.",
+    labels: &["offload"],
+};
+
 pub const TLS_CONNECTIONS_UNPARSED: Family = Family {
     name: "gateway_observer_tls_connections_unparsed",
     kind: Kind::Counter,

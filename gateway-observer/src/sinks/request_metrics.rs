@@ -115,6 +115,15 @@ pub fn render_requests(tracker: &RequestTracker, e: &mut Exposition, now_ns: u64
     let name = &families::TLS_CIPHERTEXT_RECORDS;
     e.family(name);
     e.sample(name, &[], tracker.counts.tls_ciphertext_records as f64);
+    let name = &families::KERNEL_TLS_CONNECTIONS;
+    e.family(name);
+    let counts = &tracker.counts;
+    e.sample(
+        name,
+        &[("offload", "both")],
+        counts.kernel_tls_connections.saturating_sub(counts.kernel_tls_send_only) as f64,
+    );
+    e.sample(name, &[("offload", "send_only")], counts.kernel_tls_send_only as f64);
 }
 
 /// Gauges per (process name, port), summed over processes of one name (the same gateway in

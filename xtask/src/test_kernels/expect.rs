@@ -23,6 +23,7 @@ const BEFORE_6_5: Expectation = Expectation {
             "TLS plaintext (uprobes)",
             "without the socket tracepoints, HTTP/2 walks stop at 32 frames, TLS plaintext's too",
         ),
+        ("kernel TLS", "kernel TLS moves its plaintext above TCP's functions, the only socket hooks before 6.5"),
     ],
 };
 
@@ -53,11 +54,13 @@ mod tests {
         assert_eq!(old.socket_source, "TCP functions");
         assert!(old.accepts_missing("sk_data_ready").is_some());
         assert!(old.accepts_missing("TLS plaintext (uprobes)").is_some());
+        assert!(old.accepts_missing("kernel TLS").is_some());
         for recent in ["6.12.118+deb12-cloud-amd64", "6.18.0-1-amd64", "6.5.0", "7.0"] {
             let recent = Expectation::of(recent);
             assert_eq!(recent.socket_source, "socket tracepoints");
             assert!(recent.accepts_missing("sk_data_ready").is_none());
             assert!(recent.accepts_missing("TLS plaintext (uprobes)").is_none());
+            assert!(recent.accepts_missing("kernel TLS").is_none());
         }
     }
 }

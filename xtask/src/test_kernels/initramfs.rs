@@ -2,7 +2,8 @@
 //! debug info stripped), the host's `openssl` command twice (as `kt-tlsd`, a TLS server the
 //! daemon targets, and as its client) with a certificate made here, the shared libraries `ldd`
 //! names for both (Debian's `libssl3` among them: `check` hooks it, so each kernel's verifier
-//! judges the TLS programs), the fixtures, and `guest/init.sh` as `/init`. No root filesystem: the kernel unpacks this into RAM and runs `/init`.
+//! judges the TLS programs), each kernel's `tls.ko` (a third copy of `openssl`, `kt-ktlsd`, serves
+//! with kernel TLS), the fixtures, and `guest/init.sh` as `/init`. No root filesystem: the kernel unpacks this into RAM and runs `/init`.
 //!
 //! Left uncompressed: gzip would cost time both here and in the guest, where TCG makes
 //! decompression slow, and the kernel takes a plain cpio archive as well.
@@ -15,7 +16,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::fixtures::guest_dir;
+use super::{fixtures::guest_dir, kernels::Kernel};
 use crate::util::output;
 
 /// What Debian's busybox-static installs: statically linked, so it needs nothing beside it.
@@ -24,7 +25,7 @@ const BUSYBOX: &str = "/bin/busybox";
 const OPENSSL: &str = "/usr/bin/openssl";
 
 /// Builds `dir/root` and packs it into `dir/initrd.cpio`, which it returns.
-pub fn build(daemon: &Path, fixtures: &[PathBuf], dir: &Path) -> anyhow::Result<PathBuf> {
+pub fn build(daemon: &Path, fixtures: &[PathBuf], kernels: &[Kernel], dir: &Path) -> anyhow::Result<PathBuf> {
     let root = dir.join("root");
     if root.exists() {
         std::fs::remove_dir_all(&root).with_context(|| format!("cannot clear {}", root.display()))?;
@@ -40,6 +41,15 @@ pub fn build(daemon: &Path, fixtures: &[PathBuf], dir: &Path) -> anyhow::Result<
     let bin = root.join("bin");
     strip_into(daemon, &bin.join("gateway-observer"))?;
     tls_server(&root)?;
+    for kernel in kernels {
+        // Numbered, so that the guest's glob loads them in order.
+        let modules = root.join("usr/lib/modules").join(kernel.release());
+        mkdir(&modules)?;
+        for (i, module) in kernel.tls_modules.iter().enumerate() {
+            let name = module.file_name().context("a module without a name")?.to_string_lossy();
+            copy(module, &modules.join(format!("{i}-{name}")))?;
+        }
+    }
     for library in shared_libraries(daemon)?.into_iter().chain(shared_libraries(Path::new(OPENSSL))?) {
         let inside = root.join(library.strip_prefix("/").unwrap_or(&library));
         mkdir(inside.parent().unwrap_or(&root))?;
@@ -93,15 +103,21 @@ fn shared_libraries(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(libraries)
 }
 
+/// OpenSSL's configuration for `kt-ktlsd` (`OPENSSL_CONF`, `s_server -ssl_config ktls`): its
+/// `KTLS` option hands each session's keys to the kernel once the handshake is done.
+const KTLS_CONFIG: &str = "openssl_conf = init\n[init]\nssl_conf = ssl_module\n[ssl_module]\nktls = ktls_options\n[ktls_options]\nOptions = KTLS\n";
+
 /// `openssl s_server -www` is the guest's TLS server: OpenSSL's own code answers the requests, and
 /// a copy named `kt-tlsd` gives it a name of its own to target (`openssl` is also the client).
 /// Its key and self-signed certificate are made here: P-256, quick to use under TCG.
 fn tls_server(root: &Path) -> anyhow::Result<()> {
     let bin = root.join("bin");
     copy(Path::new(OPENSSL), &bin.join("kt-tlsd"))?;
+    copy(Path::new(OPENSSL), &bin.join("kt-ktlsd"))?;
     copy(Path::new(OPENSSL), &bin.join("openssl"))?;
     let dir = root.join("etc/kt");
     mkdir(&dir)?;
+    std::fs::write(dir.join("ktls.cnf"), KTLS_CONFIG).context("cannot write the kTLS server's OpenSSL config")?;
     let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
     let status = Command::new(OPENSSL)
         .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])

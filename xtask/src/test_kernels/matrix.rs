@@ -2,7 +2,7 @@
 //! guest (or the host's own check) reported. `check_cells.rs` judges check's output,
 //! `run_cells.rs` the daemon's run; `table.rs` prints the matrix.
 
-use super::{check_cells, check_output, expect::Expectation, results::Guest, run_cells, vm::Boot};
+use super::{check_cells, check_output, expect::Expectation, ktls_cell, results::Guest, run_cells, vm::Boot};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Verdict {
@@ -62,6 +62,7 @@ pub fn judge(kernel: &str, boot: &Boot, guest: &Guest) -> Column {
         let check = check_output::parse(&guest.check);
         cells.extend(check_cells::judge(&check, Some(&guest.run), Expectation::of(kernel)));
         cells.extend(run_cells::judge(&guest.run));
+        cells.push(("kernel TLS requests", ktls_cell::judge(&guest.ktls, Expectation::of(kernel))));
     }
     Column { kernel: kernel.to_owned(), cells }
 }

@@ -20,6 +20,7 @@ mod host;
 mod incident_cell;
 mod initramfs;
 mod kernels;
+mod ktls_cell;
 mod matrix;
 mod results;
 mod run_cells;
@@ -71,16 +72,16 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     crate::build().context("building the daemon failed")?;
     let daemon = target_dir().join("debug/gateway-observer");
     let fixtures = fixtures::build(&dir.join("fixtures"))?;
-    let initrd = initramfs::build(&daemon, &fixtures, &dir)?;
+    let kernels = series.iter().map(|series| kernels::fetch(series, &dir)).collect::<anyhow::Result<Vec<_>>>()?;
+    let initrd = initramfs::build(&daemon, &fixtures, &kernels, &dir)?;
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
 
     let started = Instant::now();
     let mut columns = Vec::new();
-    for series in series {
-        let kernel = kernels::fetch(series, &dir)?;
+    for kernel in &kernels {
         let log = logs.join(format!("{}.console.log", kernel.release()));
-        let (boot, guest) = boot_guest(&kernel, &initrd, &log)?;
+        let (boot, guest) = boot_guest(kernel, &initrd, &log)?;
         println!("\n== gateway-observer check on {} ==", kernel.release());
         check_output::print_folded(&guest.check, &log.display().to_string());
         println!("-- gateway-observer run: its startup lines --");

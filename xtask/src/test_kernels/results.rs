@@ -15,6 +15,8 @@ pub struct Guest {
     pub check_exit: Option<i32>,
     /// The daemon's run against the fixtures.
     pub run: Run,
+    /// The second daemon's, against the kernel TLS server.
+    pub ktls: KtlsRun,
     /// `/init` reached its end.
     pub done: bool,
 }
@@ -42,6 +44,20 @@ pub struct Run {
     /// not come.
     pub notes: Vec<String>,
     pub incident: Incident,
+}
+
+/// HTTPS requests to `kt-ktlsd`, whose sessions kernel TLS carries, under a daemon that hooks no
+/// TLS library.
+#[derive(Debug, Default)]
+pub struct KtlsRun {
+    pub began: bool,
+    pub sent: Option<u64>,
+    pub answered: Option<u64>,
+    pub metrics: Vec<Sample>,
+    pub notes: Vec<String>,
+    /// `/proc/net/tls_stat`: sessions whose sending (`TlsTxSw`) and receiving (`TlsRxSw`) the
+    /// kernel took over.
+    pub stat: BTreeMap<String, u64>,
 }
 
 /// The blocked event loop (`guest/loop.c`) as the guest reported it.
@@ -81,11 +97,22 @@ impl Run {
     /// The sum of `name`'s samples whose labels include every pair of `want` (0 when none: a
     /// plain `sum` of nothing is -0).
     pub fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
-        self.metrics
-            .iter()
-            .filter(|s| s.name == name && want.iter().all(|(k, v)| s.labels.get(*k).is_some_and(|l| l == v)))
-            .fold(0.0, |total, s| total + s.value)
+        sum(&self.metrics, name, want)
     }
+}
+
+impl KtlsRun {
+    /// As `Run::sum`, over the second daemon's samples.
+    pub fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
+        sum(&self.metrics, name, want)
+    }
+}
+
+fn sum(samples: &[Sample], name: &str, want: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name && want.iter().all(|(k, v)| s.labels.get(*k).is_some_and(|l| l == v)))
+        .fold(0.0, |total, s| total + s.value)
 }
 
 /// Which block the parser is in.
@@ -142,11 +169,23 @@ pub fn parse(console: &str) -> Guest {
             }
             "loop-blocked" => guest.run.incident.blocked = unix_seconds_pair(args),
             "alert" => guest.run.incident.alerts.push(args.to_owned()),
+            "ktls-begin" => guest.ktls.began = true,
+            "ktls-sent" => guest.ktls.sent = args.parse().ok(),
+            "ktls-answered" => guest.ktls.answered = args.parse().ok(),
+            "ktls-metric" => guest.ktls.metrics.extend(parse_sample(args)),
+            "ktls-note" => guest.ktls.notes.push(args.to_owned()),
+            "ktls-stat" => guest.ktls.stat = name_value_pairs(args),
             "done" => guest.done = true,
             _ => {}
         }
     }
     guest
+}
+
+/// `NAME VALUE NAME VALUE…` → NAME → VALUE.
+fn name_value_pairs(args: &str) -> BTreeMap<String, u64> {
+    let words: Vec<&str> = args.split_whitespace().collect();
+    words.chunks_exact(2).filter_map(|pair| Some((pair[0].to_owned(), pair[1].parse().ok()?))).collect()
 }
 
 /// `START NOW` (uptime seconds) → NOW - START.
@@ -208,6 +247,12 @@ gateway-observer: degraded: no socket queue wait (unknown BTF type): how long re
 gateway-observer: watching 4 target spec(s)\r
 @@KT end stderr\r
 @@KT end run\r
+@@KT ktls-begin\r
+@@KT ktls-sent 10\r
+@@KT ktls-answered 10\r
+@@KT ktls-metric gateway_observer_kernel_tls_connections{offload=\"both\"} 10\r
+@@KT ktls-stat TlsTxSw 10 TlsRxSw 10 \r
+@@KT ktls-end\r
 @@KT done\r
 ";
 
@@ -237,6 +282,11 @@ gateway-observer: watching 4 target spec(s)\r
         assert_eq!(run.stderr.len(), 3);
         assert_eq!(run.sum("gateway_observer_thread_offcpu_seconds_total", &[("reason", "sleep")]), 2.004);
         assert_eq!(run.sum("gateway_observer_collections_total", &[]), 12.0);
+        let ktls = &guest.ktls;
+        assert!(ktls.began);
+        assert_eq!((ktls.sent, ktls.answered), (Some(10), Some(10)));
+        assert_eq!(ktls.metrics.len(), 1);
+        assert_eq!((ktls.stat["TlsTxSw"], ktls.stat["TlsRxSw"]), (10, 10));
     }
 
     #[test]

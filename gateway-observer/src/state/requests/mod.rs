@@ -8,6 +8,7 @@
 
 pub mod flows;
 pub mod h2_totals;
+mod kernel_tls;
 mod loss;
 pub mod peers;
 pub mod queueing;
@@ -28,6 +29,7 @@ use crate::events::socket::{ConnInfo, DataRecord, FlowRecord, Opened, SocketReco
 use flows::FlowState;
 use gateway_observer_http::{Connection, Direction, Exchange, Role, Segment};
 use h2_totals::H2Totals;
+use kernel_tls::{KernelTls, Step};
 use loss::parse_afresh;
 use peers::PeerLabels;
 use slowest::{Finished, Slowest, UpstreamCall};
@@ -69,6 +71,8 @@ struct Tracked {
     tls: bool,
     /// Plaintext tied to it through its TLS session arrived: it is parsed, its ciphertext not.
     plaintext: bool,
+    /// Whether its socket went on in plaintext after the handshake (kernel TLS).
+    kernel_tls: KernelTls,
     /// Bytes were seen on it: only its first ones can open a TLS record.
     started: bool,
     /// What the HTTP/2 totals hold of its session's signals (`h2_totals`).
@@ -95,6 +99,10 @@ pub struct TrackerCounts {
     /// Records of TLS ciphertext received and set aside: with TLS plaintext off, the kernel
     /// reports only each connection's first.
     pub tls_ciphertext_records: u64,
+    /// TLS connections whose socket went on in plaintext (kernel TLS): parsed, and those of them
+    /// that sent plaintext but received ciphertext (set aside, unparsed).
+    pub kernel_tls_connections: u64,
+    pub kernel_tls_send_only: u64,
 }
 
 #[derive(Default)]
@@ -264,6 +272,7 @@ impl RequestTracker {
                 lost_seen: 0,
                 tls: false,
                 plaintext: false,
+                kernel_tls: KernelTls::Undecided,
                 started: false,
                 h2_added: None,
                 h2_settled: false,
@@ -339,6 +348,7 @@ impl RequestTracker {
                 lost_seen: data.sock_lost,
                 tls: false,
                 plaintext: false,
+                kernel_tls: KernelTls::Undecided,
                 started: false,
                 h2_added: None,
                 h2_settled: false,
@@ -355,21 +365,39 @@ impl RequestTracker {
         }
         conn.last_active_ns = data.timestamp_ns;
         let first = !std::mem::replace(&mut conn.started, true);
-        if plaintext {
+        let step = if plaintext {
             conn.plaintext = true;
+            Step::Parse
         } else if conn.tls || (first && starts_tls_record(data.head)) {
             conn.tls = true;
-            self.counts.tls_ciphertext_records += 1;
-            // Its plaintext, if any, comes keyed by its session, after the ciphertext it decrypts.
-            if data.read {
-                self.tls_sessions.ciphertext_read(data.tid, data.sk, data.queued_since_ns);
-            } else {
-                let lost_seen = conn.lost_seen;
-                for held in self.tls_sessions.ciphertext_written(data.tid, data.sk) {
-                    self.transfer(&held.on_connection(data.tid, data.sk, lost_seen), true);
-                }
+            // Plaintext tied through its session is all that is parsed of it; otherwise its
+            // socket may go on in plaintext (kernel TLS).
+            if conn.plaintext { Step::SetAside } else { conn.kernel_tls.step(data.read, data.head) }
+        } else {
+            Step::Parse
+        };
+        match step {
+            Step::Parse => {}
+            Step::Began => self.counts.kernel_tls_connections += 1,
+            Step::FoundSendOnly => {
+                // Its requests' responses are ciphertext: forget what was parsed of it.
+                conn.http = conn.side.map(new_connection);
+                self.counts.kernel_tls_send_only += 1;
+                return;
             }
-            return;
+            Step::SetAside => {
+                self.counts.tls_ciphertext_records += 1;
+                // Its plaintext, if any, comes keyed by its session, after the ciphertext it decrypts.
+                if data.read {
+                    self.tls_sessions.ciphertext_read(data.tid, data.sk, data.queued_since_ns);
+                } else {
+                    let lost_seen = conn.lost_seen;
+                    for held in self.tls_sessions.ciphertext_written(data.tid, data.sk) {
+                        self.transfer(&held.on_connection(data.tid, data.sk, lost_seen), true);
+                    }
+                }
+                return;
+            }
         }
         if data.read {
             conn.last_read_ns = data.timestamp_ns;
@@ -445,7 +473,7 @@ impl RequestTracker {
         if http_h2 {
             self.h2_totals.retire(&mut conn, ts_ns);
         }
-        if conn.tls && !conn.plaintext {
+        if conn.tls && !conn.plaintext && !conn.kernel_tls.parsed() {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));
             *self.tls_unparsed.entry(process).or_default() += 1;
         } else if let Some(bytes) = non_http {

@@ -447,3 +447,42 @@ fn a_clients_first_request_is_tied_by_the_ciphertext_written_after_it() {
     tracker.handle(close(2, 20 * MS));
     assert!(tracker.tls_unparsed.is_empty(), "{:?}", tracker.tls_unparsed);
 }
+
+/// Kernel TLS: the handshake's records, then the socket moves plaintext. The request is counted
+/// and timed from it, and the connection is not counted as TLS nobody decrypts.
+#[test]
+fn a_kernel_tls_connection_is_parsed_from_its_first_plaintext_request() {
+    let mut tracker = RequestTracker::default();
+    tracker.handle(open(1, Opened::Accepted, Some(GW), "127.0.0.1:8443", "127.0.0.1:50000", 0));
+    tracker.handle(data(1, true, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", MS, None));
+    tracker.handle(data(1, false, b"\x16\x03\x03\x00\x7a\x02\x00", 2 * MS, None));
+    // TLS 1.2's Finished, which kTLS moves in the clear.
+    tracker.handle(data(1, true, b"\x14\x00\x00\x0c\x8e\x21", 3 * MS, None));
+    tracker.handle(data(1, true, REQUEST, 10 * MS, Some(9 * MS)));
+    assert_eq!(in_flight(&tracker, 1), 1);
+    tracker.handle(data(1, false, RESPONSE, 13 * MS, None));
+    tracker.handle(close(1, 20 * MS));
+    let process: Arc<str> = Arc::from(GW.to_string());
+    assert_eq!(tracker.stats.counts[&(process.clone(), Side::Inbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.stats.durations[&(process, Side::Inbound)].sum_ns, 3 * MS);
+    assert!(tracker.tls_unparsed.is_empty(), "{:?}", tracker.tls_unparsed);
+    assert_eq!((tracker.counts.kernel_tls_connections, tracker.counts.kernel_tls_send_only), (1, 0));
+    assert_eq!(tracker.counts.tls_ciphertext_records, 3);
+}
+
+/// A client whose kernel offloads sending only: its plaintext request is forgotten once
+/// ciphertext comes back, and it never stays in flight.
+#[test]
+fn a_kernel_tls_client_receiving_ciphertext_is_set_aside() {
+    let mut tracker = RequestTracker::default();
+    tracker.handle(open(2, Opened::Connected, Some(GW), "127.0.0.1:50002", "127.0.0.1:443", 0));
+    tracker.handle(data(2, false, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", MS, None));
+    tracker.handle(data(2, false, UPSTREAM_REQUEST, 5 * MS, None));
+    assert_eq!(in_flight(&tracker, 2), 1);
+    tracker.handle(data(2, true, b"\x17\x03\x03\x00\x40", 8 * MS, None));
+    assert_eq!(in_flight(&tracker, 2), 0);
+    tracker.handle(close(2, 20 * MS));
+    assert!(tracker.stats.counts.is_empty(), "{:?}", tracker.stats.counts);
+    assert_eq!(tracker.tls_unparsed.values().copied().collect::<Vec<_>>(), vec![1]);
+    assert_eq!((tracker.counts.kernel_tls_connections, tracker.counts.kernel_tls_send_only), (1, 1));
+}

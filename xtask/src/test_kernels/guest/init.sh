@@ -17,6 +17,11 @@ CONNECTIONS=2
 # the TLS uprobes, so every kernel runs the TLS programs it loaded (6.1: the bounded ones).
 TLS_PORT=8443
 TLS_REQUESTS=10
+# HTTPS requests to kt-ktlsd (s_server with OpenSSL's KTLS option, TLS 1.2: OpenSSL 3.0 offloads
+# receiving for 1.2 only), watched by a second daemon without --tls-plaintext: its plaintext is
+# read at the socket, where kernel TLS moves it.
+KTLS_PORT=8444
+KTLS_REQUESTS=10
 # EventLoopBlocked: kt-loop's loop blocks 25 iterations of 200 ms (6 s with its polls: longer
 # than the 5 s the tests give detection), once the daemon has watched it healthy for a window.
 LOOP_BLOCKS=25
@@ -60,13 +65,13 @@ daemon_ready() { kt-get $METRICS_PORT /ready >/dev/null 2>&1; }
 targets_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" = 6 ]; }
 tls_hooked() { [ "$(value gateway_observer_tls_hooks_total)" -ge 1 ] 2>/dev/null; }
 
-# tls_requests N: N HTTPS requests, one `openssl s_client` each; prints how many got a 200.
+# tls_requests N PORT: N HTTPS requests, one `openssl s_client` each; prints how many got a 200.
 tls_requests() {
     answered=0
     i=0
     while [ $i -lt "$1" ]; do
         i=$((i + 1))
-        printf 'GET / HTTP/1.0\r\n\r\n' | timeout 20 openssl s_client -quiet -connect 127.0.0.1:$TLS_PORT \
+        printf 'GET / HTTP/1.0\r\n\r\n' | timeout 20 openssl s_client -quiet -connect 127.0.0.1:"$2" \
             2>/dev/null | grep -q '^HTTP/1.0 200' && answered=$((answered + 1))
     done
     echo "$answered"
@@ -92,7 +97,7 @@ workload() {
     say client $(cat /tmp/httpc.out)
     wait_until 30 tls_hooked || say note "kt-tlsd's TLS calls not hooked within 30 s"
     say tls-sent $TLS_REQUESTS
-    say tls-answered "$(tls_requests $TLS_REQUESTS)"
+    say tls-answered "$(tls_requests $TLS_REQUESTS $TLS_PORT)"
     # Two completed collections after the work, so all of it is folded into the metrics.
     start=$(value gateway_observer_collections_total)
     wait_until 10 collections_reached $((start + 2)) || say note "no two collections within 10 s"
@@ -174,12 +179,46 @@ run_daemon() {
     say end run
 }
 
+# Kernel TLS: kt-ktlsd's sessions go on in plaintext through the socket once their handshake is
+# done, and a daemon that hooks no TLS library counts their requests. /proc/net/tls_stat says
+# how many sessions the kernel took over (the ground truth that kTLS was used at all).
+one_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" = 1 ]; }
+ktls_run() {
+    say ktls-begin
+    # tls.ko and the AES-GCM it asks for, in order (no modprobe here to load them on demand).
+    for module in /lib/modules/"$(uname -r)"/*.ko; do
+        insmod "$module" 2>/tmp/insmod.err || say ktls-note "insmod ${module##*/}: $(cat /tmp/insmod.err)"
+    done
+    OPENSSL_CONF=/etc/kt/ktls.cnf kt-ktlsd s_server -www -quiet -tls1_2 -ssl_config ktls -accept $KTLS_PORT \
+        -cert /etc/kt/cert.pem -key /etc/kt/key.pem >/dev/null 2>/tmp/ktlsd.err </dev/null &
+    ktlsd=$!
+    gateway-observer run --target comm=kt-ktlsd --listen 127.0.0.1:$METRICS_PORT >/dev/null 2>/tmp/daemon-ktls.err &
+    daemon=$!
+    wait_until 60 daemon_settled
+    if daemon_ready && wait_until 10 one_attached; then
+        say ktls-sent $KTLS_REQUESTS
+        say ktls-answered "$(tls_requests $KTLS_REQUESTS $KTLS_PORT)"
+        start=$(value gateway_observer_collections_total)
+        wait_until 10 collections_reached $((start + 2)) || say ktls-note "no two collections within 10 s"
+        metrics | grep -E '^gateway_observer_(http_requests_total|kernel_tls_connections|tls_connections_unparsed)' |
+            sed 's/^/@@KT ktls-metric /'
+    else
+        say ktls-note "the second daemon was not ready: $(tail -n 3 /tmp/daemon-ktls.err | tr '\n' ' ')"
+    fi
+    # TlsTxSw and TlsRxSw: sessions whose sending and receiving the kernel took over.
+    say ktls-stat $(grep -E '^Tls(Tx|Rx)Sw[[:space:]]' /proc/net/tls_stat 2>/dev/null | tr -s ' \t' ' ' | tr '\n' ' ')
+    kill "$daemon" "$ktlsd" 2>/dev/null
+    wait "$daemon" "$ktlsd" 2>/dev/null
+    say ktls-end
+}
+
 say kernel "$(uname -r)"
 say begin check
 gateway-observer check 2>&1
 say check-exit $?
 say end check
 run_daemon
+ktls_run
 say begin dmesg
 dmesg | tail -n 40
 say end dmesg
