@@ -23,6 +23,8 @@ use crate::util::output;
 const BUSYBOX: &str = "/bin/busybox";
 /// Debian's `openssl` command.
 const OPENSSL: &str = "/usr/bin/openssl";
+/// Debian's nginx, a gateway terminating TLS with kernel TLS in the guest.
+const NGINX: &str = "/usr/sbin/nginx";
 
 /// Builds `dir/root` and packs it into `dir/initrd.cpio`, which it returns.
 pub fn build(daemon: &Path, fixtures: &[PathBuf], kernels: &[Kernel], dir: &Path) -> anyhow::Result<PathBuf> {
@@ -50,7 +52,10 @@ pub fn build(daemon: &Path, fixtures: &[PathBuf], kernels: &[Kernel], dir: &Path
             copy(module, &modules.join(format!("{i}-{name}")))?;
         }
     }
-    for library in shared_libraries(daemon)?.into_iter().chain(shared_libraries(Path::new(OPENSSL))?) {
+    nginx(&root)?;
+    let libraries =
+        [shared_libraries(daemon)?, shared_libraries(Path::new(OPENSSL))?, shared_libraries(Path::new(NGINX))?];
+    for library in libraries.into_iter().flatten() {
         let inside = root.join(library.strip_prefix("/").unwrap_or(&library));
         mkdir(inside.parent().unwrap_or(&root))?;
         copy(&library, &inside)?;
@@ -101,6 +106,47 @@ fn shared_libraries(binary: &Path) -> anyhow::Result<Vec<PathBuf>> {
         bail!("ldd names no library for {binary}: expected at least libc and the loader");
     }
     Ok(libraries)
+}
+
+/// nginx terminating TLS 1.2 with kernel TLS on `NGINX_KTLS_PORT` (init.sh), proxying to
+/// kt-httpd over keep-alive HTTP/1.1; as root (the guest has no other user), everything under /tmp.
+const NGINX_CONFIG: &str = "daemon off;
+master_process on;
+worker_processes 1;
+user root root;
+pid /tmp/nginx.pid;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path /tmp;
+    proxy_temp_path /tmp;
+    fastcgi_temp_path /tmp;
+    uwsgi_temp_path /tmp;
+    scgi_temp_path /tmp;
+    upstream kt_httpd { server 127.0.0.1:8080; keepalive 4; }
+    server {
+        listen 127.0.0.1:8445 ssl;
+        ssl_certificate /etc/kt/cert.pem;
+        ssl_certificate_key /etc/kt/key.pem;
+        ssl_protocols TLSv1.2;
+        ssl_conf_command Options KTLS;
+        location / {
+            proxy_pass http://kt_httpd;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+        }
+    }
+}
+";
+
+/// nginx as `/bin/nginx`, its configuration, and the user and group it looks root up in.
+fn nginx(root: &Path) -> anyhow::Result<()> {
+    copy(Path::new(NGINX), &root.join("bin/nginx")).context("is nginx installed (cargo xtask setup)?")?;
+    let etc = root.join("etc");
+    mkdir(&etc.join("kt"))?;
+    std::fs::write(etc.join("kt/nginx.conf"), NGINX_CONFIG).context("cannot write nginx.conf")?;
+    std::fs::write(etc.join("passwd"), "root:x:0:0:root:/:/bin/sh\n").context("cannot write /etc/passwd")?;
+    std::fs::write(etc.join("group"), "root:x:0:\n").context("cannot write /etc/group")
 }
 
 /// OpenSSL's configuration for `kt-ktlsd` (`OPENSSL_CONF`, `s_server -ssl_config ktls`): its

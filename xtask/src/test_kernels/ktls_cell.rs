@@ -1,8 +1,10 @@
-//! The kernel TLS cell: HTTPS requests to `kt-ktlsd`, whose sessions the kernel encrypts and
-//! decrypts, counted by a daemon that hooks no TLS library, against what the client sent and got
-//! answered. `/proc/net/tls_stat` must show the kernel took the sessions over both ways, or the
-//! cell says nothing about kernel TLS. Before 6.5 the socket bytes come from TCP's own functions,
-//! which kernel TLS calls beneath the plaintext: its requests are not seen there (accepted).
+//! The kernel TLS cells: HTTPS requests whose sessions the kernel encrypts and decrypts, counted
+//! by a daemon that hooks no TLS library, against what the client sent and got answered: to
+//! `kt-ktlsd` (OpenSSL's `s_server`), and through nginx, which proxies them to `kt-httpd` (counted
+//! inbound and outbound). `/proc/net/tls_stat` must show the kernel took every session over both
+//! ways, or the cells say nothing about kernel TLS. Before 6.5 the socket bytes come from TCP's
+//! own functions, which kernel TLS calls beneath the plaintext: its requests are not seen there
+//! (accepted).
 
 use super::{
     expect::Expectation,
@@ -12,31 +14,57 @@ use super::{
 
 const REQUESTS: &str = "gateway_observer_http_requests_total";
 
-pub fn judge(run: &KtlsRun, expectation: &Expectation) -> Cell {
+pub fn judge(run: &KtlsRun, expectation: &Expectation) -> Vec<(&'static str, Cell)> {
     if !run.began {
-        return Cell::failed("never started");
+        return vec![("kernel TLS requests", Cell::failed("never started"))];
     }
-    let notes = run.notes.join("; ");
-    let (Some(sent), Some(answered)) = (run.sent, run.answered) else {
-        return Cell::failed("no client report").with_detail(notes);
-    };
-    let taken_over = |name: &str| run.stat.get(name).copied().unwrap_or(0);
-    let (tx, rx) = (taken_over("TlsTxSw"), taken_over("TlsRxSw"));
-    let counted = run.sum(REQUESTS, &[("process", "kt-ktlsd"), ("direction", "inbound")]);
-    let text = format!("{counted} of {sent}");
-    let detail = format!("kernel took over {tx} sessions' sending, {rx} receiving; {notes}");
-    if answered != sent {
-        return Cell::failed(text).with_detail(format!("the server answered {answered} of {sent}; {detail}"));
-    }
-    if tx < sent || rx < sent {
-        return Cell::failed(format!("kTLS not used ({tx} tx, {rx} rx)")).with_detail(detail);
-    }
-    if counted == sent as f64 {
-        return Cell::ok(text).with_detail(detail);
-    }
-    match expectation.accepts_missing("kernel TLS") {
-        Some(why) => Cell { accepted: Some(why.to_owned()), ..Cell::new(Verdict::Degraded, text) },
-        None => Cell::failed(text).with_detail(detail),
+    let sessions = run.sent.unwrap_or(0) + run.nginx_sent.unwrap_or(0);
+    let server = Server { process: "kt-ktlsd", sent: run.sent, answered: run.answered, proxied: false };
+    let nginx = Server { process: "nginx", sent: run.nginx_sent, answered: run.nginx_answered, proxied: true };
+    vec![
+        ("kernel TLS requests", server.judge(run, sessions, expectation)),
+        ("kernel TLS via nginx", nginx.judge(run, sessions, expectation)),
+    ]
+}
+
+struct Server {
+    process: &'static str,
+    sent: Option<u64>,
+    answered: Option<u64>,
+    /// Its requests go on upstream, where they are counted too.
+    proxied: bool,
+}
+
+impl Server {
+    fn judge(&self, run: &KtlsRun, sessions: u64, expectation: &Expectation) -> Cell {
+        let notes = run.notes.join("; ");
+        let (Some(sent), Some(answered)) = (self.sent, self.answered) else {
+            return Cell::failed("no client report").with_detail(notes);
+        };
+        let taken_over = |name: &str| run.stat.get(name).copied().unwrap_or(0);
+        let (tx, rx) = (taken_over("TlsTxSw"), taken_over("TlsRxSw"));
+        let counted = |direction: &str| run.sum(REQUESTS, &[("process", self.process), ("direction", direction)]);
+        let (inbound, outbound) = (counted("inbound"), counted("outbound"));
+        let text = if self.proxied {
+            format!("{inbound} in, {outbound} out of {sent}")
+        } else {
+            format!("{inbound} of {sent}")
+        };
+        let detail = format!("the kernel took over {tx} sessions' sending, {rx} receiving, of {sessions}; {notes}");
+        if answered != sent {
+            return Cell::failed(text).with_detail(format!("answered {answered} of {sent}; {detail}"));
+        }
+        if tx < sessions || rx < sessions {
+            return Cell::failed(format!("kTLS not used ({tx} tx, {rx} rx of {sessions})")).with_detail(detail);
+        }
+        let all_counted = inbound == sent as f64 && (!self.proxied || outbound == sent as f64);
+        if all_counted {
+            return Cell::ok(text);
+        }
+        match expectation.accepts_missing("kernel TLS") {
+            Some(why) => Cell { accepted: Some(why.to_owned()), ..Cell::new(Verdict::Degraded, text) },
+            None => Cell::failed(text).with_detail(detail),
+        }
     }
 }
 
@@ -48,37 +76,49 @@ mod tests {
     const RECENT: &str = "6.12.118+deb12-cloud-amd64";
     const OLD: &str = "6.1.0-57-cloud-amd64";
 
-    fn ktls(console: &str) -> KtlsRun {
-        results::parse(console).ktls
+    fn cells(console: &str, release: &str) -> Vec<(&'static str, Cell)> {
+        judge(&results::parse(console).ktls, Expectation::of(release))
     }
 
     const SEEN: &str = "@@KT ktls-begin\n@@KT ktls-sent 10\n@@KT ktls-answered 10\n\
+        @@KT ktls-nginx-sent 10\n@@KT ktls-nginx-answered 10\n\
         @@KT ktls-metric gateway_observer_http_requests_total{process=\"kt-ktlsd\",direction=\"inbound\",method=\"GET\",status_class=\"2xx\"} 10\n\
-        @@KT ktls-stat TlsTxSw 10 TlsRxSw 10\n@@KT ktls-end\n";
+        @@KT ktls-metric gateway_observer_http_requests_total{process=\"nginx\",direction=\"inbound\",method=\"GET\",status_class=\"2xx\"} 10\n\
+        @@KT ktls-metric gateway_observer_http_requests_total{process=\"nginx\",direction=\"outbound\",method=\"GET\",status_class=\"2xx\"} 10\n\
+        @@KT ktls-stat TlsTxSw 20 TlsRxSw 20\n@@KT ktls-end\n";
+
+    fn verdicts(cells: &[(&str, Cell)]) -> Vec<(Verdict, String)> {
+        cells.iter().map(|(_, c)| (c.verdict, c.text.clone())).collect()
+    }
 
     #[test]
     fn every_request_counted_over_kernel_tls_is_ok() {
-        let cell = judge(&ktls(SEEN), Expectation::of(RECENT));
-        assert_eq!((cell.verdict, cell.text.as_str()), (Verdict::Ok, "10 of 10"));
+        assert_eq!(
+            verdicts(&cells(SEEN, RECENT)),
+            [(Verdict::Ok, "10 of 10".into()), (Verdict::Ok, "10 in, 10 out of 10".into())]
+        );
     }
 
     #[test]
     fn a_request_missed_fails_on_recent_kernels_and_is_accepted_before_6_5() {
-        let missed = SEEN.replace("} 10\n", "} 9\n");
-        let recent = judge(&ktls(&missed), Expectation::of(RECENT));
-        assert!(recent.unexpected_failure(), "{recent:?}");
-        let old = judge(&ktls(&missed), Expectation::of(OLD));
-        assert_eq!(old.verdict, Verdict::Degraded);
-        assert!(!old.unexpected_failure(), "{old:?}");
+        let missed = SEEN.replace("\"inbound\",method=\"GET\",status_class=\"2xx\"} 10", "\"inbound\"} 9");
+        for (_, cell) in cells(&missed, RECENT) {
+            assert!(cell.unexpected_failure(), "{cell:?}");
+        }
+        for (_, cell) in cells(&missed, OLD) {
+            assert_eq!(cell.verdict, Verdict::Degraded);
+            assert!(!cell.unexpected_failure(), "{cell:?}");
+        }
+        let upstream_missed = SEEN.replace("\"outbound\",method=\"GET\",status_class=\"2xx\"} 10", "\"outbound\"} 0");
+        assert_eq!(verdicts(&cells(&upstream_missed, RECENT))[1].0, Verdict::Failed);
     }
 
     #[test]
     fn sessions_the_kernel_did_not_take_over_say_nothing_of_kernel_tls() {
-        let cell = judge(&ktls(&SEEN.replace("TlsRxSw 10", "TlsRxSw 0")), Expectation::of(RECENT));
-        assert_eq!(cell.verdict, Verdict::Failed);
-        assert!(cell.text.starts_with("kTLS not used"), "{}", cell.text);
-        let unanswered = judge(&ktls(&SEEN.replace("ktls-answered 10", "ktls-answered 8")), Expectation::of(OLD));
-        assert_eq!(unanswered.verdict, Verdict::Failed);
-        assert_eq!(judge(&ktls(""), Expectation::of(RECENT)).text, "never started");
+        let half = cells(&SEEN.replace("TlsRxSw 20", "TlsRxSw 10"), RECENT);
+        assert!(half.iter().all(|(_, c)| c.verdict == Verdict::Failed && c.text.starts_with("kTLS not used")));
+        let unanswered = cells(&SEEN.replace("ktls-nginx-answered 10", "ktls-nginx-answered 8"), OLD);
+        assert_eq!(verdicts(&unanswered)[1].0, Verdict::Failed);
+        assert_eq!(verdicts(&cells("", RECENT)), [(Verdict::Failed, "never started".into())]);
     }
 }

@@ -62,7 +62,7 @@ pub fn judge(kernel: &str, boot: &Boot, guest: &Guest) -> Column {
         let check = check_output::parse(&guest.check);
         cells.extend(check_cells::judge(&check, Some(&guest.run), Expectation::of(kernel)));
         cells.extend(run_cells::judge(&guest.run));
-        cells.push(("kernel TLS requests", ktls_cell::judge(&guest.ktls, Expectation::of(kernel))));
+        cells.extend(ktls_cell::judge(&guest.ktls, Expectation::of(kernel)));
     }
     Column { kernel: kernel.to_owned(), cells }
 }

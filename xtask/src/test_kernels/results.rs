@@ -53,6 +53,9 @@ pub struct KtlsRun {
     pub began: bool,
     pub sent: Option<u64>,
     pub answered: Option<u64>,
+    /// The same through nginx, which proxies them to `kt-httpd`.
+    pub nginx_sent: Option<u64>,
+    pub nginx_answered: Option<u64>,
     pub metrics: Vec<Sample>,
     pub notes: Vec<String>,
     /// `/proc/net/tls_stat`: sessions whose sending (`TlsTxSw`) and receiving (`TlsRxSw`) the
@@ -172,6 +175,8 @@ pub fn parse(console: &str) -> Guest {
             "ktls-begin" => guest.ktls.began = true,
             "ktls-sent" => guest.ktls.sent = args.parse().ok(),
             "ktls-answered" => guest.ktls.answered = args.parse().ok(),
+            "ktls-nginx-sent" => guest.ktls.nginx_sent = args.parse().ok(),
+            "ktls-nginx-answered" => guest.ktls.nginx_answered = args.parse().ok(),
             "ktls-metric" => guest.ktls.metrics.extend(parse_sample(args)),
             "ktls-note" => guest.ktls.notes.push(args.to_owned()),
             "ktls-stat" => guest.ktls.stat = name_value_pairs(args),

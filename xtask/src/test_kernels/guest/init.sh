@@ -22,6 +22,9 @@ TLS_REQUESTS=10
 # read at the socket, where kernel TLS moves it.
 KTLS_PORT=8444
 KTLS_REQUESTS=10
+# The same through nginx terminating TLS with its `ssl_conf_command Options KTLS`, proxying to
+# kt-httpd over plain HTTP: each request counted inbound and outbound.
+NGINX_KTLS_PORT=8445
 # EventLoopBlocked: kt-loop's loop blocks 25 iterations of 200 ms (6 s with its polls: longer
 # than the 5 s the tests give detection), once the daemon has watched it healthy for a window.
 LOOP_BLOCKS=25
@@ -72,7 +75,7 @@ tls_requests() {
     while [ $i -lt "$1" ]; do
         i=$((i + 1))
         printf 'GET / HTTP/1.0\r\n\r\n' | timeout 20 openssl s_client -quiet -connect 127.0.0.1:"$2" \
-            2>/dev/null | grep -q '^HTTP/1.0 200' && answered=$((answered + 1))
+            2>/dev/null | grep -q '^HTTP/1.[01] 200' && answered=$((answered + 1))
     done
     echo "$answered"
 }
@@ -182,7 +185,7 @@ run_daemon() {
 # Kernel TLS: kt-ktlsd's sessions go on in plaintext through the socket once their handshake is
 # done, and a daemon that hooks no TLS library counts their requests. /proc/net/tls_stat says
 # how many sessions the kernel took over (the ground truth that kTLS was used at all).
-one_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" = 1 ]; }
+both_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" -ge 2 ] 2>/dev/null; }
 ktls_run() {
     say ktls-begin
     # tls.ko and the AES-GCM it asks for, in order (no modprobe here to load them on demand).
@@ -192,12 +195,19 @@ ktls_run() {
     OPENSSL_CONF=/etc/kt/ktls.cnf kt-ktlsd s_server -www -quiet -tls1_2 -ssl_config ktls -accept $KTLS_PORT \
         -cert /etc/kt/cert.pem -key /etc/kt/key.pem >/dev/null 2>/tmp/ktlsd.err </dev/null &
     ktlsd=$!
-    gateway-observer run --target comm=kt-ktlsd --listen 127.0.0.1:$METRICS_PORT >/dev/null 2>/tmp/daemon-ktls.err &
+    kt-httpd $HTTP_PORT &
+    httpd=$!
+    nginx -e /tmp/nginx.err -p /tmp -c /etc/kt/nginx.conf 2>>/tmp/nginx.err &
+    nginx=$!
+    gateway-observer run --target comm=kt-ktlsd --target comm=nginx --listen 127.0.0.1:$METRICS_PORT \
+        >/dev/null 2>/tmp/daemon-ktls.err &
     daemon=$!
     wait_until 60 daemon_settled
-    if daemon_ready && wait_until 10 one_attached; then
+    if daemon_ready && wait_until 10 both_attached; then
         say ktls-sent $KTLS_REQUESTS
         say ktls-answered "$(tls_requests $KTLS_REQUESTS $KTLS_PORT)"
+        say ktls-nginx-sent $KTLS_REQUESTS
+        say ktls-nginx-answered "$(tls_requests $KTLS_REQUESTS $NGINX_KTLS_PORT)"
         start=$(value gateway_observer_collections_total)
         wait_until 10 collections_reached $((start + 2)) || say ktls-note "no two collections within 10 s"
         metrics | grep -E '^gateway_observer_(http_requests_total|kernel_tls_connections|tls_connections_unparsed)' |
@@ -207,8 +217,9 @@ ktls_run() {
     fi
     # TlsTxSw and TlsRxSw: sessions whose sending and receiving the kernel took over.
     say ktls-stat $(grep -E '^Tls(Tx|Rx)Sw[[:space:]]' /proc/net/tls_stat 2>/dev/null | tr -s ' \t' ' ' | tr '\n' ' ')
-    kill "$daemon" "$ktlsd" 2>/dev/null
-    wait "$daemon" "$ktlsd" 2>/dev/null
+    kill "$daemon" "$ktlsd" "$httpd" "$nginx" 2>/dev/null
+    wait "$daemon" "$ktlsd" "$httpd" "$nginx" 2>/dev/null
+    grep -v '^$' /tmp/nginx.err 2>/dev/null | tail -n 3 | sed 's/^/@@KT ktls-note nginx: /'
     say ktls-end
 }
 
