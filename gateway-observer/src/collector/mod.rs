@@ -318,8 +318,8 @@ impl Collector {
         }
         let netns_of: HashMap<u32, u32> =
             live.iter().filter_map(|&tgid| Some((tgid, procfs::net_namespace_inum(tgid)?))).collect();
-        // Each namespace's listening rows are read once: reading them makes the kernel walk its
-        // whole connection hash.
+        // Each namespace's listening rows are read once: reading them from /proc (another
+        // namespace than the daemon's) makes the kernel walk its whole connection hash.
         let mut rows_of: HashMap<u32, Vec<procfs::ListenRow>> = HashMap::new();
         let per_process: HashMap<u32, BTreeSet<u16>> = live
             .iter()
@@ -327,7 +327,7 @@ impl Collector {
                 let ports = match netns_of.get(&tgid) {
                     Some(netns) => procfs::listening_ports_among(
                         tgid,
-                        rows_of.entry(*netns).or_insert_with(|| procfs::listen_rows(tgid)),
+                        rows_of.entry(*netns).or_insert_with(|| crate::host::sock_diag::listen_rows_of(tgid)),
                     ),
                     None => procfs::listening_ports(tgid),
                 };

@@ -11,5 +11,6 @@ pub mod mapped_files;
 pub mod privileges;
 pub mod procfs;
 pub mod self_usage;
+pub mod sock_diag;
 pub mod target_files;
 pub mod tls_libraries;

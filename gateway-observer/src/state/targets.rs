@@ -179,7 +179,7 @@ impl PortListeners {
             procfs::processes().into_iter().filter_map(|pid| Some((pid, procfs::net_namespace(pid)?))).collect();
         for (pid, netns) in &processes {
             by_netns.entry(netns.clone()).or_insert_with(|| {
-                procfs::listen_rows(*pid)
+                crate::host::sock_diag::listen_rows_of(*pid)
                     .into_iter()
                     .filter(|r| ports.contains(&r.port))
                     .map(|r| (r.inode, r.port))
