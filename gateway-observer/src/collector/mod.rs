@@ -43,7 +43,7 @@ use crate::{
         jvm_pauses::JvmPauses,
         request_queues::RequestQueues,
         requests::RequestTracker,
-        targets::{PortListeners, TargetSpec, host_processes, resolve, waiting_specs},
+        targets::{PortListeners, TargetSpec, resolve, waiting_specs},
         thread_counters::{Growth, Reading, ThreadCounters},
         thread_memory::{RequestPressure, ThreadMemory, ThreadsNow},
         threads::ThreadNames,
@@ -161,6 +161,7 @@ pub struct Collector {
     request_queues: RequestQueues,
     /// Processes listening on the ports of `port=` specs (refreshed every few seconds).
     port_listeners: PortListeners,
+    host_scan: crate::state::host_scan::HostScan,
     /// What lived lately (series of what is gone are dropped) and the stacks blocks named.
     retention: retention::Retention,
     /// Each target's parent (0: a spec selected it), and its entry as last written: its budgets.
@@ -226,6 +227,7 @@ impl Collector {
             cpu_cores: HashMap::new(),
             request_queues: RequestQueues::default(),
             port_listeners: PortListeners::default(),
+            host_scan: Default::default(),
             retention: retention::Retention::default(),
             target_parents: HashMap::new(),
             budgets: HashMap::new(),
@@ -441,7 +443,7 @@ impl Collector {
     /// in TARGETS afterwards.
     fn sync_targets(&mut self) -> Result<HashSet<u32>, ProbeError> {
         self.port_listeners.refresh(&self.specs, Instant::now());
-        let processes = host_processes(&self.specs, &self.port_listeners);
+        let processes = self.host_scan.processes(&self.specs, &self.port_listeners);
         let wanted = resolve(&self.specs, &processes);
         self.specs_waiting = waiting_specs(&self.specs, &processes);
         let current: HashMap<u32, u32> = self.probes.targets()?.into_iter().collect();

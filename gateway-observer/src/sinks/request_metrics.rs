@@ -18,24 +18,31 @@ type StallValue = fn(&Stalls) -> f64;
 pub fn render_requests(tracker: &RequestTracker, e: &mut Exposition, now_ns: u64) {
     let name = &families::HTTP_REQUESTS;
     e.family(name);
-    for ((process, side, method, class), count) in &tracker.stats.counts {
-        let labels =
-            [("process", &**process), ("direction", side.as_str()), ("method", method), ("status_class", class)];
-        e.sample(name, &labels, *count as f64);
+    let series = &tracker.stats.series;
+    for (process, s) in series {
+        for ((side, method, class), count) in &s.counts {
+            let labels =
+                [("process", &**process), ("direction", side.as_str()), ("method", method), ("status_class", class)];
+            e.sample(name, &labels, *count as f64);
+        }
     }
     let name = &families::GRPC_RESPONSES;
     e.family(name);
-    for ((process, side, code), count) in &tracker.stats.grpc_codes {
-        e.sample(name, &[("process", process), ("direction", side.as_str()), ("code", code)], *count as f64);
+    for (process, s) in series {
+        for ((side, code), count) in &s.grpc_codes {
+            e.sample(name, &[("process", process), ("direction", side.as_str()), ("code", code)], *count as f64);
+        }
     }
     let name = &families::HTTP_REQUEST_DURATION_SECONDS;
     e.family(name);
-    for ((process, side), hist) in &tracker.stats.durations {
-        e.histogram(name, &[("process", process), ("direction", side.as_str())], hist);
+    for (process, s) in series {
+        for (side, hist) in &s.durations {
+            e.histogram(name, &[("process", process), ("direction", side.as_str())], hist);
+        }
     }
     let name = &families::HTTP_SOCKET_QUEUE_SECONDS;
     e.family(name);
-    for (process, hist) in &tracker.stats.socket_queue {
+    for (process, hist) in series.iter().filter_map(|(process, s)| Some((process, s.socket_queue.as_ref()?))) {
         e.histogram(name, &[("process", process)], hist);
     }
     // Processes of one name (nginx's workers) share their series: sums, and the oldest age.

@@ -6,6 +6,7 @@
 pub mod counters;
 pub mod histogram;
 pub mod history;
+pub mod host_scan;
 pub mod jvm_pauses;
 pub mod liveness;
 pub mod loop_baselines;

@@ -134,23 +134,6 @@ pub struct ProcessEntry {
     pub ports: BTreeSet<u16>,
 }
 
-pub fn host_processes(specs: &[TargetSpec], listeners: &PortListeners) -> Vec<ProcessEntry> {
-    let want_cgroups = specs.iter().any(|s| matches!(s, TargetSpec::Cgroup(_)));
-    procfs::processes()
-        .into_iter()
-        .filter_map(|pid| {
-            let (parent, comm) = procfs::parent_and_comm(pid)?;
-            Some(ProcessEntry {
-                pid,
-                parent,
-                comm,
-                cgroups: if want_cgroups { procfs::cgroups(pid) } else { Vec::new() },
-                ports: listeners.by_pid.get(&pid).cloned().unwrap_or_default(),
-            })
-        })
-        .collect()
-}
-
 /// Processes listening on the ports that `port=` specs name. Finding them reads every process's
 /// open sockets, so it is redone every `PORT_REFRESH` only: a gateway that starts listening is
 /// picked up within it.

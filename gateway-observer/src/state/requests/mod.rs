@@ -195,16 +195,13 @@ impl RequestTracker {
 
     /// The processes that have request series.
     pub fn series_processes(&self) -> impl Iterator<Item = &str> {
-        self.stats.durations.keys().map(|(process, _)| &**process)
+        self.stats.series.keys().map(|process| &**process)
     }
 
     /// Drops the series of processes `process_live` no longer names, and the retransmit
     /// counters of peers `peer_live` no longer names.
     pub fn retain_series(&mut self, process_live: impl Fn(&str) -> bool, peer_live: impl Fn(&str, &str) -> bool) {
-        self.stats.counts.retain(|(process, ..), _| process_live(process));
-        self.stats.grpc_codes.retain(|(process, ..), _| process_live(process));
-        self.stats.durations.retain(|(process, _), _| process_live(process));
-        self.stats.socket_queue.retain(|process, _| process_live(process));
+        self.stats.series.retain(|process, _| process_live(process));
         self.non_http_bytes.retain(|process, _| process_live(process));
         self.tls_unparsed.retain(|process, _| process_live(process));
         self.h2_totals.retain_processes(&process_live);

@@ -111,17 +111,25 @@ pub struct WindowSummary {
 
 #[derive(Debug, Default)]
 pub struct RequestStats {
-    /// (process, side, method, status class) → requests. Process names are shared (`Arc`), so
-    /// counting a request allocates nothing.
-    pub counts: BTreeMap<(Arc<str>, Side, &'static str, &'static str), u64>,
-    /// (process, side, gRPC status code name) → gRPC calls: their HTTP status is 200 whatever
-    /// the outcome, which only the trailers' `grpc-status` tells.
-    pub grpc_codes: BTreeMap<(Arc<str>, Side, &'static str), u64>,
-    /// (process, side) → latency histogram.
-    pub durations: BTreeMap<(Arc<str>, Side), Log2Histogram>,
-    /// process → how long inbound requests waited in the socket before the gateway read them.
-    pub socket_queue: BTreeMap<Arc<str>, Log2Histogram>,
+    /// Process name → its series. Looked up by the name borrowed (`&str`): counting a request
+    /// neither allocates nor touches the name's shared count (two atomic operations per map, a
+    /// third of this function's time when the key was cloned for each lookup).
+    pub series: BTreeMap<Arc<str>, ProcessSeries>,
     recent: VecDeque<Recent>,
+}
+
+/// One process's request series.
+#[derive(Debug, Default)]
+pub struct ProcessSeries {
+    /// (side, method, status class) → requests.
+    pub counts: BTreeMap<(Side, &'static str, &'static str), u64>,
+    /// (side, gRPC status code name) → gRPC calls: their HTTP status is 200 whatever the
+    /// outcome, which only the trailers' `grpc-status` tells.
+    pub grpc_codes: BTreeMap<(Side, &'static str), u64>,
+    /// side → latency histogram.
+    pub durations: BTreeMap<Side, Log2Histogram>,
+    /// How long inbound requests waited in the socket before the gateway read them.
+    pub socket_queue: Option<Log2Histogram>,
 }
 
 /// Rate and quantiles of one process and side's latencies in the window.
@@ -178,10 +186,11 @@ impl RequestStats {
         end_ns: u64,
         queue_ns: Option<u64>,
     ) {
-        *self.counts.entry((process.clone(), side, method, status_class(status))).or_default() += 1;
-        observe(self.durations.entry((process.clone(), side)).or_default(), duration_ns);
+        let series = self.series_of(process);
+        *series.counts.entry((side, method, status_class(status))).or_default() += 1;
+        observe(series.durations.entry(side).or_default(), duration_ns);
         if let Some(queue) = queue_ns {
-            observe(self.socket_queue.entry(process.clone()).or_default(), queue);
+            observe(series.socket_queue.get_or_insert_default(), queue);
         }
         if self.recent.len() == MAX_RECENT {
             self.recent.pop_front();
@@ -193,7 +202,21 @@ impl RequestStats {
     /// A gRPC call's `grpc-status` (a response that carried one: its trailers, or a trailers-only
     /// answer).
     pub fn record_grpc(&mut self, process: &Arc<str>, side: Side, code: u16) {
-        *self.grpc_codes.entry((process.clone(), side, grpc_code_name(code))).or_default() += 1;
+        *self.series_of(process).grpc_codes.entry((side, grpc_code_name(code))).or_default() += 1;
+    }
+
+    /// `process`'s series, made at its first request.
+    fn series_of(&mut self, process: &Arc<str>) -> &mut ProcessSeries {
+        if !self.series.contains_key(&**process) {
+            self.series.insert(process.clone(), ProcessSeries::default());
+        }
+        self.series.get_mut(&**process).expect("inserted above")
+    }
+
+    /// Requests of `process` by side, method and status class (0 when none).
+    pub fn count(&self, process: &str, side: Side, method: &str, class: &str) -> u64 {
+        let Some(series) = self.series.get(process) else { return 0 };
+        series.counts.iter().find(|((s, m, c), _)| *s == side && *m == method && *c == class).map_or(0, |(_, n)| *n)
     }
 
     /// Drops window entries older than `now - WINDOW_NS`.
@@ -271,10 +294,10 @@ mod tests {
             let status = if i % 10 == 0 { Some(503) } else { Some(200) };
             stats.record(&gw, 7, Side::Inbound, "GET", status, i * 1_000_000, i * 10_000_000, Some(1000));
         }
-        assert_eq!(stats.counts[&(gw.clone(), Side::Inbound, "GET", "2xx")], 90);
-        assert_eq!(stats.counts[&(gw.clone(), Side::Inbound, "GET", "5xx")], 10);
-        assert_eq!(stats.durations[&(gw.clone(), Side::Inbound)].count(), 100);
-        assert_eq!(stats.socket_queue[&gw].sum_ns, 100_000);
+        assert_eq!(stats.count(&gw, Side::Inbound, "GET", "2xx"), 90);
+        assert_eq!(stats.count(&gw, Side::Inbound, "GET", "5xx"), 10);
+        assert_eq!(stats.series[&gw].durations[&Side::Inbound].count(), 100);
+        assert_eq!(stats.series[&gw].socket_queue.as_ref().map(|h| h.sum_ns), Some(100_000));
         let w = stats.window(7, Side::Inbound, 1_000_000_000);
         assert_eq!((w.requests, w.refused), (100, 10));
         assert!((w.p50_seconds - 0.050).abs() < 1e-9, "{w:?}");
@@ -323,7 +346,7 @@ mod tests {
         for code in [0, 0, 5, 99] {
             stats.record_grpc(&gw, Side::Inbound, code);
         }
-        let counts: Vec<(&str, u64)> = stats.grpc_codes.iter().map(|((_, _, code), n)| (*code, *n)).collect();
+        let counts: Vec<(&str, u64)> = stats.series[&gw].grpc_codes.iter().map(|((_, code), n)| (*code, *n)).collect();
         assert_eq!(counts, [("NOT_FOUND", 1), ("OK", 2), ("other", 1)]);
     }
 

@@ -107,9 +107,9 @@ fn a_proxied_request_is_counted_timed_and_explained() {
     let mut tracker = RequestTracker::default();
     proxied_request(&mut tracker);
     let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
-    assert_eq!(tracker.stats.counts[&(process.clone(), Side::Inbound, "GET", "2xx")], 1);
-    assert_eq!(tracker.stats.counts[&(process.clone(), Side::Outbound, "GET", "2xx")], 1);
-    assert_eq!(tracker.stats.socket_queue[&process].sum_ns, MS);
+    assert_eq!(tracker.stats.count(&process.clone(), Side::Inbound, "GET", "2xx"), 1);
+    assert_eq!(tracker.stats.count(&process.clone(), Side::Outbound, "GET", "2xx"), 1);
+    assert_eq!(tracker.stats.series[&process].socket_queue.as_ref().map_or(0, |h| h.sum_ns), MS);
     let summary = &tracker.per_process(130 * MS)[&GW];
     assert_eq!(summary.inbound.requests, 1);
     assert!((summary.inbound.p50_seconds - 0.022).abs() < 1e-9, "{summary:?}");
@@ -150,7 +150,7 @@ fn a_hanging_upstream_is_outstanding_with_a_growing_age() {
 
     // The upstream connection closes: the request ends with no response.
     tracker.handle(close(2, 6_000 * MS));
-    assert_eq!(tracker.stats.counts[&(std::sync::Arc::from(GW.to_string()), Side::Outbound, "GET", "none")], 1);
+    assert_eq!(tracker.stats.count(&std::sync::Arc::from(GW.to_string()), Side::Outbound, "GET", "none"), 1);
     assert!(tracker.per_process(6_001 * MS)[&GW].upstreams.is_empty());
 }
 
@@ -165,8 +165,8 @@ fn connections_older_than_the_daemon_take_their_side_from_the_listening_ports() 
     tracker.handle(data(2, false, UPSTREAM_REQUEST, 13 * MS, None));
     tracker.handle(data(2, true, RESPONSE, 14 * MS, None));
     let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
-    assert_eq!(tracker.stats.counts[&(process.clone(), Side::Inbound, "GET", "2xx")], 1);
-    assert_eq!(tracker.stats.counts[&(process, Side::Outbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.stats.count(&process.clone(), Side::Inbound, "GET", "2xx"), 1);
+    assert_eq!(tracker.stats.count(&process, Side::Outbound, "GET", "2xx"), 1);
 }
 
 #[test]
@@ -175,7 +175,7 @@ fn lost_handshakes_are_followed_from_their_bytes_or_counted() {
     tracker.handle(data(7, true, REQUEST, 10 * MS, None));
     tracker.handle(data(7, false, RESPONSE, 11 * MS, None));
     tracker.handle(data(8, true, b"\x16\x03\x01\x02\x00", 12 * MS, None));
-    assert_eq!(tracker.stats.counts[&(std::sync::Arc::from(GW.to_string()), Side::Inbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.stats.count(&std::sync::Arc::from(GW.to_string()), Side::Inbound, "GET", "2xx"), 1);
     assert_eq!(tracker.counts.unattributed_records, 1);
 }
 
@@ -228,7 +228,7 @@ fn after_lost_records_requests_in_flight_are_forgotten_and_parsing_resumes() {
     assert!(tracker.per_process(20 * MS)[&GW].upstreams[0].outstanding == 0);
     // The next exchange on each connection is parsed as usual.
     proxied_request(&mut tracker);
-    assert_eq!(tracker.stats.counts[&(std::sync::Arc::from(GW.to_string()), Side::Inbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.stats.count(&std::sync::Arc::from(GW.to_string()), Side::Inbound, "GET", "2xx"), 1);
     assert_eq!(tracker.counts.abandoned_after_loss, 2);
 }
 
@@ -410,8 +410,8 @@ fn plaintext_keyed_by_its_session_is_parsed_on_the_connection_read_last() {
     tracker.handle(session(SSL, false, RESPONSE, 13 * MS));
     tracker.handle(data(1, false, b"\x17\x03\x03\x00\x40\x98", 13 * MS + 1000, None));
     let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
-    assert_eq!(tracker.stats.counts[&(process.clone(), Side::Inbound, "GET", "2xx")], 1);
-    assert_eq!(tracker.stats.socket_queue[&process].sum_ns, MS + 1000);
+    assert_eq!(tracker.stats.count(&process.clone(), Side::Inbound, "GET", "2xx"), 1);
+    assert_eq!(tracker.stats.series[&process].socket_queue.as_ref().map_or(0, |h| h.sum_ns), MS + 1000);
     // A session never read from: its write waits for the thread's next ciphertext write, and is
     // given up (counted) when the thread writes another session's plaintext first.
     tracker.handle(session(SSL + 1, false, RESPONSE, 14 * MS));
@@ -439,7 +439,7 @@ fn a_clients_first_request_is_tied_by_the_ciphertext_written_after_it() {
     tracker.handle(data(2, true, b"\x17\x03\x03\x00\x40\x98", 6 * MS, None));
     tracker.handle(session(true, RESPONSE, 6 * MS + 1000));
     let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
-    assert_eq!(tracker.stats.counts[&(process, Side::Outbound, "GET", "2xx")], 1);
+    assert_eq!(tracker.stats.count(&process, Side::Outbound, "GET", "2xx"), 1);
     assert_eq!(tracker.counts.tls_unresolved, 0);
     // Its next request: the session knows its connection now.
     tracker.handle(session(false, UPSTREAM_REQUEST, 7 * MS));
@@ -463,8 +463,8 @@ fn a_kernel_tls_connection_is_parsed_from_its_first_plaintext_request() {
     tracker.handle(data(1, false, RESPONSE, 13 * MS, None));
     tracker.handle(close(1, 20 * MS));
     let process: Arc<str> = Arc::from(GW.to_string());
-    assert_eq!(tracker.stats.counts[&(process.clone(), Side::Inbound, "GET", "2xx")], 1);
-    assert_eq!(tracker.stats.durations[&(process, Side::Inbound)].sum_ns, 3 * MS);
+    assert_eq!(tracker.stats.count(&process.clone(), Side::Inbound, "GET", "2xx"), 1);
+    assert_eq!(tracker.stats.series[&process].durations[&Side::Inbound].sum_ns, 3 * MS);
     assert!(tracker.tls_unparsed.is_empty(), "{:?}", tracker.tls_unparsed);
     assert_eq!((tracker.counts.kernel_tls_connections, tracker.counts.kernel_tls_send_only), (1, 0));
     assert_eq!(tracker.counts.tls_ciphertext_records, 3);
@@ -482,7 +482,7 @@ fn a_kernel_tls_client_receiving_ciphertext_is_set_aside() {
     tracker.handle(data(2, true, b"\x17\x03\x03\x00\x40", 8 * MS, None));
     assert_eq!(in_flight(&tracker, 2), 0);
     tracker.handle(close(2, 20 * MS));
-    assert!(tracker.stats.counts.is_empty(), "{:?}", tracker.stats.counts);
+    assert!(tracker.stats.series.is_empty(), "{:?}", tracker.stats.series);
     assert_eq!(tracker.tls_unparsed.values().copied().collect::<Vec<_>>(), vec![1]);
     assert_eq!((tracker.counts.kernel_tls_connections, tracker.counts.kernel_tls_send_only), (1, 1));
 }

@@ -76,7 +76,7 @@ fn http2_streams_are_requests() {
     tracker.handle(data(1, false, &ok(1), 30 * MS, None));
     assert_eq!(in_flight(&tracker, 1), 0);
     let process: std::sync::Arc<str> = std::sync::Arc::from(GW.to_string());
-    assert_eq!(tracker.stats.counts[&(process, Side::Inbound, "GET", "2xx")], 2);
+    assert_eq!(tracker.stats.count(&process, Side::Inbound, "GET", "2xx"), 2);
     let summary = &tracker.per_process(40 * MS)[&GW];
     assert_eq!(summary.inbound.requests, 2);
     // Stream 5 refused, then GOAWAY: counted per process at the next tick, and not again at
