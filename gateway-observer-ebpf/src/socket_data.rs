@@ -214,8 +214,12 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             }
             state.data_sock_lost = sock.lost;
             state.data_first = early_bits(sock.data_seen) | if sock.h2 != 0 { ON_H2 } else { 0 };
+            // A TLS connection outside the hooked calls moves ciphertext (an unhooked library
+            // function, or none hooked), unless kernel TLS took its session over: then the
+            // socket carries plaintext once the handshake is done.
+            let kernel_tls = !in_tls && sock.tls != 0 && has_upper_layer_protocol(sk);
             // (Ciphertext of a TLS connection does not move its plaintext's place: `tls.rs`.)
-            if sock.h2 != 0 && !in_tls && sock.tls == 0 {
+            if sock.h2 != 0 && !in_tls && (sock.tls == 0 || kernel_tls) {
                 take_h2_place(state, sock, recv);
             }
             if sock.data_seen < EARLY_TRANSFERS {
@@ -223,10 +227,8 @@ fn on_transfer(state: &mut ThreadState, tgid: u32, sk: *const u8, ret: i32, flag
             }
             if in_tls {
                 sock.tls = 1;
-            } else if sock.tls != 0 && !has_upper_layer_protocol(sk) {
-                // Ciphertext outside the hooked calls (an unhooked library function, or none
-                // hooked): never reported, since userspace would parse it as garbage. Kernel TLS
-                // moves plaintext through the socket once its handshake is done: reported.
+            } else if sock.tls != 0 && !kernel_tls {
+                // Ciphertext: never reported, since userspace would parse it as garbage.
                 return;
             }
         }

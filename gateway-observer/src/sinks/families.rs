@@ -415,7 +415,7 @@ pub const TLS_CIPHERTEXT_RECORDS: Family = Family {
 pub const KERNEL_TLS_CONNECTIONS: Family = Family {
     name: "gateway_observer_kernel_tls_connections",
     kind: Kind::Counter,
-    help: "Connections of targets that began with a TLS handshake and went on in plaintext through the socket (kernel TLS, kTLS): offload=\"both\" are parsed like plain HTTP; offload=\"send_only\" sent plaintext but received ciphertext, and are not parsed.",
+    help: "Closed connections of targets that began with a TLS handshake and went on in plaintext through the socket (kernel TLS, kTLS): offload=\"both\" were parsed like plain HTTP; offload=\"send_only\" moved plaintext one way only, and were not parsed.",
     labels: &["offload"],
 };
 

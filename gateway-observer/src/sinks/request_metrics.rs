@@ -125,11 +125,7 @@ pub fn render_requests(tracker: &RequestTracker, e: &mut Exposition, now_ns: u64
     let name = &families::KERNEL_TLS_CONNECTIONS;
     e.family(name);
     let counts = &tracker.counts;
-    e.sample(
-        name,
-        &[("offload", "both")],
-        counts.kernel_tls_connections.saturating_sub(counts.kernel_tls_send_only) as f64,
-    );
+    e.sample(name, &[("offload", "both")], counts.kernel_tls_both as f64);
     e.sample(name, &[("offload", "send_only")], counts.kernel_tls_send_only as f64);
 }
 

@@ -1,7 +1,8 @@
 //! Gathers, each tick, what the RequestQueueing detector judges, per target that listens: the
 //! connections holding request bytes unread past the threshold (the kernel's per-socket arrival
-//! time, looked up for the tracker's idle inbound connections), accept queues and listen
-//! overflows (/proc), and the socket queue waits of requests completed in the window.
+//! time, looked up for the tracker's idle inbound connections), accept queues (socket
+//! diagnostics, or /proc in another network namespace) and listen overflows (/proc), and the
+//! socket queue waits of requests completed in the window.
 //!
 //! Processes sharing a listener (nginx's master and workers) are one: facts go to the lowest pid.
 
@@ -31,14 +32,16 @@ pub struct RequestQueues {
     /// Accept queue per (owner, port) as last read, and gatherings since.
     accept_queues: HashMap<(u32, u16), u32>,
     gatherings: u64,
-    /// When the last gathering ran (CLOCK_MONOTONIC): requests completed since are the last tick's.
+    /// When the last gathering ran (CLOCK_MONOTONIC), and how many exchanges had been recorded
+    /// then: those recorded since are the last tick's.
     last_gathered_ns: Option<u64>,
+    last_appended: Option<u64>,
     /// Per owner, its clients' impact gathering by gathering.
     impacts: HashMap<u32, ImpactWindow>,
 }
 
 /// An owner's client impact per gathering, over the window. Each gathering walks only the
-/// requests completed since the last: walking the whole window (some 100k requests at 10k
+/// requests recorded since the last: walking the whole window (some 100k requests at 10k
 /// proxied requests/s) for every owner at every tick was a tenth of the daemon's work there. The
 /// window's edge moves by whole gatherings: it holds those that began within it.
 #[derive(Debug, Default)]
@@ -92,6 +95,7 @@ impl RequestQueues {
         self.impacts.retain(|pid, _| owners.contains_key(pid));
         let since = now_ns.saturating_sub(window_ns);
         let tick_start = self.last_gathered_ns.replace(now_ns).unwrap_or(since).max(since);
+        let last_appended = self.last_appended.replace(tracker.stats.appended());
         let read_queues = self.gatherings.is_multiple_of(ACCEPT_QUEUE_EVERY) || !waiting.is_empty();
         self.gatherings += 1;
         // A namespace's tables are read once a gathering, however many owners listen in it.
@@ -118,8 +122,20 @@ impl RequestQueues {
                     })
                     .collect();
                 let sharers: Vec<u32> = sharers.into_iter().collect();
-                let last_tick = tracker.stats.impact_of(&sharers, tick_start, threshold_ns);
-                let impact = self.impacts.entry(owner).or_default().add(tick_start, last_tick.clone(), since);
+                let stats = &tracker.stats;
+                let whole_window = || stats.impact_of(&sharers, since, threshold_ns);
+                let last_tick = match last_appended {
+                    Some(count) => stats.impact_of_newest(&sharers, count, threshold_ns),
+                    None => whole_window(),
+                };
+                // An owner seen for the first time gets the whole window once; its stretch began
+                // at the window's start, so the window never reaches further back than it.
+                let (began, stretch) = if self.impacts.contains_key(&owner) {
+                    (tick_start, last_tick.clone())
+                } else {
+                    (since, whole_window())
+                };
+                let impact = self.impacts.entry(owner).or_default().add(began, stretch, since);
                 QueueFacts {
                     pid: owner,
                     comm: procfs::comm(owner).unwrap_or_default(),

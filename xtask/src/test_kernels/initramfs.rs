@@ -2,8 +2,10 @@
 //! debug info stripped), the host's `openssl` command twice (as `kt-tlsd`, a TLS server the
 //! daemon targets, and as its client) with a certificate made here, the shared libraries `ldd`
 //! names for both (Debian's `libssl3` among them: `check` hooks it, so each kernel's verifier
-//! judges the TLS programs), each kernel's `tls.ko` (a third copy of `openssl`, `kt-ktlsd`, serves
-//! with kernel TLS), the fixtures, and `guest/init.sh` as `/init`. No root filesystem: the kernel unpacks this into RAM and runs `/init`.
+//! judges the TLS programs), each kernel's `tls.ko` and the AES-GCM modules it asks for (a third
+//! copy of `openssl`, `kt-ktlsd`, and Debian's nginx serve HTTPS with kernel TLS; nginx's
+//! configuration, and the `/etc/passwd` and `/etc/group` it looks root up in), the fixtures, and
+//! `guest/init.sh` as `/init`. No root filesystem: the kernel unpacks this into RAM and runs `/init`.
 //!
 //! Left uncompressed: gzip would cost time both here and in the guest, where TCG makes
 //! decompression slow, and the kernel takes a plain cpio archive as well.

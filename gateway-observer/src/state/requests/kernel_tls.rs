@@ -9,9 +9,10 @@
 //! body), nor do the handshake's last messages, which kTLS also moves in the clear.
 //!
 //! OpenSSL offloads sending whenever it offloads receiving, but may offload sending alone
-//! (receiving TLS 1.3 needs OpenSSL 3.2). A connection whose plaintext began with a write and
-//! whose next read is a TLS record has one direction readable: its requests would never see their
-//! responses, so none of it is parsed (counted).
+//! (receiving TLS 1.3 needs OpenSSL 3.2). Then one direction only is readable, and none of the
+//! connection is parsed (counted): a client's plaintext began with a write and its next read is a
+//! TLS record (its requests would never see their responses), or a server wrote a status line
+//! before any plaintext came in (its requests were ciphertext).
 
 use super::{side_from_bytes, starts_tls_record};
 
@@ -43,6 +44,10 @@ pub enum Step {
 impl KernelTls {
     pub fn step(&mut self, read: bool, head: &[u8]) -> Step {
         match *self {
+            KernelTls::Undecided if !read && head.starts_with(b"HTTP/1.") => {
+                *self = KernelTls::SendOnly;
+                Step::FoundSendOnly
+            }
             KernelTls::Undecided if opens_message(read, head) => {
                 *self = KernelTls::Plaintext { read_seen: read };
                 Step::Began
@@ -65,10 +70,15 @@ impl KernelTls {
     }
 }
 
-/// A request line or the HTTP/2 preface either way, or a status line (a response: read by a
-/// client, written by a server).
+/// A request line or the HTTP/2 preface either way, or a status line read (by a client).
 fn opens_message(read: bool, head: &[u8]) -> bool {
-    side_from_bytes(read, head).is_some() || head.starts_with(b"HTTP/1.")
+    side_from_bytes(read, head).is_some()
+}
+
+/// HTTP/2's client preface: the kernel walks such a connection's frames once told (a kTLS
+/// connection's preface comes after the handshake, past the transfers it looks at itself).
+pub fn is_h2_preface(head: &[u8]) -> bool {
+    head.starts_with(b"PRI * HTTP/2.0")
 }
 
 #[cfg(test)]
@@ -114,6 +124,18 @@ mod tests {
         assert_eq!(tls.step(false, b"POST /a HTTP/1.1\r\n"), Step::Began);
         assert_eq!(tls.step(true, b"HTTP/1.1 201 Created\r\n"), Step::Parse);
         assert_eq!(tls.step(true, APP_DATA), Step::Parse, "a body is not judged once reads were plaintext");
+    }
+
+    /// TLS 1.3 on OpenSSL 3.0: the request arrives as ciphertext, the response leaves in the
+    /// clear.
+    #[test]
+    fn a_server_that_writes_plaintext_before_reading_any_is_not_parsed() {
+        let mut tls = KernelTls::default();
+        assert_eq!(tls.step(true, CLIENT_HELLO), Step::SetAside);
+        assert_eq!(tls.step(true, APP_DATA), Step::SetAside);
+        assert_eq!(tls.step(false, b"HTTP/1.1 200 OK\r\n"), Step::FoundSendOnly);
+        assert_eq!(tls.step(true, b"GET / HTTP/1.1\r\n"), Step::SetAside);
+        assert!(!tls.parsed());
     }
 
     #[test]

@@ -97,11 +97,11 @@ pub struct TrackerCounts {
     /// TLS plaintext keyed by its session that no followed connection could be tied to.
     pub tls_unresolved: u64,
     /// Records of TLS ciphertext received and set aside: with TLS plaintext off, the kernel
-    /// reports only each connection's first.
+    /// reports only each connection's first, unless kernel TLS took its session over.
     pub tls_ciphertext_records: u64,
-    /// TLS connections whose socket went on in plaintext (kernel TLS): parsed, and those of them
-    /// that sent plaintext but received ciphertext (set aside, unparsed).
-    pub kernel_tls_connections: u64,
+    /// Closed TLS connections whose socket went on in plaintext (kernel TLS): parsed both ways,
+    /// and those that moved plaintext one way only (set aside, unparsed).
+    pub kernel_tls_both: u64,
     pub kernel_tls_send_only: u64,
 }
 
@@ -375,11 +375,14 @@ impl RequestTracker {
         };
         match step {
             Step::Parse => {}
-            Step::Began => self.counts.kernel_tls_connections += 1,
+            Step::Began => {
+                if kernel_tls::is_h2_preface(data.head) {
+                    self.h2_mid_way.push(data.sk);
+                }
+            }
             Step::FoundSendOnly => {
-                // Its requests' responses are ciphertext: forget what was parsed of it.
-                conn.http = conn.side.map(new_connection);
-                self.counts.kernel_tls_send_only += 1;
+                // One direction is ciphertext: forget what was parsed of it.
+                parse_afresh(conn, &mut self.counts, &mut self.h2_totals);
                 return;
             }
             Step::SetAside => {
@@ -469,6 +472,11 @@ impl RequestTracker {
         let non_http = (!http.is_http()).then(|| http.non_http_bytes());
         if http_h2 {
             self.h2_totals.retire(&mut conn, ts_ns);
+        }
+        match conn.kernel_tls {
+            KernelTls::Plaintext { .. } => self.counts.kernel_tls_both += 1,
+            KernelTls::SendOnly => self.counts.kernel_tls_send_only += 1,
+            KernelTls::Undecided => {}
         }
         if conn.tls && !conn.plaintext && !conn.kernel_tls.parsed() {
             let process = conn.process.clone().unwrap_or_else(|| self.process_name(tgid));

@@ -116,6 +116,9 @@ pub struct RequestStats {
     /// third of this function's time when the key was cloned for each lookup).
     pub series: BTreeMap<Arc<str>, ProcessSeries>,
     recent: VecDeque<Recent>,
+    /// Exchanges recorded since the start: the newest `appended - n` of `recent` are those
+    /// recorded after the count was `n`.
+    appended: u64,
 }
 
 /// One process's request series.
@@ -197,6 +200,7 @@ impl RequestStats {
         }
         let refused = status.is_none_or(|s| s >= 500);
         self.recent.push_back(Recent { end_ns, tgid, side, duration_ns, refused, queue_ns });
+        self.appended += 1;
     }
 
     /// A gRPC call's `grpc-status` (a response that carried one: its trailers, or a trailers-only
@@ -268,17 +272,33 @@ impl RequestStats {
     /// Like `impact_since`, for requests served by any of `tgids` (a pre-fork server's workers),
     /// counting those that waited at least `delayed_ns` in the socket as delayed.
     pub fn impact_of(&self, tgids: &[u32], since_ns: u64, delayed_ns: u64) -> ClientImpact {
-        let mut impact = ClientImpact::default();
-        let recent = self.recent.iter().rev().take_while(|r| r.end_ns >= since_ns);
-        for r in recent.filter(|r| tgids.contains(&r.tgid) && r.side == Side::Inbound) {
-            impact.requests += 1;
-            impact.refused += u64::from(r.refused);
-            let queue = r.queue_ns.unwrap_or(0);
-            impact.delayed_in_socket += u64::from(queue >= delayed_ns);
-            impact.max_socket_queue_seconds = impact.max_socket_queue_seconds.max(queue as f64 / 1e9);
-        }
-        impact
+        impact(self.recent.iter().rev().take_while(|r| r.end_ns >= since_ns), tgids, delayed_ns)
     }
+
+    /// Exchanges recorded since the start (see `impact_of_newest`).
+    pub fn appended(&self) -> u64 {
+        self.appended
+    }
+
+    /// Like `impact_of`, over the exchanges recorded after `appended()` was `count`, whenever
+    /// they ended: one whose records were drained late is not missed.
+    pub fn impact_of_newest(&self, tgids: &[u32], count: u64, delayed_ns: u64) -> ClientImpact {
+        let newest = usize::try_from(self.appended.saturating_sub(count)).unwrap_or(usize::MAX);
+        impact(self.recent.iter().rev().take(newest), tgids, delayed_ns)
+    }
+}
+
+/// What `tgids`' inbound requests among `recent` went through.
+fn impact<'a>(recent: impl Iterator<Item = &'a Recent>, tgids: &[u32], delayed_ns: u64) -> ClientImpact {
+    let mut impact = ClientImpact::default();
+    for r in recent.filter(|r| tgids.contains(&r.tgid) && r.side == Side::Inbound) {
+        impact.requests += 1;
+        impact.refused += u64::from(r.refused);
+        let queue = r.queue_ns.unwrap_or(0);
+        impact.delayed_in_socket += u64::from(queue >= delayed_ns);
+        impact.max_socket_queue_seconds = impact.max_socket_queue_seconds.max(queue as f64 / 1e9);
+    }
+    impact
 }
 
 #[cfg(test)]
@@ -314,6 +334,13 @@ mod tests {
         stats.record(&gw, 8, Side::Inbound, "GET", None, 1, 10_600_000_000, Some(DELAYED_QUEUE_NS));
         let impact = stats.impact_since(7, 10_550_000_000);
         assert_eq!((impact.requests, impact.refused, impact.delayed_in_socket), (1, 1, 1));
+        // Recorded after the count was 100, whenever it ended (even before the others).
+        assert_eq!(stats.appended(), 102);
+        stats.record(&gw, 7, Side::Inbound, "GET", Some(200), 1, 5_000_000_000, None);
+        let newest = stats.impact_of_newest(&[7], 100, DELAYED_QUEUE_NS);
+        assert_eq!((newest.requests, newest.delayed_in_socket), (2, 1));
+        assert_eq!(stats.impact_of_newest(&[7, 8], 100, DELAYED_QUEUE_NS).requests, 3);
+        assert_eq!(stats.impact_of_newest(&[7], 103, DELAYED_QUEUE_NS).requests, 0);
         assert!((impact.max_socket_queue_seconds - 0.010).abs() < 1e-12);
     }
 

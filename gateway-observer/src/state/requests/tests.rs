@@ -466,7 +466,7 @@ fn a_kernel_tls_connection_is_parsed_from_its_first_plaintext_request() {
     assert_eq!(tracker.stats.count(&process.clone(), Side::Inbound, "GET", "2xx"), 1);
     assert_eq!(tracker.stats.series[&process].durations[&Side::Inbound].sum_ns, 3 * MS);
     assert!(tracker.tls_unparsed.is_empty(), "{:?}", tracker.tls_unparsed);
-    assert_eq!((tracker.counts.kernel_tls_connections, tracker.counts.kernel_tls_send_only), (1, 0));
+    assert_eq!((tracker.counts.kernel_tls_both, tracker.counts.kernel_tls_send_only), (1, 0));
     assert_eq!(tracker.counts.tls_ciphertext_records, 3);
 }
 
@@ -484,5 +484,17 @@ fn a_kernel_tls_client_receiving_ciphertext_is_set_aside() {
     tracker.handle(close(2, 20 * MS));
     assert!(tracker.stats.series.is_empty(), "{:?}", tracker.stats.series);
     assert_eq!(tracker.tls_unparsed.values().copied().collect::<Vec<_>>(), vec![1]);
-    assert_eq!((tracker.counts.kernel_tls_connections, tracker.counts.kernel_tls_send_only), (1, 1));
+    assert_eq!((tracker.counts.kernel_tls_both, tracker.counts.kernel_tls_send_only), (0, 1));
+}
+
+/// HTTP/2 over kernel TLS: its preface comes after the handshake, past the first transfers the
+/// kernel looks at for one, so the tracker tells the kernel to walk its frames.
+#[test]
+fn a_kernel_tls_connection_opening_with_the_h2_preface_is_marked_for_walks() {
+    let mut tracker = RequestTracker::default();
+    tracker.handle(open(3, Opened::Accepted, Some(GW), "127.0.0.1:8443", "127.0.0.1:50003", 0));
+    tracker.handle(data(3, true, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", MS, None));
+    assert!(tracker.take_h2_mid_way().is_empty());
+    tracker.handle(data(3, true, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 2 * MS, None));
+    assert_eq!(tracker.take_h2_mid_way(), [3]);
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # /init of the initramfs `cargo xtask test-kernels` boots in QEMU. Runs `gateway-observer check`,
 # then the daemon once against fixtures that measure their own ground truth and one incident (a
-# blocked event loop), and powers off. Every line meant for the host starts with "@@KT "; the
+# blocked event loop), then a second daemon against HTTPS servers whose sessions kernel TLS
+# carries (s_server and nginx), and powers off. Every line meant for the host starts with "@@KT "; the
 # host reads nothing else (kernel messages may share the console).
 
 export PATH=/bin
@@ -185,7 +186,8 @@ run_daemon() {
 # Kernel TLS: kt-ktlsd's sessions go on in plaintext through the socket once their handshake is
 # done, and a daemon that hooks no TLS library counts their requests. /proc/net/tls_stat says
 # how many sessions the kernel took over (the ground truth that kTLS was used at all).
-both_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" -ge 2 ] 2>/dev/null; }
+# kt-ktlsd, and nginx's master and worker.
+all_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" -ge 3 ] 2>/dev/null; }
 ktls_run() {
     say ktls-begin
     # tls.ko and the AES-GCM it asks for, in order (no modprobe here to load them on demand).
@@ -203,7 +205,7 @@ ktls_run() {
         >/dev/null 2>/tmp/daemon-ktls.err &
     daemon=$!
     wait_until 60 daemon_settled
-    if daemon_ready && wait_until 10 both_attached; then
+    if daemon_ready && wait_until 10 all_attached; then
         say ktls-sent $KTLS_REQUESTS
         say ktls-answered "$(tls_requests $KTLS_REQUESTS $KTLS_PORT)"
         say ktls-nginx-sent $KTLS_REQUESTS
