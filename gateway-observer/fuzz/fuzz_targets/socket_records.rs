@@ -70,7 +70,7 @@ fn counters(tracker: &RequestTracker) -> Counters {
         evicted: tracker.counts.evicted_connections,
         resyncs: tracker.counts.closed_resyncs,
         abandoned: tracker.counts.abandoned_after_loss,
-        requests: tracker.stats.counts.values().sum(),
+        requests: tracker.stats.series.values().flat_map(|s| s.counts.values()).sum(),
     }
 }
 
