@@ -162,6 +162,7 @@ fn tls_server(root: &Path) -> anyhow::Result<()> {
     let bin = root.join("bin");
     copy(Path::new(OPENSSL), &bin.join("kt-tlsd"))?;
     copy(Path::new(OPENSSL), &bin.join("kt-ktlsd"))?;
+    copy(Path::new(OPENSSL), &bin.join("kt-ktls13"))?;
     copy(Path::new(OPENSSL), &bin.join("openssl"))?;
     let dir = root.join("etc/kt");
     mkdir(&dir)?;

@@ -56,6 +56,11 @@ pub struct KtlsRun {
     /// The same through nginx, which proxies them to `kt-httpd`.
     pub nginx_sent: Option<u64>,
     pub nginx_answered: Option<u64>,
+    /// The same to `kt-ktls13` (TLS 1.3, whose receiving OpenSSL 3.0 does not offload), and
+    /// `/proc/net/tls_stat` just before them.
+    pub tls13_sent: Option<u64>,
+    pub tls13_answered: Option<u64>,
+    pub stat_before_tls13: BTreeMap<String, u64>,
     pub metrics: Vec<Sample>,
     pub notes: Vec<String>,
     /// `/proc/net/tls_stat`: sessions whose sending (`TlsTxSw`) and receiving (`TlsRxSw`) the
@@ -177,6 +182,9 @@ pub fn parse(console: &str) -> Guest {
             "ktls-answered" => guest.ktls.answered = args.parse().ok(),
             "ktls-nginx-sent" => guest.ktls.nginx_sent = args.parse().ok(),
             "ktls-nginx-answered" => guest.ktls.nginx_answered = args.parse().ok(),
+            "ktls-13-sent" => guest.ktls.tls13_sent = args.parse().ok(),
+            "ktls-13-answered" => guest.ktls.tls13_answered = args.parse().ok(),
+            "ktls-stat-before-13" => guest.ktls.stat_before_tls13 = name_value_pairs(args),
             "ktls-metric" => guest.ktls.metrics.extend(parse_sample(args)),
             "ktls-note" => guest.ktls.notes.push(args.to_owned()),
             "ktls-stat" => guest.ktls.stat = name_value_pairs(args),

@@ -26,6 +26,9 @@ KTLS_REQUESTS=10
 # The same through nginx terminating TLS with its `ssl_conf_command Options KTLS`, proxying to
 # kt-httpd over plain HTTP: each request counted inbound and outbound.
 NGINX_KTLS_PORT=8445
+# And to kt-ktls13, s_server with the KTLS option over TLS 1.3, whose receiving OpenSSL 3.0 does
+# not offload: one direction only is plaintext, and none of it may be parsed or left in flight.
+KTLS13_PORT=8446
 # EventLoopBlocked: kt-loop's loop blocks 25 iterations of 200 ms (6 s with its polls: longer
 # than the 5 s the tests give detection), once the daemon has watched it healthy for a window.
 LOOP_BLOCKS=25
@@ -186,8 +189,8 @@ run_daemon() {
 # Kernel TLS: kt-ktlsd's sessions go on in plaintext through the socket once their handshake is
 # done, and a daemon that hooks no TLS library counts their requests. /proc/net/tls_stat says
 # how many sessions the kernel took over (the ground truth that kTLS was used at all).
-# kt-ktlsd, and nginx's master and worker.
-all_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" -ge 3 ] 2>/dev/null; }
+# kt-ktlsd, kt-ktls13, and nginx's master and worker.
+all_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" -ge 4 ] 2>/dev/null; }
 ktls_run() {
     say ktls-begin
     # tls.ko and the AES-GCM it asks for, in order (no modprobe here to load them on demand).
@@ -197,11 +200,15 @@ ktls_run() {
     OPENSSL_CONF=/etc/kt/ktls.cnf kt-ktlsd s_server -www -quiet -tls1_2 -ssl_config ktls -accept $KTLS_PORT \
         -cert /etc/kt/cert.pem -key /etc/kt/key.pem >/dev/null 2>/tmp/ktlsd.err </dev/null &
     ktlsd=$!
+    OPENSSL_CONF=/etc/kt/ktls.cnf kt-ktls13 s_server -www -quiet -tls1_3 -ssl_config ktls -accept $KTLS13_PORT \
+        -cert /etc/kt/cert.pem -key /etc/kt/key.pem >/dev/null 2>/tmp/ktls13.err </dev/null &
+    ktls13=$!
     kt-httpd $HTTP_PORT &
     httpd=$!
     nginx -e /tmp/nginx.err -p /tmp -c /etc/kt/nginx.conf 2>>/tmp/nginx.err &
     nginx=$!
-    gateway-observer run --target comm=kt-ktlsd --target comm=nginx --listen 127.0.0.1:$METRICS_PORT \
+    gateway-observer run --target comm=kt-ktlsd --target comm=nginx --target comm=kt-ktls13 \
+        --listen 127.0.0.1:$METRICS_PORT \
         >/dev/null 2>/tmp/daemon-ktls.err &
     daemon=$!
     wait_until 60 daemon_settled
@@ -210,17 +217,20 @@ ktls_run() {
         say ktls-answered "$(tls_requests $KTLS_REQUESTS $KTLS_PORT)"
         say ktls-nginx-sent $KTLS_REQUESTS
         say ktls-nginx-answered "$(tls_requests $KTLS_REQUESTS $NGINX_KTLS_PORT)"
+        say ktls-stat-before-13 $(grep -E '^Tls(Tx|Rx)Sw[[:space:]]' /proc/net/tls_stat 2>/dev/null | tr -s ' \t' ' ' | tr '\n' ' ')
+        say ktls-13-sent $KTLS_REQUESTS
+        say ktls-13-answered "$(tls_requests $KTLS_REQUESTS $KTLS13_PORT)"
         start=$(value gateway_observer_collections_total)
         wait_until 10 collections_reached $((start + 2)) || say ktls-note "no two collections within 10 s"
-        metrics | grep -E '^gateway_observer_(http_requests_total|kernel_tls_connections|tls_connections_unparsed)' |
+        metrics | grep -E '^gateway_observer_(http_requests_total|kernel_tls_connections|tls_connections_unparsed|http_in_flight)' |
             sed 's/^/@@KT ktls-metric /'
     else
         say ktls-note "the second daemon was not ready: $(tail -n 3 /tmp/daemon-ktls.err | tr '\n' ' ')"
     fi
     # TlsTxSw and TlsRxSw: sessions whose sending and receiving the kernel took over.
     say ktls-stat $(grep -E '^Tls(Tx|Rx)Sw[[:space:]]' /proc/net/tls_stat 2>/dev/null | tr -s ' \t' ' ' | tr '\n' ' ')
-    kill "$daemon" "$ktlsd" "$httpd" "$nginx" 2>/dev/null
-    wait "$daemon" "$ktlsd" "$httpd" "$nginx" 2>/dev/null
+    kill "$daemon" "$ktlsd" "$ktls13" "$httpd" "$nginx" 2>/dev/null
+    wait "$daemon" "$ktlsd" "$ktls13" "$httpd" "$nginx" 2>/dev/null
     grep -v '^$' /tmp/nginx.err 2>/dev/null | tail -n 3 | sed 's/^/@@KT ktls-note nginx: /'
     say ktls-end
 }
