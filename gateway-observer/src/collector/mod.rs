@@ -329,7 +329,7 @@ impl Collector {
                 let ports = match netns_of.get(&tgid) {
                     Some(netns) => procfs::listening_ports_among(
                         tgid,
-                        rows_of.entry(*netns).or_insert_with(|| crate::host::sock_diag::listen_rows_of(tgid)),
+                        rows_of.entry(*netns).or_insert_with(|| crate::host::sock_diag::listen_rows_in(*netns, tgid)),
                     ),
                     None => procfs::listening_ports(tgid),
                 };

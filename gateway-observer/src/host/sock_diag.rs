@@ -21,12 +21,14 @@ const REQUEST_LEN: usize = HEADER_LEN + 8 + 48;
 /// `struct inet_diag_msg`, up to its inode.
 const REPLY_LEN: usize = 72;
 
-/// The TCP listeners of `pid`'s network namespace: from socket diagnostics when it is the
-/// daemon's own, else (or when they fail) from /proc/PID/net/tcp{,6}.
-pub fn listen_rows_of(pid: u32) -> Vec<ListenRow> {
-    let own = procfs::net_namespace(std::process::id());
-    if own.is_some()
-        && own == procfs::net_namespace(pid)
+/// The TCP listeners of network namespace `netns` (its inode number, as the caller knows it),
+/// which `pid` is in: from socket diagnostics when it is the daemon's own, else (or when they
+/// fail) from /proc/PID/net/tcp{,6}.
+pub fn listen_rows_in(netns: u32, pid: u32) -> Vec<ListenRow> {
+    // The daemon never changes namespace: its own is read once.
+    static OWN: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let own = *OWN.get_or_init(|| procfs::net_namespace_inum(std::process::id()));
+    if own == Some(netns)
         && let Ok(rows) = listen_rows()
     {
         return rows;

@@ -27,26 +27,22 @@ impl HostScan {
         self.scans += 1;
         let mut previous = std::mem::take(&mut self.known);
         let live: std::collections::HashSet<u32> = pids.iter().copied().collect();
-        for &pid in &pids {
+        let mut processes = Vec::with_capacity(pids.len());
+        for pid in pids {
             let kept = previous.remove(&pid).filter(|(parent, comm)| {
                 !full && (*parent == 0 || live.contains(parent)) && procfs::comm(pid).as_deref() == Some(comm.as_str())
             });
-            if let Some(entry) = kept.or_else(|| procfs::parent_and_comm(pid)) {
-                self.known.insert(pid, entry);
-            }
+            let Some((parent, comm)) = kept.or_else(|| procfs::parent_and_comm(pid)) else { continue };
+            processes.push(ProcessEntry {
+                pid,
+                parent,
+                comm: comm.clone(),
+                cgroups: if want_cgroups { procfs::cgroups(pid) } else { Vec::new() },
+                ports: listeners.ports_of(pid),
+            });
+            self.known.insert(pid, (parent, comm));
         }
-        pids.into_iter()
-            .filter_map(|pid| {
-                let (parent, comm) = self.known.get(&pid)?.clone();
-                Some(ProcessEntry {
-                    pid,
-                    parent,
-                    comm,
-                    cgroups: if want_cgroups { procfs::cgroups(pid) } else { Vec::new() },
-                    ports: listeners.ports_of(pid),
-                })
-            })
-            .collect()
+        processes
     }
 }
 

@@ -107,7 +107,8 @@ impl RequestQueues {
                 // An owner's listeners are all in its own namespace.
                 let netns = ports.first().map_or(0, |(netns, _)| *netns);
                 if read_queues {
-                    let rows = rows_of.entry(netns).or_insert_with(|| crate::host::sock_diag::listen_rows_of(owner));
+                    let rows =
+                        rows_of.entry(netns).or_insert_with(|| crate::host::sock_diag::listen_rows_in(netns, owner));
                     for &(_, port) in &ports {
                         let queued = rows.iter().filter(|r| r.port == port).map(|r| r.accept_queue).sum();
                         self.accept_queues.insert((owner, port), queued);

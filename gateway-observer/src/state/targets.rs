@@ -162,7 +162,8 @@ impl PortListeners {
             procfs::processes().into_iter().filter_map(|pid| Some((pid, procfs::net_namespace(pid)?))).collect();
         for (pid, netns) in &processes {
             by_netns.entry(netns.clone()).or_insert_with(|| {
-                crate::host::sock_diag::listen_rows_of(*pid)
+                let inum = procfs::parse_net_namespace_link(netns).unwrap_or(0);
+                crate::host::sock_diag::listen_rows_in(inum, *pid)
                     .into_iter()
                     .filter(|r| ports.contains(&r.port))
                     .map(|r| (r.inode, r.port))

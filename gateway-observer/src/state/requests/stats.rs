@@ -218,9 +218,8 @@ impl RequestStats {
     }
 
     /// Requests of `process` by side, method and status class (0 when none).
-    pub fn count(&self, process: &str, side: Side, method: &str, class: &str) -> u64 {
-        let Some(series) = self.series.get(process) else { return 0 };
-        series.counts.iter().find(|((s, m, c), _)| *s == side && *m == method && *c == class).map_or(0, |(_, n)| *n)
+    pub fn count(&self, process: &str, side: Side, method: &'static str, class: &'static str) -> u64 {
+        self.series.get(process).and_then(|series| series.counts.get(&(side, method, class))).copied().unwrap_or(0)
     }
 
     /// Drops window entries older than `now - WINDOW_NS`.

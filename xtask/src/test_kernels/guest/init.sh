@@ -189,6 +189,9 @@ run_daemon() {
 # Kernel TLS: kt-ktlsd's sessions go on in plaintext through the socket once their handshake is
 # done, and a daemon that hooks no TLS library counts their requests. /proc/net/tls_stat says
 # how many sessions the kernel took over (the ground truth that kTLS was used at all).
+# TlsTxSw and TlsRxSw of /proc/net/tls_stat, as NAME VALUE pairs: sessions whose sending and
+# receiving the kernel took over.
+tls_stat() { grep -E '^Tls(Tx|Rx)Sw[[:space:]]' /proc/net/tls_stat 2>/dev/null | tr -s ' \t' ' ' | tr '\n' ' '; }
 # kt-ktlsd, kt-ktls13, and nginx's master and worker.
 all_attached() { [ "$(value 'gateway_observer_targets{state="attached"}')" -ge 4 ] 2>/dev/null; }
 ktls_run() {
@@ -217,7 +220,7 @@ ktls_run() {
         say ktls-answered "$(tls_requests $KTLS_REQUESTS $KTLS_PORT)"
         say ktls-nginx-sent $KTLS_REQUESTS
         say ktls-nginx-answered "$(tls_requests $KTLS_REQUESTS $NGINX_KTLS_PORT)"
-        say ktls-stat-before-13 $(grep -E '^Tls(Tx|Rx)Sw[[:space:]]' /proc/net/tls_stat 2>/dev/null | tr -s ' \t' ' ' | tr '\n' ' ')
+        say ktls-stat-before-13 $(tls_stat)
         say ktls-13-sent $KTLS_REQUESTS
         say ktls-13-answered "$(tls_requests $KTLS_REQUESTS $KTLS13_PORT)"
         start=$(value gateway_observer_collections_total)
@@ -227,8 +230,7 @@ ktls_run() {
     else
         say ktls-note "the second daemon was not ready: $(tail -n 3 /tmp/daemon-ktls.err | tr '\n' ' ')"
     fi
-    # TlsTxSw and TlsRxSw: sessions whose sending and receiving the kernel took over.
-    say ktls-stat $(grep -E '^Tls(Tx|Rx)Sw[[:space:]]' /proc/net/tls_stat 2>/dev/null | tr -s ' \t' ' ' | tr '\n' ' ')
+    say ktls-stat $(tls_stat)
     kill "$daemon" "$ktlsd" "$ktls13" "$httpd" "$nginx" 2>/dev/null
     wait "$daemon" "$ktlsd" "$ktls13" "$httpd" "$nginx" 2>/dev/null
     grep -v '^$' /tmp/nginx.err 2>/dev/null | tail -n 3 | sed 's/^/@@KT ktls-note nginx: /'
