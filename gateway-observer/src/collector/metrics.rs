@@ -114,6 +114,9 @@ impl Collector {
         let name = &families::COLLECTIONS;
         e.family(name);
         e.sample(name, &[], self.collections as f64);
+        let name = &families::COLLECTION_DURATION;
+        e.family(name);
+        e.histogram(name, &[], &self.collection_time);
         let name = &families::EVENT_DECODE_ERRORS;
         e.family(name);
         e.sample(name, &[("ring", "threads")], self.decode_errors as f64);

@@ -39,6 +39,7 @@ use crate::{
     probes::{ProbeError, Probes},
     state::{
         counters::{DeltaCounters, LabelTotals},
+        histogram::Log2Histogram,
         history::ThreadInfo,
         jvm_pauses::JvmPauses,
         request_queues::RequestQueues,
@@ -122,6 +123,8 @@ pub struct Collector {
     map_entries: BTreeMap<&'static str, usize>,
     specs_waiting: usize,
     collections: u64,
+    /// How long each collection pass took: one that outlasts the interval delays the next.
+    collection_time: Log2Histogram,
     /// The time of the last tick (see [`Tick`]).
     tick: Tick,
     /// Every detector's configuration, and what they judge that is kept between ticks.
@@ -205,6 +208,7 @@ impl Collector {
             map_entries: BTreeMap::new(),
             specs_waiting: 0,
             collections: 0,
+            collection_time: Log2Histogram::default(),
             tick: Tick::now(),
             detect,
             memory,
@@ -387,8 +391,15 @@ impl Collector {
         self.decode_errors += 1;
     }
 
-    /// One collection pass.
+    /// One collection pass, timed.
     pub fn tick(&mut self) -> Result<(), ProbeError> {
+        let started = Instant::now();
+        let collected = self.collect();
+        self.collection_time.observe(started.elapsed().as_nanos() as u64);
+        collected
+    }
+
+    fn collect(&mut self) -> Result<(), ProbeError> {
         self.names.next_tick();
         let live_targets = self.sync_targets()?;
         self.tls.sync(&mut self.probes, &live_targets, self.collections);

@@ -1,6 +1,7 @@
 //! Everything that touches aya: loading the kernel programs, attaching them, and reading and
 //! writing their maps. Nothing outside this module holds a kernel handle.
 
+pub mod deferred_close;
 mod followed;
 mod h2_marks;
 pub mod hooks;

@@ -14,7 +14,7 @@ use aya::{
     programs::UProbe,
 };
 
-use super::{ProbeError, Probes};
+use super::{ProbeError, Probes, deferred_close::DeferredClose};
 use crate::{
     host::tls_libraries::{Library, TlsCall},
     uprobe_opener::{self, UprobeOpener, UprobeRequest, helper::OpenError},
@@ -91,6 +91,8 @@ pub enum TlsAttachError {
 pub struct TlsHooks {
     opener: UprobeOpener,
     links: HashMap<u32, Vec<OwnedFd>>,
+    /// Where detached events go to be closed: a close waits on the kernel's unregistering.
+    closer: DeferredClose,
     /// The hooked processes whose calls are Go's.
     go_pids: std::collections::HashSet<u32>,
     /// Set once the programs are loaded, at the first attach.
@@ -101,7 +103,14 @@ pub struct TlsHooks {
 
 impl TlsHooks {
     pub fn new(opener: UprobeOpener) -> Self {
-        Self { opener, links: HashMap::new(), go_pids: Default::default(), returns: None, bounded_because: None }
+        Self {
+            opener,
+            links: HashMap::new(),
+            closer: DeferredClose::default(),
+            go_pids: Default::default(),
+            returns: None,
+            bounded_because: None,
+        }
     }
 
     /// Where the uprobes come from (it also opens files through `/proc/PID/map_files`).
@@ -176,15 +185,24 @@ impl TlsHooks {
             // The file checked and parsed is passed by descriptor: whatever its path names now,
             // in the target's mount namespace, the event is on that file.
             let event =
-                self.opener.open(&library.file, request).map_err(|source| TlsAttachError::Open { symbol, source })?;
-            let prog: &mut UProbe = program_of(probes, program)?;
-            let fd = prog.fd().map_err(|source| ProbeError::LoadProgram { program, source })?;
-            uprobe_opener::set_program(&event, fd.as_fd()).map_err(|source| TlsAttachError::SetProgram {
-                program,
-                symbol,
-                source,
-            })?;
-            links.push(event);
+                self.opener.open(&library.file, request).map_err(|source| TlsAttachError::Open { symbol, source });
+            let event = event.and_then(|event| {
+                let prog: &mut UProbe = program_of(probes, program)?;
+                let fd = prog.fd().map_err(|source| ProbeError::LoadProgram { program, source })?;
+                uprobe_opener::set_program(&event, fd.as_fd()).map_err(|source| TlsAttachError::SetProgram {
+                    program,
+                    symbol,
+                    source,
+                })?;
+                Ok(event)
+            });
+            match event {
+                Ok(event) => links.push(event),
+                Err(error) => {
+                    self.closer.close(links);
+                    return Err(error);
+                }
+            }
         }
         self.links.entry(pid).or_default().extend(links);
         if entries.iter().any(|(_, call, _)| call.is_go_return()) && self.go_pids.insert(pid) {
@@ -195,7 +213,9 @@ impl TlsHooks {
 
     /// Detaches process `pid`'s hooks (it exited, or is no longer a target).
     pub fn detach(&mut self, probes: &mut Probes, pid: u32) {
-        self.links.remove(&pid);
+        if let Some(links) = self.links.remove(&pid) {
+            self.closer.close(links);
+        }
         if self.go_pids.remove(&pid) {
             let _ = self.publish_go_processes(probes);
         }

@@ -110,6 +110,13 @@ pub const COLLECTIONS: Family = Family {
     labels: &[],
 };
 
+pub const COLLECTION_DURATION: Family = Family {
+    name: "gateway_observer_collection_duration_seconds",
+    kind: Kind::Histogram,
+    help: "How long each collection pass took: one longer than the interval delays the next, the rings' drains and the HTTP answers.",
+    labels: &[],
+};
+
 pub const EVENT_DECODE_ERRORS: Family = Family {
     name: "gateway_observer_event_decode_errors",
     kind: Kind::Counter,

@@ -15,6 +15,12 @@ impl Log2Histogram {
         self.buckets[bucket] += count;
     }
 
+    /// Adds one value of `value_ns` to its bucket and to the sum.
+    pub fn observe(&mut self, value_ns: u64) {
+        self.add(crate::state::requests::stats::log2_bucket(value_ns), 1);
+        self.sum_ns = self.sum_ns.saturating_add(value_ns);
+    }
+
     pub fn count(&self) -> u64 {
         self.buckets.iter().sum()
     }

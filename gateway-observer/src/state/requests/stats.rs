@@ -171,11 +171,6 @@ pub fn log2_bucket(value: u64) -> usize {
     (u64::BITS - value.leading_zeros()) as usize
 }
 
-fn observe(hist: &mut Log2Histogram, value_ns: u64) {
-    hist.add(log2_bucket(value_ns), 1);
-    hist.sum_ns = hist.sum_ns.saturating_add(value_ns);
-}
-
 impl RequestStats {
     #[allow(clippy::too_many_arguments)]
     pub fn record(
@@ -191,9 +186,9 @@ impl RequestStats {
     ) {
         let series = self.series_of(process);
         *series.counts.entry((side, method, status_class(status))).or_default() += 1;
-        observe(series.durations.entry(side).or_default(), duration_ns);
+        series.durations.entry(side).or_default().observe(duration_ns);
         if let Some(queue) = queue_ns {
-            observe(series.socket_queue.get_or_insert_default(), queue);
+            series.socket_queue.get_or_insert_default().observe(queue);
         }
         if self.recent.len() == MAX_RECENT {
             self.recent.pop_front();
