@@ -213,6 +213,20 @@ fn sigterm_detaches_every_program_and_exits_0() {
     // attached) share their first 15 bytes, all the kernel keeps of a name.
     let continuations = 2;
     assert_eq!(during.len(), ours.len() + continuations, "programs loaded by the daemon: {during:?}");
+    // The verifier refuses a program past a million instructions walked, and `sock_*_length` come
+    // near it (their HTTP/2 walks are half of it): a change that leaves less headroom than this
+    // fails here, by name, rather than as requests no longer timed on some kernel.
+    const VERIFIER_HEADROOM: u32 = 1_000_000 - 25_000;
+    let verified: Vec<(String, u32)> = aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| during.contains(&p.id()))
+        .map(|p| (p.name_as_str().unwrap_or("?").to_owned(), p.verified_instruction_count().unwrap_or(0)))
+        .collect();
+    eprintln!("instructions the verifier walked: {verified:?}");
+    for (name, count) in &verified {
+        assert!(*count <= VERIFIER_HEADROOM, "{name}: the verifier walked {count} instructions, near its limit");
+    }
+    assert!(verified.iter().any(|(name, count)| name == "sock_send_lengt" && *count > 0), "{verified:?}");
     let pid = daemon.pid();
     let status = daemon.stop();
     assert!(status.success(), "exit status on SIGTERM: {status}");
