@@ -87,7 +87,19 @@ fn memory_breakdown(observer: &Observer) -> String {
     }
     mappings.sort_by_key(|m| std::cmp::Reverse(m.0));
     let largest: Vec<String> = mappings.iter().take(6).map(|(kib, name)| format!("{kib} KiB {name:?}")).collect();
-    format!("{kinds:?}; heap {heap:?}; largest mappings {largest:?}")
+    // Resolved alerts stay listed 10 minutes with their evidence: what they hold is heap too.
+    let alerts = observer.get("/api/v1/alerts").map(|(_, body)| body).unwrap_or_default();
+    let listed: Vec<String> = serde_json::from_str::<serde_json::Value>(&alerts)
+        .ok()
+        .and_then(|v| v["alerts"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|a| format!("{} {} {}", a["kind"], a["state"], a["subject"]))
+        .collect();
+    format!(
+        "{kinds:?}; heap {heap:?}; largest mappings {largest:?}; alerts listed ({} bytes): {listed:?}",
+        alerts.len()
+    )
 }
 
 /// Label values of `/metrics` that name `what`.
