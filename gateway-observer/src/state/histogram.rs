@@ -17,7 +17,7 @@ impl Log2Histogram {
 
     /// Adds one value of `value_ns` to its bucket and to the sum.
     pub fn observe(&mut self, value_ns: u64) {
-        self.add(crate::state::requests::stats::log2_bucket(value_ns), 1);
+        self.add(log2_bucket(value_ns), 1);
         self.sum_ns = self.sum_ns.saturating_add(value_ns);
     }
 
@@ -28,5 +28,23 @@ impl Log2Histogram {
     /// Values below 2^bucket ns: every bucket up to and including `bucket`.
     pub fn cumulative_below(&self, bucket: usize) -> u64 {
         self.buckets.iter().take(bucket + 1).sum()
+    }
+}
+
+/// Bucket of a value in a `Log2Histogram`: 0 for 0, else 1 + floor(log2(value)).
+pub fn log2_bucket(value: u64) -> usize {
+    (u64::BITS - value.leading_zeros()) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_buckets_match_the_kernels() {
+        assert_eq!(log2_bucket(0), 0);
+        assert_eq!(log2_bucket(1), 1);
+        assert_eq!(log2_bucket(1023), 10);
+        assert_eq!(log2_bucket(1024), 11);
     }
 }

@@ -166,11 +166,6 @@ fn summary(mut durations: Vec<u64>, refused: u64) -> WindowSummary {
     }
 }
 
-/// Bucket of a value in a `Log2Histogram`: 0 for 0, else 1 + floor(log2(value)).
-pub fn log2_bucket(value: u64) -> usize {
-    (u64::BITS - value.leading_zeros()) as usize
-}
-
 impl RequestStats {
     #[allow(clippy::too_many_arguments)]
     pub fn record(
@@ -377,13 +372,5 @@ mod tests {
         assert_eq!(status_class(Some(404)), "4xx");
         assert_eq!(status_class(Some(999)), "other");
         assert_eq!(status_class(None), "none");
-    }
-
-    #[test]
-    fn log2_buckets_match_the_kernels() {
-        assert_eq!(log2_bucket(0), 0);
-        assert_eq!(log2_bucket(1), 1);
-        assert_eq!(log2_bucket(1023), 10);
-        assert_eq!(log2_bucket(1024), 11);
     }
 }
