@@ -45,7 +45,8 @@ pub struct DataEvent {
     pub queued_since_ns: u64,
     /// `data_shape::*` of the syscall.
     pub shape: u8,
-    /// 1 when an [`H2Walk`] follows the record (an [`H2DataEvent`]).
+    /// `walk_mode::*`: whether the transfer's HTTP/2 frames were walked past the head, and where
+    /// the walked headers are.
     pub h2_walk: u8,
     /// Valid bytes in `head` (the first ones transferred) and `tail` (the last ones).
     pub head_len: u16,
@@ -57,6 +58,19 @@ pub struct DataEvent {
 }
 pub const DATA_EVENT_SIZE: usize = 584;
 const _: () = assert!(size_of::<DataEvent>() == DATA_EVENT_SIZE);
+
+/// Values of `DataEvent::h2_walk`.
+pub mod walk_mode {
+    /// No walk: the head and tail are all there is.
+    pub const NONE: u8 = 0;
+    /// An [`super::H2Walk`] follows the record (an [`super::H2DataEvent`]), and may go on in
+    /// continuation records (the `tcp_*msg` fallback and the bounded TLS programs).
+    pub const INLINE: u8 = 1;
+    /// The whole walk is in the `SOCKET_H2_CONTINUED` records that follow (the socket
+    /// tracepoints and TLS uprobes, whose continuation programs walk): the first says where it
+    /// began.
+    pub const IN_CONTINUATIONS: u8 = 2;
+}
 
 /// Socket ring-buffer record `SOCKET_PAYLOAD`: a transfer of an HTTP/2 connection that lies
 /// wholly inside one frame's payload (an upload read 8 kB at a time). Userspace needs only how
@@ -111,9 +125,9 @@ pub struct H2DataEvent {
 pub const H2_DATA_EVENT_SIZE: usize = 2456;
 const _: () = assert!(size_of::<H2DataEvent>() == H2_DATA_EVENT_SIZE);
 
-/// Walks that go on past `H2_WALK_FRAMES` in continuation records, at most: 32 frames each, one
-/// tail call each (the kernel allows 33 in a chain).
-pub const H2_WALK_CONTINUATIONS: u32 = 15;
+/// Continuation records of one transfer's walk, at most: 32 frames each, one tail call each (the
+/// kernel allows 33 in a chain).
+pub const H2_WALK_CONTINUATIONS: u32 = 16;
 
 /// Socket ring-buffer record `SOCKET_H2_CONTINUED`: the frame headers after those of the walked
 /// record (or continuation) before it of the same socket and thread, from `walk.origin`, which

@@ -1,14 +1,15 @@
-//! HTTP/2 walks past one record's bound: a gateway answering many streams of one connection in
-//! one `writev` writes more frames than the 32 a record holds. The walk goes on in a second
-//! program with a verifier budget of its own (the walk is unrolled; a second one in the same
-//! program would double what the verifier already works hard on). The socket tracepoint leaves
-//! where its walk stopped in a per-CPU entry and, as its last action, tail-calls the
-//! continuation program on the same tracepoint, which sends the next headers in a continuation
-//! record and tail-calls itself while frames remain. Userspace merges the records (they follow
-//! each other in the ring) before it lays the walked headers out.
+//! HTTP/2 frame walks in programs of their own. A transfer of an HTTP/2 connection that runs
+//! past its copied head has its frame headers walked (`h2_walk`); the walk is unrolled, and in
+//! the socket tracepoints' own programs it took half the verifier's million instructions, leaving
+//! no room for anything else there. So the tracepoint sends its data record, leaves where the
+//! walk begins in a per-CPU entry and, as its last action, tail-calls the continuation program
+//! on the same tracepoint, which sends the walked headers in a continuation record and
+//! tail-calls itself while frames remain (a gateway answering many streams of one connection in
+//! one `writev` writes more frames than the 32 a record holds). Userspace merges the records
+//! (they follow each other in the ring) before it lays the walked headers out.
 //!
 //! TLS plaintext is sent from uprobe programs (`tls.rs`, `go_tls.rs`), which may tail-call only
-//! uprobe programs: `tls_walk_more` is their continuation, the same walk on.
+//! uprobe programs: `tls_walk_more` is their continuation, the same walk.
 
 use aya_ebpf::{
     EbpfContext,
@@ -25,7 +26,7 @@ use crate::{
     sockets::{SOCKET_EVENTS, socket_ring_unread},
 };
 
-/// A walk left for a continuation program: whose, and where it stopped.
+/// A walk left for a continuation program: whose, and where it begins or stopped.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct LeftWalk {
@@ -39,6 +40,9 @@ pub struct LeftWalk {
     /// The transfer's bytes, and where the next header starts among them.
     len: u64,
     at: u64,
+    /// Bytes of the transfer its data record holds (its head): the walk keeps no header that
+    /// ends inside them. 0 past the first continuation.
+    copied: u64,
     buffers: Buffers,
 }
 
@@ -64,14 +68,15 @@ pub enum Continuation {
     Uprobe,
 }
 
-/// Leaves a walk that reached its bound at `at` of `buffers` for a continuation; false when it
-/// cannot (the walk then ends there, its connection's place unknown).
+/// Leaves the walk of a transfer of `len` bytes (`buffers`), from the frame boundary `origin`
+/// past the `copied` bytes its data record holds, for the continuation programs; false when it
+/// cannot (its connection's place then stays unknown).
 #[inline(always)]
-pub fn leave(tid: u32, sk: u64, read: bool, len: u64, at: u64, buffers: Buffers) -> bool {
+pub fn leave(tid: u32, sk: u64, read: bool, len: u64, origin: u64, copied: u64, buffers: Buffers) -> bool {
     let Some(left) = H2_LEFT_WALKS.get_ptr_mut(0) else { return false };
     // SAFETY: a per-CPU map value pointer, valid for this program run.
     let left = unsafe { &mut *left };
-    *left = LeftWalk { pending: 1, hops: 0, tid, read: u32::from(read), sk, len, at, buffers };
+    *left = LeftWalk { pending: 1, hops: 0, tid, read: u32::from(read), sk, len, at: origin, copied, buffers };
     true
 }
 
@@ -114,9 +119,10 @@ pub fn tls_walk_more(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// Walks on from where the last walk on this CPU stopped, into a continuation record; hands on
-/// again while the walk reaches its bound, or ends inside a header (whose length the next run
-/// reads: read here, after the unrolled walk, it would be verified once per frame).
+/// Walks the walk left on this CPU on from where it begins or stopped, into a continuation
+/// record; hands on again while the walk reaches its bound, or ends inside a header (whose
+/// length the next run reads: read here, after the unrolled walk, it would be verified once per
+/// frame). The first continuation always sends a record, which says where the walk began.
 #[inline(always)]
 fn continue_walk<C: EbpfContext>(ctx: &C, from: Continuation) {
     let Some(left) = H2_LEFT_WALKS.get_ptr_mut(0) else { return };
@@ -127,7 +133,7 @@ fn continue_walk<C: EbpfContext>(ctx: &C, from: Continuation) {
     }
     left.pending = 0;
     let read = left.read != 0;
-    if left.at + HEADER > left.len {
+    if left.hops > 0 && left.at + HEADER > left.len {
         // The walk before reached the transfer's end inside a header: only its place is left
         // to find, from that header's length; no record.
         let next = next_after_cut_header::<true>(left.buffers.addr(left.at), left.at, left.len);
@@ -145,9 +151,10 @@ fn continue_walk<C: EbpfContext>(ctx: &C, from: Continuation) {
         (*event).kind = event_kind::SOCKET_H2_CONTINUED;
         (*event).tid = left.tid;
         (*event).sk = left.sk;
-        // From a frame boundary, with no head: every header is kept.
-        walk_frames::<true>(&raw mut (*event).walk, left.buffers, left.len, left.at, 0)
+        // From a frame boundary: every header past the data record's head is kept.
+        walk_frames::<true>(&raw mut (*event).walk, left.buffers, left.len, left.at, left.copied)
     };
+    left.copied = 0;
     match end {
         // This is continuation `hops + 1`: another only while the bound allows.
         WalkEnd::Bound { at, buffers } | WalkEnd::Cut { at, buffers } if left.hops + 1 < H2_WALK_CONTINUATIONS => {

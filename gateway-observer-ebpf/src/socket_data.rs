@@ -12,8 +12,9 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
 use gateway_observer_common::{
-    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, GoTlsCall, H2_NEXT_IN_HEADER, H2_NEXT_PARTIAL, H2_NEXT_UNKNOWN, H2DataEvent,
-    SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index, event_kind, syscall_class,
+    DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DataEvent, GoTlsCall, H2_NEXT_IN_HEADER, H2_NEXT_PARTIAL, H2_NEXT_UNKNOWN,
+    H2DataEvent, SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index, event_kind,
+    syscall_class, walk_mode,
 };
 
 use crate::{
@@ -21,7 +22,7 @@ use crate::{
     go_tls::{call_in_progress, go_transfer},
     h2_continue,
     h2_marks::take_h2_mark,
-    h2_walk::{Buffers, WalkEnd, next_after_head, next_origin, origin_past_split_header, walk_frames},
+    h2_walk::{Buffers, next_after_head, next_origin, origin_past_split_header, walk_frames},
     loop_iterations::transfer_boundary,
     maps::{btf_field, config, current_ids, now_ns, submit_flags, take_socket_budget, thread_state},
     sockets::{
@@ -346,12 +347,12 @@ fn finish_transfer<const ACROSS_BUFFERS: bool>(
 }
 
 /// Sends a data record. A transfer of an HTTP/2 connection (or a connection's first one, which
-/// may open with the preface) that runs past the head gets the larger record with its frame
-/// headers walked; any other pays one test more. `ACROSS_BUFFERS`: the walk goes on past the
-/// first buffer of a `writev` (the socket tracepoints; 6.1's verifier, for the `tcp_*msg`
-/// fallback, did not finish with it in 150 s, and TLS plaintext is one buffer). `CONTINUE`: past
-/// its bound in continuation programs, which the caller has (`h2_continue`). True when the walk
-/// is left for one.
+/// may open with the preface) that runs past the head has its frame headers walked; any other
+/// pays one test more. `ACROSS_BUFFERS`: the walk goes on past the first buffer of a `writev`
+/// (the socket tracepoints; 6.1's verifier, for the `tcp_*msg` fallback, did not finish with it
+/// in 150 s, and TLS plaintext is one buffer). `CONTINUE`: the walk is left for the continuation
+/// programs, which the caller has (`h2_continue`); without, it is done here and stops at one
+/// record's bound. True when the walk is left.
 #[inline(always)]
 pub fn emit_data<const ACROSS_BUFFERS: bool, const CONTINUE: bool>(
     state: &ThreadState,
@@ -383,7 +384,11 @@ pub fn emit_data<const ACROSS_BUFFERS: bool, const CONTINUE: bool>(
     if past_head && origin < len {
         let iov = if ACROSS_BUFFERS { iovs.0 } else { 0 };
         let walked = Buffers::new(buffers.0, buffers.1, iov, iovs.1, iovs.2);
-        return emit_walked::<CONTINUE>(state, tid, len, now, (buffers, walked, origin), unread);
+        if CONTINUE {
+            return emit_walk_left(state, tid, len, now, (buffers, walked, origin), unread);
+        }
+        emit_walked(state, tid, len, now, (buffers, walked, origin), unread);
+        return false;
     }
     if state.data_first & ON_H2 != 0 {
         // No header past the head to keep, but the connection's place in its frames moves on.
@@ -399,11 +404,34 @@ pub fn emit_data<const ACROSS_BUFFERS: bool, const CONTINUE: bool>(
     false
 }
 
-/// `emit_data` for a transfer that may carry HTTP/2 frames past its head (`bytes`: its buffers as
-/// copied and as walked, and where its first frame header is). True when its walk reached the
-/// bound and is left for a continuation (`CONTINUE`: this hook has them).
+/// Where a transfer's walk begins, from its copied head (`copied` bytes of `event`): past the
+/// client preface when the connection opens with it, else `origin`; None when the transfer is
+/// not HTTP/2's.
+///
+/// # Safety
+/// `event` points at a filled data record.
 #[inline(always)]
-fn emit_walked<const CONTINUE: bool>(
+unsafe fn walk_origin(state: &ThreadState, event: *const DataEvent, origin: u64) -> Option<u64> {
+    // SAFETY: the caller's.
+    let preface = unsafe {
+        state.data_first & EARLY_ON_SOCKET != 0
+            && u64::from((*event).head_len) >= PREFACE_LEN
+            && u64::from_le_bytes(*(*event).head.as_ptr().cast::<[u8; 8]>()) == PREFACE_START
+    };
+    if preface {
+        Some(PREFACE_LEN)
+    } else if state.data_first & ON_H2 != 0 {
+        Some(origin)
+    } else {
+        None
+    }
+}
+
+/// `emit_data` for a transfer that may carry HTTP/2 frames past its head, in a hook with
+/// continuation programs (`bytes`: its buffers as copied and as walked, and where its first
+/// frame header is): a data record, its walk left for them. True when it is left.
+#[inline(always)]
+fn emit_walk_left(
     state: &ThreadState,
     tid: u32,
     len: u64,
@@ -412,38 +440,59 @@ fn emit_walked<const CONTINUE: bool>(
     unread: u64,
 ) -> bool {
     let (buffers, walked, origin) = bytes;
-    let Some(mut entry) = SOCKET_EVENTS.reserve::<H2DataEvent>(0) else {
+    let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
         lose_record(state, drop_index::SOCKET_RINGBUF);
         return false;
     };
     let event = entry.as_mut_ptr();
     let mut walk_left = false;
+    // SAFETY: a reserved record of a DataEvent's size, filled before it is read.
+    unsafe {
+        fill_data(event, state, tid, len, now, buffers, None);
+        if let Some(origin) = walk_origin(state, event, origin) {
+            let read = data_shape::is_read(state.data_shape);
+            let copied = u64::from((*event).head_len);
+            // The connection's place stays unknown until the continuation has found it.
+            walk_left = h2_continue::leave(tid, state.data_sk, read, len, origin, copied, walked);
+            if walk_left {
+                (*event).h2_walk = walk_mode::IN_CONTINUATIONS;
+            }
+        }
+    }
+    let record = size_of::<DataEvent>();
+    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
+    walk_left
+}
+
+/// `emit_data` for a transfer that may carry HTTP/2 frames past its head, in a hook without
+/// continuation programs (`bytes`: as `emit_walk_left`'s): the larger record with its frame
+/// headers walked, as far as one record's bound.
+#[inline(always)]
+fn emit_walked(
+    state: &ThreadState,
+    tid: u32,
+    len: u64,
+    now: u64,
+    bytes: ((u64, u64, u64, u64), Buffers, u64),
+    unread: u64,
+) {
+    let (buffers, walked, origin) = bytes;
+    let Some(mut entry) = SOCKET_EVENTS.reserve::<H2DataEvent>(0) else {
+        lose_record(state, drop_index::SOCKET_RINGBUF);
+        return;
+    };
+    let event = entry.as_mut_ptr();
     // SAFETY: a reserved record of an H2DataEvent's size, whose first field is the DataEvent.
     unsafe {
         let data = &raw mut (*event).data;
         fill_data(data, state, tid, len, now, buffers, None);
-        let copied = u64::from((*data).head_len);
-        let preface = state.data_first & EARLY_ON_SOCKET != 0
-            && copied >= PREFACE_LEN
-            && u64::from_le_bytes(*(*data).head.as_ptr().cast::<[u8; 8]>()) == PREFACE_START;
-        if state.data_first & ON_H2 != 0 || preface {
-            let origin = if preface { PREFACE_LEN } else { origin };
-            let end = walk_frames::<CONTINUE>(&raw mut (*event).walk, walked, len, origin, copied);
-            (*data).h2_walk = 1;
-            match (CONTINUE, end) {
-                // The connection's place stays unknown until the continuation has found it: at
-                // the end of its walk, or past a header this transfer ends inside.
-                (true, WalkEnd::Bound { at, buffers } | WalkEnd::Cut { at, buffers }) => {
-                    let read = data_shape::is_read(state.data_shape);
-                    walk_left = h2_continue::leave(tid, state.data_sk, read, len, at, buffers);
-                    let more_records = matches!(end, WalkEnd::Bound { .. });
-                    (*event).walk.continued = u8::from(walk_left && more_records);
-                }
-                _ => set_h2_next(state, next_origin(end.reached(), len)),
-            }
+        if let Some(origin) = walk_origin(state, data, origin) {
+            let copied = u64::from((*data).head_len);
+            let end = walk_frames::<false>(&raw mut (*event).walk, walked, len, origin, copied);
+            (*data).h2_walk = walk_mode::INLINE;
+            set_h2_next(state, next_origin(end.reached(), len));
         }
     }
     let record = size_of::<H2DataEvent>();
     entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
-    walk_left
 }

@@ -135,15 +135,19 @@ fn hook_lines(probes: &mut Probes) -> Vec<Line> {
 }
 
 /// Whether HTTP/2 frame walks go on past 32 frames in one transfer (the socket tracepoints'
-/// continuation programs).
+/// continuation programs, which do their whole walks).
 fn walk_continuations_line(probes: &mut Probes, found: Option<DataHooks>) -> Line {
     const REQUIREMENT: &str = "HTTP/2 walks past 32 frames in one transfer";
     let (status, detail) = match found {
         Some(DataHooks::SocketTracepoints) => match probes.load_walk_continuations() {
             Ok(()) => (Status::Ok, "continuation programs loaded (tail calls)".to_owned()),
-            Err(e) => {
-                (Status::Degraded, format!("a walk stops at 32 frames past a transfer's head: {}", error_chain(&e)))
-            }
+            Err(e) => (
+                Status::Degraded,
+                format!(
+                    "HTTP/2 frames past a transfer's head are not walked (its connection resyncs): {}",
+                    error_chain(&e)
+                ),
+            ),
         },
         _ => {
             (Status::Unused, "not with the TCP functions: a walk stops at 32 frames past a transfer's head".to_owned())

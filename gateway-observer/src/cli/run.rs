@@ -216,7 +216,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         Err(e) => tracing::warn!("degraded: no source of socket bytes ({e}): requests are not timed"),
     }
     if let (Ok(DataHooks::SocketTracepoints), Err(e)) = (&attached.data, &attached.walk_continuations) {
-        tracing::warn!("degraded: HTTP/2 frames past 32 in one transfer are not walked ({e})");
+        tracing::warn!("degraded: HTTP/2 frames past a transfer's head are not walked ({e})");
     }
     for (optional, e) in &attached.missing {
         tracing::warn!("degraded: no {} ({e}): {}", optional.capability, optional.consequence);

@@ -1,7 +1,8 @@
-//! Walked records whose HTTP/2 frame walk the kernel goes on with in continuation records (a
-//! transfer of more than 32 frames past its head: a gateway answering many streams of one
-//! connection in one `writev`). Each is held until its continuations arrive, their headers
-//! appended to its own, and then handed on as one record, as if one walk had seen them all.
+//! Data records whose HTTP/2 frame walk the kernel sends in continuation records: the whole walk
+//! (the socket tracepoints and TLS uprobes walk in programs of their own), or its part past
+//! 32 frames (a gateway answering many streams of one connection in one `writev`). Each is held
+//! until its continuations arrive, their headers appended to its own, and then handed on as one
+//! record, as if one walk had seen them all.
 //! The kernel sends a continuation in the same program run as the record before it, so it is in
 //! the ring by the end of the next drain; one that is not (lost to a full ring) leaves the record
 //! walked as far as it got, which loses sync there as a walk that stopped at its bound did.
@@ -31,7 +32,9 @@ pub struct Waiting {
     record: Vec<u8>,
     sk: u64,
     tid: u32,
-    origin: u64,
+    /// Where the walk began and its first header is; unknown (None) until the first
+    /// continuation says, for a record whose whole walk is in them.
+    origin: Option<u64>,
     start: u64,
     headers: Vec<u8>,
     payload_lens: Vec<u8>,
@@ -46,15 +49,18 @@ impl Waiting {
     /// The record with every header walked so far; None if its bytes no longer decode as one.
     pub fn record(&self) -> Option<DataRecord<'_>> {
         let Ok(SocketRecord::Data(mut data)) = decode(&self.record) else { return None };
-        data.walked = Walked {
-            origin: self.origin,
-            start: self.start,
-            headers: &self.headers,
-            payload_lens: &self.payload_lens,
-            payloads: &self.payloads,
-            payload_slot: H2_WALK_PAYLOAD_BYTES,
-        };
+        if let Some(origin) = self.origin {
+            data.walked = Walked {
+                origin,
+                start: self.start,
+                headers: &self.headers,
+                payload_lens: &self.payload_lens,
+                payloads: &self.payloads,
+                payload_slot: H2_WALK_PAYLOAD_BYTES,
+            };
+        }
         data.walk_continued = false;
+        data.walk_in_continuations = false;
         Some(data)
     }
 
@@ -90,7 +96,7 @@ impl ContinuedWalks {
             record: bytes.to_vec(),
             sk: data.sk,
             tid: data.tid,
-            origin: data.walked.origin,
+            origin: (!data.walk_in_continuations).then_some(data.walked.origin),
             start: data.walked.start,
             headers: Vec::new(),
             payload_lens: Vec::new(),
@@ -109,7 +115,12 @@ impl ContinuedWalks {
     pub fn extend(&mut self, more: &ContinuedWalk) -> Option<Waiting> {
         let index = self.waiting.iter().position(|w| (w.sk, w.tid) == (more.sk, more.tid))?;
         let waiting = &mut self.waiting[index];
-        if more.walked.origin != waiting.next_at {
+        if waiting.origin.is_none() {
+            // The walk's first record: from where it began.
+            waiting.origin = Some(more.walked.origin);
+            waiting.start = more.walked.start;
+            waiting.next_at = more.walked.start;
+        } else if more.walked.origin != waiting.next_at {
             self.incomplete += 1;
             return Some(self.waiting.remove(index));
         }

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use gateway_observer_common::{
     CONN_EVENT_SIZE, ConnEvent, DATA_EVENT_SIZE, DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, FLOW_EVENT_SIZE,
     FlowEvent, H2_CONTINUED_EVENT_SIZE, H2_WALK_FRAMES, H2_WALK_PAYLOAD_BYTES, H2ContinuedEvent, H2DataEvent, H2Walk,
-    PAYLOAD_EVENT_SIZE, conn_role, data_shape, event_kind,
+    PAYLOAD_EVENT_SIZE, conn_role, data_shape, event_kind, walk_mode,
 };
 use gateway_observer_http::h2::Walked;
 
@@ -95,6 +95,9 @@ pub struct DataRecord<'a> {
     pub walked: Walked<'a>,
     /// The walk reached its bound and goes on in `H2Continued` records.
     pub walk_continued: bool,
+    /// The whole walk is in the `H2Continued` records that follow (`walked` is empty): the first
+    /// says where it began.
+    pub walk_in_continuations: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -203,8 +206,13 @@ fn data_record(bytes: &[u8], with_bytes: bool) -> DataRecord<'_> {
         head: bytes.get(head_at..head_at + head_len).unwrap_or_default(),
         tail: bytes.get(tail_at..tail_at + tail_len).unwrap_or_default(),
         sock_lost: at!(sock_lost),
-        walked: if h2_walk != 0 { walked(bytes, walk_at) } else { Walked::default() },
-        walk_continued: h2_walk != 0 && walk_continued(bytes, walk_at),
+        walked: if h2_walk == walk_mode::INLINE { walked(bytes, walk_at) } else { Walked::default() },
+        walk_continued: match h2_walk {
+            walk_mode::INLINE => walk_continued(bytes, walk_at),
+            walk_mode::IN_CONTINUATIONS => true,
+            _ => false,
+        },
+        walk_in_continuations: h2_walk == walk_mode::IN_CONTINUATIONS,
     }
 }
 

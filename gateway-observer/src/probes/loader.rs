@@ -290,7 +290,8 @@ impl Probes {
     }
 
     /// Loads the continuation programs of the socket tracepoints' HTTP/2 walks into the program
-    /// arrays their tracepoints tail-call through. Until they are there, a walk stops at 32 frames.
+    /// arrays their tracepoints tail-call through. Until they are there, no frame past a
+    /// transfer's head is walked.
     pub fn load_walk_continuations(&mut self) -> Result<(), ProbeError> {
         for &(program, tracepoint, array) in WALK_CONTINUATIONS {
             let load_err = |source| ProbeError::LoadProgram { program, source };

@@ -1,6 +1,6 @@
 use gateway_observer_common::{
     DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, H2_WALK_FRAMES, H2ContinuedEvent, H2DataEvent, H2Walk, data_shape,
-    event_kind,
+    event_kind, walk_mode,
 };
 use gateway_observer_http::h2::{frames::Piece, walked::pieces};
 
@@ -37,7 +37,12 @@ const FRAME: u64 = 9 + 40;
 
 /// A write of `len` bytes on SK by TID whose first 32 frames past a 512-byte head were walked.
 fn walked_record(len: u64, continued: bool) -> Vec<u8> {
-    let data = DataEvent {
+    bytes_of(&H2DataEvent { data: data_event(len, walk_mode::INLINE), walk: walk(0, H2_WALK_FRAMES, continued) })
+}
+
+/// A write of `len` bytes on SK by TID, with a 512-byte head and `h2_walk` set to `mode`.
+fn data_event(len: u64, mode: u8) -> DataEvent {
+    DataEvent {
         kind: event_kind::SOCKET_DATA,
         tid: TID,
         tgid: 1,
@@ -47,14 +52,19 @@ fn walked_record(len: u64, continued: bool) -> Vec<u8> {
         len,
         queued_since_ns: 0,
         shape: data_shape::WRITE_IOV,
-        h2_walk: 1,
+        h2_walk: mode,
         head_len: DATA_HEAD_BYTES as u16,
         tail_len: 0,
         sock_lost: 0,
         head: [0; DATA_HEAD_BYTES],
         tail: [0; DATA_TAIL_BYTES],
-    };
-    bytes_of(&H2DataEvent { data, walk: walk(0, H2_WALK_FRAMES, continued) })
+    }
+}
+
+/// A continuation of a walk that began at `origin` with its first header at `start`.
+fn first_continuation(origin: u32, start: u32, frames: usize, continued: bool) -> Vec<u8> {
+    let walk = H2Walk { start, ..walk(origin, frames, continued) };
+    bytes_of(&H2ContinuedEvent { kind: event_kind::SOCKET_H2_CONTINUED, tid: TID, sk: SK, walk })
 }
 
 fn continuation(origin: u64, frames: usize, continued: bool) -> Vec<u8> {
@@ -97,6 +107,42 @@ fn continuations_add_their_headers_to_the_walk_before_them() {
     assert_eq!(walks.incomplete, 0);
     // Before the merge the walk ended 37 frames short.
     assert_eq!(unseen(&data(&record)), 37 * FRAME);
+}
+
+#[test]
+fn a_walk_wholly_in_continuations_begins_where_the_first_says() {
+    // Frames of 49 bytes from 0: the first ten end inside the 512-byte head, the eleventh (at
+    // 490) runs past it: the walk keeps headers from there.
+    let (start, frames) = (10 * FRAME, 10 + 32 + 4);
+    let len = frames * FRAME;
+    let record = bytes_of(&data_event(len, walk_mode::IN_CONTINUATIONS));
+    let held = data(&record);
+    assert!(held.walk_continued && held.walk_in_continuations && held.walked.is_empty());
+    let mut walks = ContinuedWalks::default();
+    assert!(walks.hold(&record, &held).is_none());
+    assert!(walks.extend(&more(&first_continuation(0, start as u32, 32, true))).is_none());
+    let whole = walks.extend(&more(&continuation(start + 32 * FRAME, 4, false))).expect("the last continuation");
+    let merged = whole.record().expect("the record");
+    assert_eq!((merged.walked.origin, merged.walked.start), (0, start));
+    assert_eq!(merged.walked.headers.len(), 36 * 9);
+    assert!(!merged.walk_continued && !merged.walk_in_continuations);
+    // Every frame header and payload is seen: nothing of the write is unknown.
+    assert_eq!(unseen(&merged), 0);
+    assert_eq!(walks.incomplete, 0);
+}
+
+#[test]
+fn a_walk_whose_first_continuation_never_comes_is_handed_on_unwalked() {
+    let record = bytes_of(&data_event(40 * FRAME, walk_mode::IN_CONTINUATIONS));
+    let mut walks = ContinuedWalks::default();
+    walks.hold(&record, &data(&record));
+    walks.after_drain();
+    let late = walks.after_drain();
+    let out = late[0].record().expect("the record");
+    assert!(out.walked.is_empty() && !out.walk_continued && !out.walk_in_continuations);
+    // Past its head the write is unknown, as for a record the kernel did not walk.
+    assert_eq!(unseen(&out), 40 * FRAME - DATA_HEAD_BYTES as u64);
+    assert_eq!(walks.incomplete, 1);
 }
 
 #[test]

@@ -58,6 +58,7 @@ pub(crate) fn data(sk: u64, read: bool, bytes: &[u8], ts: u64, queued: Option<u6
         sock_lost: 0,
         walked: Default::default(),
         walk_continued: false,
+        walk_in_continuations: false,
     })
 }
 

@@ -60,6 +60,7 @@ impl HeldWrite {
             // Plaintext: the kernel walks no frames in it.
             walked: Walked::default(),
             walk_continued: false,
+            walk_in_continuations: false,
         }
     }
 }
@@ -185,6 +186,7 @@ mod tests {
             sock_lost: 0,
             walked: Walked::default(),
             walk_continued: false,
+            walk_in_continuations: false,
         }
     }
 
