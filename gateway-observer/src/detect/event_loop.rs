@@ -239,7 +239,7 @@ fn untimed_blocking_ns(
     let untimed = delta.ns(reason::FUTEX);
     let long: Vec<&&Block> = blocks.iter().filter(|b| b.reason == reason::FUTEX).collect();
     let long_blocking: u64 = long.iter().filter(|b| blocking(thread, b)).map(|b| b.wait_ns).sum();
-    let short = if baselines.short_waits_block(thread.tid) {
+    let short = if baselines.short_waits_block(thread) {
         untimed.saturating_sub(long.iter().map(|b| b.wait_ns).sum())
     } else {
         0
@@ -466,6 +466,25 @@ mod tests {
             blocked_loops(&h, &waits(3), now, now_ns, &config, &LoopBaselines::default()).is_empty(),
             "a sibling loop handed over work: idle"
         );
+    }
+
+    #[test]
+    fn short_untimed_waits_of_a_worker_whose_siblings_park_for_work_are_idling() {
+        // A tokio worker that kept the I/O driver while the gateway idled (it polled alone, tick
+        // after tick) parks on its condvar between tasks once load comes: 600 ms a second in
+        // waits too short to be reported one by one, so with no waker to judge them by.
+        let (h, now) = history_of(1, 400, 0, 600);
+        let now_ns = 10_000_000_000;
+        let config = EventLoopConfig::default();
+        let mut baselines = LoopBaselines::default();
+        baselines.seen_polling_alone(1);
+        let found = blocked_loops(&h, &[], now, now_ns, &config, &baselines);
+        assert_eq!(found.len(), 1, "a poll-only loop whose group never parks (a fast Redis call in a Netty loop)");
+        assert!(found[0].share > 0.5 && found[0].active, "{:?}", found[0]);
+        // Its sibling was seen parking for work: the group idles that way.
+        baselines.seen_parking_for_work(&thread(2));
+        let found = blocked_loops(&h, &[], now, now_ns, &config, &baselines);
+        assert!(found.is_empty(), "a sibling parks for work: idling, not blocked: {found:?}");
     }
 
     #[test]

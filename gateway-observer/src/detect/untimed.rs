@@ -29,7 +29,8 @@
 //! - a baseline for short waits (under the block threshold, so without a waker): a thread seen
 //!   idling in poll for several ticks with no untimed waits is a poll-only loop, and its short
 //!   untimed waits count as blocking (a fast Redis call inside the loop). Until it has been seen
-//!   that way, or once it has parked for work, they do not.
+//!   that way, or once it or a loop of its group has parked for work, they do not (a tokio
+//!   worker that kept the I/O driver while idle polls alone, but its group parks for work).
 
 use std::collections::{HashMap, HashSet};
 
@@ -72,7 +73,7 @@ pub fn classify<'a>(
         UntimedWait::Pause
     } else if baselines.idles_on(thread.tid, block.futex_uaddr)
         || woken_by_sibling_loop(thread, block.waker_tid, loops)
-        || (woken_by_sibling() && (baselines.group_parks_for_work(thread) || !baselines.short_waits_block(thread.tid)))
+        || (woken_by_sibling() && !baselines.short_waits_block(thread))
     {
         UntimedWait::Idle
     } else {

@@ -79,9 +79,14 @@ impl LoopBaselines {
         self.learned_until_ns = newest;
     }
 
-    /// Whether the thread's untimed waits too short to be reported one by one count as blocking.
-    pub fn short_waits_block(&self, tid: u32) -> bool {
-        self.threads.get(&tid).is_some_and(|b| !b.parks_for_work && b.poll_only_ticks >= POLL_ONLY_TICKS)
+    /// Whether the thread's untimed waits too short to be reported one by one count as blocking:
+    /// a poll-only loop, unless it or a loop of its group was seen parking for work. A tokio
+    /// runtime's idle worker that keeps the I/O driver idles in epoll alone, tick after tick,
+    /// while its siblings park on their condvars; once load comes it parks there too, for
+    /// microseconds at a time: idling, like its siblings, not blocking.
+    pub fn short_waits_block(&self, thread: &ThreadInfo) -> bool {
+        !self.group_parks_for_work(thread)
+            && self.threads.get(&thread.tid).is_some_and(|b| !b.parks_for_work && b.poll_only_ticks >= POLL_ONLY_TICKS)
     }
 
     /// Whether `uaddr` is a futex word the thread parked on idle, woken by a sibling loop: a
@@ -173,12 +178,16 @@ pub(crate) mod tests {
             }
             baselines.learn(&history, &loops, &[]);
         }
-        assert!(baselines.short_waits_block(1), "idled in poll alone for four ticks");
-        // A worker handed work by a sibling parks for work: its short waits are idling too.
+        assert!(baselines.short_waits_block(&threads[0]), "idled in poll alone for four ticks");
+        assert!(baselines.short_waits_block(&threads[2]));
+        // A worker handed work by a sibling parks for work: its short waits are idling too, and
+        // so are its group's (the worker that kept the I/O driver, idling in poll alone); a
+        // loop of another group keeps its baseline.
         baselines.learn(&history, &loops, &[untimed(2, 3, 10)]);
-        assert!(!baselines.short_waits_block(2));
-        assert!(baselines.short_waits_block(3));
-        baselines.forget(3);
-        assert!(!baselines.short_waits_block(3));
+        assert!(!baselines.short_waits_block(&threads[1]));
+        assert!(!baselines.short_waits_block(&threads[2]), "a sibling parks for work");
+        assert!(baselines.short_waits_block(&threads[0]), "another group");
+        baselines.forget(1);
+        assert!(!baselines.short_waits_block(&threads[0]));
     }
 }
