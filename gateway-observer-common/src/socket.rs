@@ -99,11 +99,44 @@ const _: () = assert!(size_of::<TlsKey>() == 16);
 /// in place of the `SSL *`): one per goroutine inside `Read`, `Write` or the handshake.
 pub const MAX_GO_TLS_CALLS: u32 = 16384;
 
+/// When the bytes a TLS call returns arrived (0: not known), from the transfers nested in it.
+/// A call that reads may run a handshake first (OpenSSL's `SSL_read` does when nothing called
+/// `SSL_accept`, Go's `Read` when nothing called `Handshake`): the bytes it read before it sent
+/// anything (a ClientHello) were not the request, and a slow client's flight is not time the
+/// request waited in the socket. So a nested send starts the count again, from the next read's
+/// arrival, or from the send when that read finds bytes that were there already.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct TlsArrival {
+    /// When the bytes of the first nested read since the last send had arrived.
+    pub queued_ns: u64,
+    /// When the call last sent (0: it did not).
+    pub answered_ns: u64,
+}
+
+impl TlsArrival {
+    /// A nested read took bytes that had been unread since `queued_ns` (0: since before the
+    /// socket's last read).
+    #[inline(always)]
+    pub fn read(&mut self, queued_ns: u64) {
+        if self.queued_ns == 0 {
+            self.queued_ns = if queued_ns != 0 { queued_ns } else { self.answered_ns };
+        }
+    }
+
+    /// A nested send at `now_ns`.
+    #[inline(always)]
+    pub fn sent(&mut self, now_ns: u64) {
+        self.queued_ns = 0;
+        self.answered_ns = now_ns;
+    }
+}
+
 /// A Go `crypto/tls` call in progress, kept per goroutine (a goroutine that parks inside the call
 /// may resume on another thread): its `*tls.Conn`, plaintext buffer and its length,
 /// `data_shape::*` (`NONE` for the handshake), the socket its nested transfers used (0 until one
-/// did), when the bytes its first nested read took had arrived, and whether a `Write`'s
-/// plaintext was sent already (at its first nested transfer).
+/// did), when the bytes it returns arrived, and whether a `Write`'s plaintext was sent already
+/// (at its first nested transfer).
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct GoTlsCall {
@@ -111,12 +144,12 @@ pub struct GoTlsCall {
     pub buf: u64,
     pub len: u64,
     pub sk: u64,
-    pub queued_ns: u64,
+    pub arrival: TlsArrival,
     pub shape: u8,
     pub sent: u8,
     pub _pad: [u8; 6],
 }
-const _: () = assert!(size_of::<GoTlsCall>() == 48);
+const _: () = assert!(size_of::<GoTlsCall>() == 56);
 
 /// Listening (namespace, port) pairs followed at once.
 pub const MAX_LISTEN_PORTS: u32 = 4096;
@@ -124,6 +157,42 @@ pub const MAX_LISTEN_PORTS: u32 = 4096;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_read_after_the_handshake_arrived_after_the_servers_flight() {
+        // ClientHello at 100, the server's flight at 110, the client's Finished and request at 400.
+        let mut arrival = TlsArrival::default();
+        arrival.read(100);
+        arrival.sent(110);
+        arrival.read(400);
+        // The request's record, in the same segment: the socket's mark was taken by the read above.
+        arrival.read(0);
+        assert_eq!(arrival.queued_ns, 400);
+    }
+
+    #[test]
+    fn a_request_already_there_when_the_server_sent_waited_from_the_send() {
+        // Finished and request at 400; the Finished read, then session tickets sent at 420: the
+        // request's record was in the socket all along (no new mark).
+        let mut arrival = TlsArrival::default();
+        arrival.read(400);
+        arrival.sent(420);
+        arrival.read(0);
+        assert_eq!(arrival.queued_ns, 420);
+    }
+
+    #[test]
+    fn a_read_with_no_handshake_keeps_its_first_arrival() {
+        // A record read in two parts, the second part's segment marked later.
+        let mut arrival = TlsArrival::default();
+        arrival.read(500);
+        arrival.read(520);
+        assert_eq!(arrival.queued_ns, 500);
+        // Bytes there before the call, whose mark an earlier read took: not known.
+        let mut unknown = TlsArrival::default();
+        unknown.read(0);
+        assert_eq!(unknown.queued_ns, 0);
+    }
 
     #[test]
     fn a_header_length_split_between_two_transfers_is_completed_by_the_second() {

@@ -1,6 +1,6 @@
 //! Per-thread and per-target state the kernel keeps in maps and userspace reads.
 
-use crate::{THREAD_HIST_BUCKETS, reason};
+use crate::{THREAD_HIST_BUCKETS, reason, socket::TlsArrival};
 
 /// State of one target thread, in slot `TRACKED[tid] - 1` of the `THREADS` array. It also holds
 /// the thread's cumulative off-CPU time per reason and its histograms, so the hot paths touch
@@ -92,12 +92,12 @@ pub struct ThreadState {
     pub home_epoll_votes: u32,
     /// The TLS call in progress: its `SSL *`, plaintext buffer, the `size_t *` where an `_ex`
     /// form writes the bytes it moved (0 for the others), the socket its nested transfers used
-    /// (0 until one did), and when the bytes its first nested read took had arrived.
+    /// (0 until one did), and when the bytes it returns arrived.
     pub tls_ssl: u64,
     pub tls_buf: u64,
     pub tls_len_out: u64,
     pub tls_sk: u64,
-    pub tls_queued_ns: u64,
+    pub tls_arrival: TlsArrival,
     /// Long blocks (at least the block threshold, not idling in the thread's own poll) by
     /// `reason::*`: every thread's are counted here; only those `BLOCK_DETAIL` asks for are also
     /// sent one by one. u32 counts wrap; userspace takes wrapping differences.
@@ -107,7 +107,7 @@ pub struct ThreadState {
     pub data_h2_origin: u32,
     pub _pad_h2: u32,
 }
-pub const THREAD_STATE_SIZE: usize = 848;
+pub const THREAD_STATE_SIZE: usize = 856;
 const _: () = assert!(size_of::<ThreadState>() == THREAD_STATE_SIZE);
 
 impl Default for ThreadState {
@@ -154,7 +154,7 @@ impl Default for ThreadState {
             tls_buf: 0,
             tls_len_out: 0,
             tls_sk: 0,
-            tls_queued_ns: 0,
+            tls_arrival: TlsArrival { queued_ns: 0, answered_ns: 0 },
             long_blocks: [0; reason::COUNT as usize],
             data_h2_origin: 0,
             _pad_h2: 0,

@@ -24,7 +24,7 @@ use aya_ebpf::{
     maps::{Array, LruHashMap},
     programs::ProbeContext,
 };
-use gateway_observer_common::{GoTlsCall, MAX_GO_TLS_CALLS, ThreadState, TlsKey, data_shape};
+use gateway_observer_common::{GoTlsCall, MAX_GO_TLS_CALLS, ThreadState, TlsArrival, TlsKey, data_shape};
 
 use crate::{
     h2_continue,
@@ -143,18 +143,22 @@ pub fn go_transfer<const CONTINUE: bool>(
     tid: u32,
     call: *mut GoTlsCall,
     sk: u64,
+    read: bool,
     queued_ns: u64,
+    now: u64,
 ) -> bool {
     // SAFETY: a map value pointer from `call_in_progress`, valid for this program run.
     let call = unsafe { &mut *call };
     call.sk = sk;
-    if call.queued_ns == 0 {
-        call.queued_ns = queued_ns;
+    if read {
+        call.arrival.read(queued_ns);
+    } else {
+        call.arrival.sent(now);
     }
     if call.shape == data_shape::WRITE_BUF && call.sent == 0 && call.len > 0 {
         call.sent = 1;
         state.tls_buf = call.buf;
-        state.tls_queued_ns = 0;
+        state.tls_arrival = TlsArrival::default();
         let session = TlsKey { ssl: call.conn, tgid: state.tgid, _pad: 0 };
         return send_plaintext::<CONTINUE>(state, tid, call.shape, call.len, sk, &session);
     }
@@ -186,6 +190,6 @@ fn go_call_returns<const CONTINUE: bool>(ctx: &ProbeContext, handshake: bool) ->
     }
     let Some(state) = thread_state(tid) else { return false };
     state.tls_buf = call.buf;
-    state.tls_queued_ns = call.queued_ns;
+    state.tls_arrival = call.arrival;
     send_plaintext::<CONTINUE>(state, tid, call.shape, n as u64, call.sk, &session)
 }

@@ -331,10 +331,13 @@ fn finish_transfer<const ACROSS_BUFFERS: bool>(
             if let Some(call) = go {
                 // A Go `Write`'s plaintext, sent at its first transfer: walked on as this
                 // transfer's own would be.
-                walk_left = go_transfer::<ACROSS_BUFFERS>(state, tid, call, state.data_sk, state.data_queued_ns);
+                let read = data_shape::is_read(state.data_shape);
+                walk_left =
+                    go_transfer::<ACROSS_BUFFERS>(state, tid, call, state.data_sk, read, state.data_queued_ns, now);
             } else if state.tls_depth != 0 {
                 // Ciphertext inside a TLS library call: its plaintext is sent when the call returns.
-                tls_transfer(state, state.data_sk, state.data_queued_ns);
+                let read = data_shape::is_read(state.data_shape);
+                tls_transfer(state, state.data_sk, read, state.data_queued_ns, now);
             } else {
                 walk_left = emit_data::<ACROSS_BUFFERS, ACROSS_BUFFERS>(state, tid, ret as u64, now);
             }

@@ -18,7 +18,7 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use gateway_observer_common::{
-    DATA_FD_TLS_SESSION, DATA_FD_UNKNOWN, MAX_TLS_SESSIONS, ThreadState, TlsKey, data_shape, drop_index,
+    DATA_FD_TLS_SESSION, DATA_FD_UNKNOWN, MAX_TLS_SESSIONS, ThreadState, TlsArrival, TlsKey, data_shape, drop_index,
 };
 
 use crate::{
@@ -101,15 +101,18 @@ fn tls_call_starts(ctx: &ProbeContext, shape: u8, ex: bool) {
     state.tls_shape = shape;
     state.tls_buf = ctx.arg(1).unwrap_or(0);
     state.tls_len_out = if ex { ctx.arg(3).unwrap_or(0) } else { 0 };
-    state.tls_queued_ns = 0;
+    state.tls_arrival = TlsArrival::default();
 }
 
-/// A nested transfer moved ciphertext on `sk` (called by `socket_data.rs` instead of reporting it).
+/// A nested transfer moved ciphertext on `sk` at `now` (called by `socket_data.rs` instead of
+/// reporting it); a read took bytes unread since `queued_ns`.
 #[inline(always)]
-pub fn tls_transfer(state: &mut ThreadState, sk: u64, queued_ns: u64) {
+pub fn tls_transfer(state: &mut ThreadState, sk: u64, read: bool, queued_ns: u64, now: u64) {
     state.tls_sk = sk;
-    if state.tls_queued_ns == 0 {
-        state.tls_queued_ns = queued_ns;
+    if read {
+        state.tls_arrival.read(queued_ns);
+    } else {
+        state.tls_arrival.sent(now);
     }
 }
 
@@ -232,7 +235,7 @@ fn emit_plaintext<const CONTINUE: bool>(
     state.data_count = len;
     state.data_sk = sk;
     state.data_fd = fd;
-    state.data_queued_ns = state.tls_queued_ns;
+    state.data_queued_ns = state.tls_arrival.queued_ns;
     state.data_sock_lost = lost;
     let walk_left = emit_data::<false, CONTINUE>(state, tid, len, now_ns());
     state.data_shape = data_shape::NONE;

@@ -42,6 +42,16 @@ pub fn sum(samples: &[Sample], name: &str, filter: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// (sum, count) of `gateway_observer_http_socket_queue_seconds` for `process`: how long its
+/// requests waited unread in their sockets, in all, and how many waits were recorded.
+pub fn socket_queue_totals(observer: &crate::observer::Observer, process: &str) -> (f64, f64) {
+    let samples = parse(&observer.metrics());
+    let series = |suffix: &str| {
+        sum(&samples, &format!("gateway_observer_http_socket_queue_seconds_{suffix}"), &[("process", process)])
+    };
+    (series("sum"), series("count"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

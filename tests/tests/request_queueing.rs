@@ -12,6 +12,7 @@ use tests::{
     alerts::{assert_likely_cause, assert_quiet, wait_firing, wait_resolved},
     http_client::try_request,
     load::{load, stop, stop_flag},
+    metrics::socket_queue_totals,
     observer::Observer,
     privileged,
     python::{PythonServer, SLOW_SECONDS},
@@ -42,16 +43,6 @@ fn timed_clients(
             })
         })
         .collect()
-}
-
-/// `gateway_observer_http_socket_queue_seconds_sum` and `_count` for `process`.
-fn socket_queue_totals(observer: &Observer, process: &str) -> (f64, f64) {
-    let (_, metrics) = observer.get("/metrics").expect("metrics");
-    let value = |series: &str| {
-        let prefix = format!("gateway_observer_http_socket_queue_seconds_{series}{{process=\"{process}\"}} ");
-        metrics.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map_or(0.0, |v| v.parse().expect("number"))
-    };
-    (value("sum"), value("count"))
 }
 
 #[test]
