@@ -94,11 +94,13 @@ pub fn emit_gathered(
         emit_payload(state, tid, len, now, unread);
         return;
     }
-    emit_record(state, tid, len, now, (buffers, gathered), unread);
+    emit_record(state, tid, len, now, (buffers, gathered), unread, |_| false);
 }
 
 /// Reserves, fills and sends a `DataEvent` (`bytes`: where the transfer's bytes are, and the head
-/// gathered already, if it was).
+/// gathered already, if it was). `mark` sees the filled record before it goes and says whether
+/// the transfer's HTTP/2 walk was left for a continuation, which is returned (false when the
+/// ring had no room: no walk is left without its record).
 #[inline(always)]
 pub fn emit_record(
     state: &ThreadState,
@@ -107,16 +109,20 @@ pub fn emit_record(
     now: u64,
     bytes: ((u64, u64, u64, u64), Option<*const Gathered>),
     unread: u64,
-) {
+    mark: impl FnOnce(*mut DataEvent) -> bool,
+) -> bool {
     let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
         lose_record(state, drop_index::SOCKET_RINGBUF);
-        return;
+        return false;
     };
+    let event = entry.as_mut_ptr();
     // SAFETY: a reserved record of a DataEvent's size.
-    unsafe { fill_data(entry.as_mut_ptr(), state, tid, len, now, bytes.0, bytes.1) };
+    unsafe { fill_data(event, state, tid, len, now, bytes.0, bytes.1) };
+    let walk_left = mark(event);
     // The ring's unread bytes with this record (and its 8-byte header), read once by the caller.
     let record = size_of::<DataEvent>();
     entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
+    walk_left
 }
 
 /// `emit_data` for an HTTP/2 transfer inside one frame's payload: its length and time only.

@@ -403,11 +403,10 @@ pub fn emit_data<const ACROSS_BUFFERS: bool, const CONTINUE: bool>(
             return false;
         }
     }
-    emit_record(state, tid, len, now, (buffers, None), unread);
-    false
+    emit_record(state, tid, len, now, (buffers, None), unread, |_| false)
 }
 
-/// Where a transfer's walk begins, from its copied head (`copied` bytes of `event`): past the
+/// Where a transfer's walk begins, from its copied head (`head_len` bytes of `event`): past the
 /// client preface when the connection opens with it, else `origin`; None when the transfer is
 /// not HTTP/2's.
 ///
@@ -443,28 +442,20 @@ fn emit_walk_left(
     unread: u64,
 ) -> bool {
     let (buffers, walked, origin) = bytes;
-    let Some(mut entry) = SOCKET_EVENTS.reserve::<DataEvent>(0) else {
-        lose_record(state, drop_index::SOCKET_RINGBUF);
-        return false;
-    };
-    let event = entry.as_mut_ptr();
-    let mut walk_left = false;
-    // SAFETY: a reserved record of a DataEvent's size, filled before it is read.
-    unsafe {
-        fill_data(event, state, tid, len, now, buffers, None);
-        if let Some(origin) = walk_origin(state, event, origin) {
+    emit_record(state, tid, len, now, (buffers, None), unread, |event| {
+        // SAFETY: the record, filled and not sent yet.
+        unsafe {
+            let Some(origin) = walk_origin(state, event, origin) else { return false };
             let read = data_shape::is_read(state.data_shape);
             let copied = u64::from((*event).head_len);
             // The connection's place stays unknown until the continuation has found it.
-            walk_left = h2_continue::leave(tid, state.data_sk, read, len, origin, copied, walked);
+            let walk_left = h2_continue::leave(tid, state.data_sk, read, len, origin, copied, walked);
             if walk_left {
                 (*event).h2_walk = walk_mode::IN_CONTINUATIONS;
             }
+            walk_left
         }
-    }
-    let record = size_of::<DataEvent>();
-    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
-    walk_left
+    })
 }
 
 /// `emit_data` for a transfer that may carry HTTP/2 frames past its head, in a hook without

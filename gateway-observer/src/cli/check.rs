@@ -134,10 +134,10 @@ fn hook_lines(probes: &mut Probes) -> Vec<Line> {
     lines
 }
 
-/// Whether HTTP/2 frame walks go on past 32 frames in one transfer (the socket tracepoints'
-/// continuation programs, which do their whole walks).
+/// Whether HTTP/2 frames past a transfer's head are walked (the socket tracepoints' continuation
+/// programs, which do their whole walks).
 fn walk_continuations_line(probes: &mut Probes, found: Option<DataHooks>) -> Line {
-    const REQUIREMENT: &str = "HTTP/2 walks past 32 frames in one transfer";
+    const REQUIREMENT: &str = "HTTP/2 frames past a transfer's head";
     let (status, detail) = match found {
         Some(DataHooks::SocketTracepoints) => match probes.load_walk_continuations() {
             Ok(()) => (Status::Ok, "continuation programs loaded (tail calls)".to_owned()),

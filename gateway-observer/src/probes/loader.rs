@@ -86,8 +86,8 @@ fn pid_max() -> u32 {
 pub struct Attachment {
     /// The source of socket bytes in use, or why there is none (requests are not timed).
     pub data: Result<DataHooks, ProbeError>,
-    /// Whether HTTP/2 walks go on past 32 frames in one transfer (socket tracepoints only), or
-    /// why not.
+    /// Whether HTTP/2 frames past a transfer's head are walked (socket tracepoints only: their
+    /// continuation programs), or why not.
     pub walk_continuations: Result<(), ProbeError>,
     /// Optional hooks this kernel refused, each with why.
     pub missing: Vec<(OptionalHook, ProbeError)>,
@@ -102,7 +102,7 @@ pub struct Probes {
     pub(super) quotas: Quotas,
     /// Drains of the socket ring so far (`advance_ring_epoch`).
     pub(super) ring_epoch: u64,
-    /// The socket tracepoints' HTTP/2 walks go on past 32 frames: their continuations are loaded.
+    /// The socket tracepoints' HTTP/2 walks go on past the head: their continuations are loaded.
     pub(super) walks_continue: bool,
 }
 
@@ -304,7 +304,7 @@ impl Probes {
         Ok(())
     }
 
-    /// Whether the socket tracepoints' HTTP/2 walks go on past 32 frames (`load_walk_continuations`).
+    /// Whether the socket tracepoints' HTTP/2 walks go on past the head (`load_walk_continuations`).
     pub fn walks_continue(&self) -> bool {
         self.walks_continue
     }

@@ -66,7 +66,7 @@ pub const CONTINUED: ReturnPrograms = ReturnPrograms { exit: "tls_exit", go_retu
 /// over a million instructions), as the `tcp_*msg` fallback's walks stop there.
 pub const BOUNDED: ReturnPrograms = ReturnPrograms { exit: "tls_exit_bounded", go_return: "go_tls_return_bounded" };
 
-/// The continuation of the plaintext's HTTP/2 walks past 32 frames (loaded with the others, never
+/// The continuation that walks the plaintext's HTTP/2 frames past its head (loaded with the others, never
 /// attached: `tls_exit` and `go_tls_return` tail-call it through `WALK_MORE_MAP`).
 const WALK_MORE_PROGRAM: &str = "tls_walk_more";
 const WALK_MORE_MAP: &str = "TLS_WALK_MORE";
