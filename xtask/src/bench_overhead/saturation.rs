@@ -17,7 +17,7 @@ use crate::{h2load, procstat};
 const WARMUP_S: u64 = 2;
 /// Seconds of each on phase run again with program timing on, for the kernel programs' cost.
 pub(super) const COSTED_S: u64 = 4;
-const GOAL_P99_RATIO: f64 = 1.10;
+pub(super) const GOAL_P99_RATIO: f64 = 1.10;
 const GOAL_CPU_PER_REQUEST_NS: f64 = 1_000.0;
 
 /// The running gateway under test and where its phases' files go.
