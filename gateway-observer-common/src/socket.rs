@@ -130,6 +130,12 @@ impl TlsArrival {
         self.queued_ns = 0;
         self.answered_ns = now_ns;
     }
+
+    /// A nested transfer ended at `now_ns`: a read (of bytes unread since `queued_ns`) or a send.
+    #[inline(always)]
+    pub fn transfer(&mut self, read: bool, queued_ns: u64, now_ns: u64) {
+        if read { self.read(queued_ns) } else { self.sent(now_ns) }
+    }
 }
 
 /// A Go `crypto/tls` call in progress, kept per goroutine (a goroutine that parks inside the call

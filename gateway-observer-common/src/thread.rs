@@ -154,7 +154,7 @@ impl Default for ThreadState {
             tls_buf: 0,
             tls_len_out: 0,
             tls_sk: 0,
-            tls_arrival: TlsArrival { queued_ns: 0, answered_ns: 0 },
+            tls_arrival: TlsArrival::default(),
             long_blocks: [0; reason::COUNT as usize],
             data_h2_origin: 0,
             _pad_h2: 0,

@@ -150,11 +150,7 @@ pub fn go_transfer<const CONTINUE: bool>(
     // SAFETY: a map value pointer from `call_in_progress`, valid for this program run.
     let call = unsafe { &mut *call };
     call.sk = sk;
-    if read {
-        call.arrival.read(queued_ns);
-    } else {
-        call.arrival.sent(now);
-    }
+    call.arrival.transfer(read, queued_ns, now);
     if call.shape == data_shape::WRITE_BUF && call.sent == 0 && call.len > 0 {
         call.sent = 1;
         state.tls_buf = call.buf;

@@ -328,15 +328,14 @@ fn finish_transfer<const ACROSS_BUFFERS: bool>(
     if ret > 0 {
         let now = now_ns();
         if state.data_sk != 0 {
+            let read = data_shape::is_read(state.data_shape);
             if let Some(call) = go {
                 // A Go `Write`'s plaintext, sent at its first transfer: walked on as this
                 // transfer's own would be.
-                let read = data_shape::is_read(state.data_shape);
                 walk_left =
                     go_transfer::<ACROSS_BUFFERS>(state, tid, call, state.data_sk, read, state.data_queued_ns, now);
             } else if state.tls_depth != 0 {
                 // Ciphertext inside a TLS library call: its plaintext is sent when the call returns.
-                let read = data_shape::is_read(state.data_shape);
                 tls_transfer(state, state.data_sk, read, state.data_queued_ns, now);
             } else {
                 walk_left = emit_data::<ACROSS_BUFFERS, ACROSS_BUFFERS>(state, tid, ret as u64, now);

@@ -109,11 +109,7 @@ fn tls_call_starts(ctx: &ProbeContext, shape: u8, ex: bool) {
 #[inline(always)]
 pub fn tls_transfer(state: &mut ThreadState, sk: u64, read: bool, queued_ns: u64, now: u64) {
     state.tls_sk = sk;
-    if read {
-        state.tls_arrival.read(queued_ns);
-    } else {
-        state.tls_arrival.sent(now);
-    }
+    state.tls_arrival.transfer(read, queued_ns, now);
 }
 
 /// True when the plaintext's HTTP/2 walk is left for a continuation program (`CONTINUE`: the
