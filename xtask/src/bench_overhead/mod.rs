@@ -151,7 +151,7 @@ impl Gateway {
     /// The goal for max req/s with the observer over without: issue 14's for plain HTTP, issue
     /// 18's for TLS read through uprobes (each TLS call traps into the kernel twice).
     fn throughput_kept(self) -> f64 {
-        if self == Gateway::NginxTlsPlaintext { 0.95 } else { 0.97 }
+        if self == Gateway::NginxTlsPlaintext { 0.95 } else { saturation::GOAL_THROUGHPUT_KEPT }
     }
 }
 

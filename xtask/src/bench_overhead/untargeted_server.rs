@@ -11,13 +11,11 @@ use std::process::{Command, Stdio};
 use anyhow::Result;
 
 use super::Options;
-use super::report::{Goal, Report, Unit, ratios};
-use super::saturation::{self, GOAL_P99_RATIO, Phase, Target};
+use super::report::{Report, Unit};
+use super::saturation::{self, GOAL_THROUGHPUT_KEPT, Phase, Target};
 use crate::bench_gateway::{Procs, Proxies};
 
 const NAME: &str = "untargeted nginx";
-/// The share of its max throughput a target keeps (issue 14), asked of a server nobody targets.
-const GOAL_KEPT: f64 = 0.97;
 
 pub(super) fn pairs(
     opts: &Options,
@@ -42,10 +40,7 @@ pub(super) fn pairs(
 }
 
 pub(super) fn add_rows(report: &mut Report, pairs: &[(Phase, Phase)]) {
-    let kept = Goal::at_least(format!(">= {GOAL_KEPT:.2}"), GOAL_KEPT);
-    report.ratio(format!("{NAME} max req/s on/off"), ratios(pairs, |p| p.wrk.rps), Some(kept));
-    let p99 = Goal::at_most(format!("<= {GOAL_P99_RATIO:.2}"), GOAL_P99_RATIO);
-    report.ratio(format!("{NAME} p99 on/off"), ratios(pairs, |p| p.wrk.p99_ms), Some(p99));
+    saturation::add_judged_ratios(report, NAME, GOAL_THROUGHPUT_KEPT, pairs);
     let kernel = pairs.iter().filter_map(|(_, on)| on.observer.map(|(kernel, ..)| kernel)).collect();
     report.cost(format!("{NAME} CPU/request: kernel programs"), kernel, Unit::Ns, None);
     let added = pairs.iter().map(|(off, on)| on.gateway_ns - off.gateway_ns).collect();
