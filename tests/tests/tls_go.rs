@@ -17,7 +17,7 @@ use tests::{
     h2load::{self, h2load},
     privileged,
     runtimes::{go_binary, go_stripped_binary},
-    tls::{assert_https_matches_wrk, certified_dir, hooked_https_server},
+    tls::{HTTPS_HANDLER_DELAY, assert_https_matches_wrk, certified_dir, hooked_https_server},
     wrk::{UPSTREAM_DELAY, WRK_CONNECTIONS, metric_sum},
 };
 
@@ -38,17 +38,11 @@ fn stripped_go_https_requests_match_wrk() {
     go_server_matches_wrk(go_stripped_binary("tls_server.go", "go-tls_stripped"), "go-tls_stripped");
 }
 
-/// How long the handler takes before it answers wrk. wrk's p50 also holds its own time (its TLS
-/// work, its event loop on a 2-core machine shared with the server): ~0.4-0.7 ms here, over 10 %
-/// of the ~3.3 ms compared with a 2 ms handler on a busy host (observer/wrk p50 0.85-0.89 in 4 of
-/// 6 runs one evening). At 10 ms it stays under 5 %.
-const HANDLER_DELAY_MS: u64 = 10;
-
 /// The server `binary` (its process name `name`) hooked and checked against wrk.
 fn go_server_matches_wrk(binary: PathBuf, name: &str) {
     let (_dir, cert, key) = certified_dir(name);
     let port = free_port();
-    let delay = HANDLER_DELAY_MS.to_string();
+    let delay = HTTPS_HANDLER_DELAY.as_millis().to_string();
     let mut command = Command::new(binary);
     command.args([&port.to_string(), &cert, &key, &delay]);
     let (_server, observer) = hooked_https_server(command, name, port);

@@ -14,9 +14,9 @@ use tests::{
     free_port,
     observer::Observer,
     privileged,
-    tls::{Killed, assert_https_matches_wrk, certified_dir, hooked_https_server, https_server},
+    tls::{HTTPS_HANDLER_DELAY, Killed, assert_https_matches_wrk, certified_dir, hooked_https_server, https_server},
     wait_until,
-    wrk::{UPSTREAM_DELAY, WRK_CONNECTIONS, metric_sum, wrk},
+    wrk::{WRK_CONNECTIONS, metric_sum, wrk},
 };
 
 #[test]
@@ -51,7 +51,7 @@ fn server_matches_wrk(name: &str, libraries: &[&str], library: &str) {
 
 fn server_command(name: &str, libraries: &[&str], port: u16, cert: &str, key: &str) -> Command {
     let mut command = Command::new(c_binary("tls_server.c", name, libraries));
-    command.args([&port.to_string(), cert, key, &UPSTREAM_DELAY.as_millis().to_string()]);
+    command.args([&port.to_string(), cert, key, &HTTPS_HANDLER_DELAY.as_millis().to_string()]);
     command
 }
 

@@ -16,9 +16,9 @@ use std::{
 
 use tests::{
     free_port, jvm, privileged,
-    tls::{Killed, assert_https_matches_wrk, certified_dir, hooked_observer, https_server},
+    tls::{HTTPS_HANDLER_DELAY, Killed, assert_https_matches_wrk, certified_dir, hooked_observer, https_server},
     wait_until,
-    wrk::{UPSTREAM_DELAY, metric_sum},
+    wrk::metric_sum,
 };
 
 /// Debian's netty-tcnative: its classes and its JNI library.
@@ -54,7 +54,7 @@ fn netty_tls(dir: &Path, cert: &str, key: &str, port: u16, libs: Option<&Path>) 
     command
         .arg(format!("-Dio.netty.native.workdir={}", extracted.display()))
         .args(["-cp", &classpath, "NettyTlsGateway", &port.to_string(), cert, key])
-        .arg(UPSTREAM_DELAY.as_millis().to_string());
+        .arg(HTTPS_HANDLER_DELAY.as_millis().to_string());
     if let Some(libs) = libs {
         command.env("LD_LIBRARY_PATH", libs);
     }

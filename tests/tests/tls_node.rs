@@ -2,7 +2,7 @@
 //! executable (no `libssl.so` is mapped) and exports its calls, which are hooked there. Node
 //! feeds OpenSSL from memory (libuv moves the ciphertext outside the calls), so the plaintext
 //! comes keyed by its session and is tied to its connection in userspace. A server
-//! whose handler answers after 2 ms, under wrk over https: the observer's inbound count matches
+//! whose handler answers after 10 ms, under wrk over https: the observer's inbound count matches
 //! wrk's within 0.1 % and its p50 is within 10 % of wrk's. Node as an HTTPS client, the way a
 //! Node gateway calls a TLS upstream: its first request on a connection is written before it
 //! reads anything, so that plaintext waits for the ciphertext written after it; every request
@@ -17,8 +17,11 @@ use tests::{
     free_port,
     observer::Observer,
     privileged,
-    tls::{Killed, assert_https_matches_wrk, certified_dir, hooked_https_server, https_server, wait_hooked},
-    wrk::{UPSTREAM_DELAY, metric_sum},
+    tls::{
+        HTTPS_HANDLER_DELAY, Killed, assert_https_matches_wrk, certified_dir, hooked_https_server, https_server,
+        wait_hooked,
+    },
+    wrk::metric_sum,
 };
 
 /// An `https` server answering every request after `argv[5]` ms, on one loop.
@@ -41,7 +44,7 @@ fn node_https_requests_match_wrk() {
     let script = dir.join("server.js");
     std::fs::write(&script, NODE_TLS_SERVER).expect("write the server script");
     let port = free_port();
-    let delay = UPSTREAM_DELAY.as_millis().to_string();
+    let delay = HTTPS_HANDLER_DELAY.as_millis().to_string();
     let mut command = Command::new("node");
     command.arg(&script).args([&port.to_string(), &cert, &key, &delay]);
     let (_server, observer) = hooked_https_server(command, "node (cargo xtask setup installs it)", port);
