@@ -137,12 +137,13 @@ pub const fn futex_op_waits(op: u64) -> bool {
     matches!(op & !FLAGS, 0 | 6 | 9 | 11 | 13)
 }
 
-/// Whether a ring-buffer record should wake its reader: only the record that takes the ring past
-/// `mark` bytes unread (`EVENTS_WAKE_MARK`, `SOCKET_WAKE_MARK`), `unread` being what it holds
-/// with this record of `record_bytes` reserved. The reader drains on a timer otherwise; once
-/// woken it drains everything, and a ring that stays past the mark while the reader is slow must
-/// not cost every following record an interrupt (several microseconds in a VM).
-pub const fn ring_wakes_reader(unread: u64, mark: u64, record_bytes: u64) -> bool {
+/// Whether a ring-buffer record should wake its reader: only the record that takes a ring of
+/// `capacity` bytes past a quarter full, `unread` being what it holds with this record of
+/// `record_bytes` reserved. The reader drains on a short timer; once woken it drains
+/// everything, and a ring that stays past the mark while the reader is slow must not cost every
+/// following record an interrupt (several microseconds in a VM).
+pub const fn ring_wakes_reader(unread: u64, capacity: u32, record_bytes: u64) -> bool {
+    let mark = capacity as u64 / 4;
     // The ring's own 8-byte header per record.
     unread >= mark && unread < mark + record_bytes + 8
 }

@@ -48,13 +48,13 @@ mod tests {
     use super::ring_wakes_reader;
 
     #[test]
-    fn only_the_record_crossing_the_mark_wakes_the_reader() {
-        let mark = 1024;
-        // 584-byte records (+8 header).
-        assert!(!ring_wakes_reader(592, mark, 584));
-        assert!(ring_wakes_reader(1184, mark, 584), "the record that crosses 1024");
-        assert!(!ring_wakes_reader(1776, mark, 584), "past the mark, no interrupt per record");
-        assert!(!ring_wakes_reader(4096, mark, 584), "a full ring does not wake either");
-        assert!(ring_wakes_reader(1024, mark, 584), "exactly at the mark");
+    fn only_the_record_crossing_a_quarter_wakes_the_reader() {
+        let capacity = 4096;
+        // 584-byte records (+8 header): the quarter mark is 1024.
+        assert!(!ring_wakes_reader(592, capacity, 584));
+        assert!(ring_wakes_reader(1184, capacity, 584), "the record that crosses 1024");
+        assert!(!ring_wakes_reader(1776, capacity, 584), "past the mark, no interrupt per record");
+        assert!(!ring_wakes_reader(4096, capacity, 584), "a full ring does not wake either");
+        assert!(ring_wakes_reader(1024, capacity, 584), "exactly at the mark");
     }
 }

@@ -12,15 +12,6 @@ pub const RINGBUF_BYTES: u32 = 256 * 1024;
 /// Ring buffer of socket events (data and connections): at 10k requests/s a request's four data
 /// events make about 25 MB/s, so this holds a good fraction of a second of them.
 pub const SOCKET_RINGBUF_BYTES: u32 = 8 * 1024 * 1024;
-/// Unread bytes past which a record wakes the daemon, for the thread event ring: a quarter.
-pub const EVENTS_WAKE_MARK: u64 = RINGBUF_BYTES as u64 / 4;
-/// The same for the socket ring: 1/32 (256 KiB, ~1.5 ms of records from an nginx proxy at 70k
-/// requests/s). At a quarter (2 MiB) each drain of a saturated gateway's records held a CPU for
-/// ~1 ms at a time on a host with none idle: nginx kept 0.77 of its throughput with p99 2.2x;
-/// at 1/32, 0.83 and 1.13x (`cargo xtask bench overhead --pairs 2 --duration 5 --gateway nginx
-/// --rate 10000`, 2026-12-08). Below saturation the 100 ms drain timer still comes first up to
-/// ~1k requests/s; at 10k requests/s the daemon's share went from 1.6 % to 1.8 % of a core.
-pub const SOCKET_WAKE_MARK: u64 = SOCKET_RINGBUF_BYTES as u64 / 32;
 /// TCP connections of targets followed at once.
 pub const MAX_SOCKETS: u32 = 65536;
 /// First bytes of each socket data syscall sent to userspace: enough for the request line and

@@ -5,8 +5,8 @@
 
 use aya_ebpf::helpers::generated::{bpf_probe_read_kernel, bpf_probe_read_user};
 use gateway_observer_common::{
-    DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, H2_NEXT_IN_HEADER, H2_NEXT_UNKNOWN, PayloadEvent, SOCKET_WAKE_MARK,
-    ThreadState, drop_index, event_kind,
+    DATA_HEAD_BYTES, DATA_TAIL_BYTES, DataEvent, H2_NEXT_IN_HEADER, H2_NEXT_UNKNOWN, PayloadEvent,
+    SOCKET_RINGBUF_BYTES, ThreadState, drop_index, event_kind,
 };
 
 use crate::{
@@ -121,7 +121,7 @@ pub fn emit_record(
     let walk_left = mark(event);
     // The ring's unread bytes with this record (and its 8-byte header), read once by the caller.
     let record = size_of::<DataEvent>();
-    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_WAKE_MARK, record));
+    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
     walk_left
 }
 
@@ -141,7 +141,7 @@ pub fn emit_payload(state: &ThreadState, tid: u32, len: u64, now: u64, unread: u
         (*event).tail_len = 0;
     }
     let record = size_of::<PayloadEvent>();
-    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_WAKE_MARK, record));
+    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
 }
 
 /// Fills a data record's fields before its head but `head_len` and `tail_len`: the transfer.

@@ -17,7 +17,7 @@ use aya_ebpf::{
     maps::{PerCpuArray, ProgramArray},
     programs::{BtfTracePointContext, ProbeContext},
 };
-use gateway_observer_common::{H2_WALK_CONTINUATIONS, H2ContinuedEvent, SOCKET_WAKE_MARK, drop_index, event_kind};
+use gateway_observer_common::{H2_WALK_CONTINUATIONS, H2ContinuedEvent, SOCKET_RINGBUF_BYTES, drop_index, event_kind};
 
 use crate::{
     h2_walk::{Buffers, HEADER, WalkEnd, next_after_cut_header, next_origin, walk_frames},
@@ -169,7 +169,7 @@ fn continue_walk<C: EbpfContext>(ctx: &C, from: Continuation) {
     }
     // The reader is woken only when the ring is getting full, as for every other record.
     let record = size_of::<H2ContinuedEvent>();
-    entry.submit(submit_flags(socket_ring_unread(), SOCKET_WAKE_MARK, record));
+    entry.submit(submit_flags(socket_ring_unread(), SOCKET_RINGBUF_BYTES, record));
     if left.pending != 0 {
         walk_on(ctx, from);
     }

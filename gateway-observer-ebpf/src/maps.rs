@@ -10,8 +10,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, Queue, RingBuf, StackTrace},
 };
 use gateway_observer_common::{
-    BPF_F_MMAPABLE, EVENTS_WAKE_MARK, Event, MAX_BLOCK_DETAIL_THREADS, MAX_STACKS, MAX_SYSCALL_NR, MAX_TARGETS,
-    MAX_THREADS, ProbeConfig, RINGBUF_BYTES, TargetInfo, ThreadState, drop_index, ring_wakes_reader,
+    BPF_F_MMAPABLE, Event, MAX_BLOCK_DETAIL_THREADS, MAX_STACKS, MAX_SYSCALL_NR, MAX_TARGETS, MAX_THREADS, ProbeConfig,
+    RINGBUF_BYTES, TargetInfo, ThreadState, drop_index, ring_wakes_reader,
 };
 
 /// Set by userspace at load time (`EbpfLoader::override_global`).
@@ -199,8 +199,8 @@ pub const BPF_RB_AVAIL_DATA: u64 = 0;
 /// The submit flags for a record of `record_bytes` in a ring of `capacity` bytes now holding
 /// `unread` bytes (this record included): see `ring_wakes_reader`.
 #[inline(always)]
-pub fn submit_flags(unread: u64, mark: u64, record_bytes: usize) -> u64 {
-    if ring_wakes_reader(unread, mark, record_bytes as u64) { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP }
+pub fn submit_flags(unread: u64, capacity: u32, record_bytes: usize) -> u64 {
+    if ring_wakes_reader(unread, capacity, record_bytes as u64) { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP }
 }
 
 /// Sends one event, counting a full ring buffer instead of failing silently.
@@ -209,7 +209,7 @@ pub fn emit(event: Event) {
     match EVENTS.reserve::<Event>(0) {
         Some(mut entry) => {
             entry.write(event);
-            entry.submit(submit_flags(EVENTS.query(BPF_RB_AVAIL_DATA), EVENTS_WAKE_MARK, size_of::<Event>()));
+            entry.submit(submit_flags(EVENTS.query(BPF_RB_AVAIL_DATA), RINGBUF_BYTES, size_of::<Event>()));
         }
         None => count_drop(drop_index::RINGBUF),
     }

@@ -13,8 +13,8 @@ use aya_ebpf::{
 };
 use gateway_observer_common::{
     DATA_FD_UNKNOWN, DATA_HEAD_BYTES, DataEvent, GoTlsCall, H2_NEXT_IN_HEADER, H2_NEXT_PARTIAL, H2_NEXT_UNKNOWN,
-    H2DataEvent, SOCKET_RINGBUF_BYTES, SOCKET_WAKE_MARK, SockState, ThreadState, conn_role, data_shape, drop_index,
-    event_kind, syscall_class, walk_mode,
+    H2DataEvent, SOCKET_RINGBUF_BYTES, SockState, ThreadState, conn_role, data_shape, drop_index, event_kind,
+    syscall_class, walk_mode,
 };
 
 use crate::{
@@ -487,5 +487,5 @@ fn emit_walked(
         }
     }
     let record = size_of::<H2DataEvent>();
-    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_WAKE_MARK, record));
+    entry.submit(submit_flags(unread + record as u64 + 8, SOCKET_RINGBUF_BYTES, record));
 }

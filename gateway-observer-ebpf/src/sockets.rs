@@ -12,8 +12,8 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use gateway_observer_common::{
-    ConnEvent, FlowEvent, MAX_LISTEN_PORTS, MAX_SOCKETS, SOCKET_RINGBUF_BYTES, SOCKET_WAKE_MARK, SockState, conn_role,
-    drop_index, event_kind, listen_key, ring_share,
+    ConnEvent, FlowEvent, MAX_LISTEN_PORTS, MAX_SOCKETS, SOCKET_RINGBUF_BYTES, SockState, conn_role, drop_index,
+    event_kind, listen_key, ring_share,
 };
 
 use crate::followed_ports;
@@ -80,7 +80,7 @@ const TCP_LISTEN: u8 = 10;
 /// The submit flags for the socket ring (see `maps::submit_flags`).
 #[inline(always)]
 pub fn socket_submit_flags(record_bytes: usize) -> u64 {
-    submit_flags(SOCKET_EVENTS.query(BPF_RB_AVAIL_DATA), SOCKET_WAKE_MARK, record_bytes)
+    submit_flags(SOCKET_EVENTS.query(BPF_RB_AVAIL_DATA), SOCKET_RINGBUF_BYTES, record_bytes)
 }
 
 /// sk_data_ready(const struct sock *sk): bytes arrived; runs for every socket on the host.

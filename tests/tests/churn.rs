@@ -232,7 +232,11 @@ fn churn_leaves_nothing_behind() {
     // The gateway that stayed only served: an idle tokio worker that kept the I/O driver, then
     // parked between the connections' tasks, was once taken for a blocked event loop.
     let listed = alerts_listed(&observer);
-    assert!(!listed.iter().any(|a| a.starts_with("EventLoopBlocked")), "false alerts: {listed:?}");
+    assert!(
+        !listed.iter().any(|a| a.starts_with("EventLoopBlocked")),
+        "false alerts: {listed:?}; their evidence: {}",
+        observer.get("/api/v1/alerts").map(|(_, body)| body).unwrap_or_default()
+    );
     let rss_after = rss_kib(observer.pid());
     eprintln!(
         "churn settled {:.1} s after the last connection closed; RSS {rss_before} → {rss_after} KiB; {last}",

@@ -96,7 +96,7 @@ pub fn effective_config(args: &RunArgs) -> Result<Config, RunError> {
 }
 
 /// How often the ring buffers are drained when the kernel has not asked for it (it wakes the
-/// daemon only when a ring passes its wake mark: `EVENTS_WAKE_MARK`, `SOCKET_WAKE_MARK`). Records carry their own times, the tick drains
+/// daemon only when a ring is a quarter full). Records carry their own times, the tick drains
 /// both rings before it looks, and it reads open spans from the slots, so a longer period delays
 /// no finding; it makes batches larger, and a batch pays for bringing the connections' state back
 /// into cache once (at 10k requests/s a 20 ms period cost the daemon a third more CPU).
@@ -318,7 +318,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
                 drain_events(guard.get_inner_mut(), &mut collector);
                 guard.clear_ready();
             }
-            // The kernel wakes us only when a ring passes its wake mark; otherwise both are drained
+            // The kernel wakes us only when a ring is a quarter full; otherwise both are drained
             // on this timer, so a busy gateway costs a wakeup per period, not one per record.
             _ = ring_drain.tick() => {
                 drain_events(ring.get_mut(), &mut collector);
