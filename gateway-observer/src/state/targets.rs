@@ -71,9 +71,20 @@ impl fmt::Display for TargetSpec {
             Self::Pid(pid) => write!(f, "pid={pid}"),
             Self::Comm(comm) => write!(f, "comm={comm}"),
             Self::Port(port) => write!(f, "port={port}"),
+            // A cgroup whose own path begins like the mount point (one named `sys`, holding
+            // `fs/cgroup`): written under the mount point, which parsing takes off once.
+            Self::Cgroup(path) if under_mount_point(path) => write!(f, "cgroup={CGROUP_MOUNT}{path}"),
             Self::Cgroup(path) => write!(f, "cgroup={path}"),
         }
     }
+}
+
+/// Where cgroup paths are mounted; a path given under it is taken as the cgroup below it.
+const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
+
+/// Whether `path` is `CGROUP_MOUNT` or a path below it.
+fn under_mount_point(path: &str) -> bool {
+    path.strip_prefix(CGROUP_MOUNT).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// A cgroup path as /proc/PID/cgroup writes it: absolute, without a trailing slash, the
@@ -83,10 +94,8 @@ fn cgroup_path(value: &str) -> Option<String> {
         return None;
     }
     let mut path = value.trim_end_matches('/');
-    if let Some(rest) = path.strip_prefix("/sys/fs/cgroup")
-        && (rest.is_empty() || rest.starts_with('/'))
-    {
-        path = rest;
+    if under_mount_point(path) {
+        path = &path[CGROUP_MOUNT.len()..];
         for hierarchy in ["/unified", "/systemd", "/memory", "/cpu", "/pids"] {
             if let Some(rest) = path.strip_prefix(hierarchy)
                 && (rest.is_empty() || rest.starts_with('/'))
@@ -332,6 +341,16 @@ mod tests {
         let spec: TargetSpec = "cgroup=/sys/fs/cgroupx/gw".parse().expect("an absolute path");
         assert_eq!(spec, TargetSpec::Cgroup("/sys/fs/cgroupx/gw".into()));
         assert_eq!(spec.to_string().parse(), Ok(spec));
+        // Found by fuzzing (config) too: the mount point is taken off once, so a cgroup whose
+        // own path begins with it is written under it, and read back the same.
+        for path in
+            ["/sys/fs/cgroup/sys/fs/cgroup/x", "/sys/fs/cgroup/sys/fs/cgroup", "/sys/fs/cgroup/sys/fs/cgroup/unified/y"]
+        {
+            let spec: TargetSpec = format!("cgroup={path}").parse().expect("an absolute path");
+            assert_eq!(spec, TargetSpec::Cgroup(path["/sys/fs/cgroup".len()..].into()));
+            assert_eq!(spec.to_string(), format!("cgroup={path}"));
+            assert_eq!(spec.to_string().parse(), Ok(spec));
+        }
         assert!(matches!("cgroup=relative/path".parse::<TargetSpec>(), Err(TargetSpecError::BadCgroup(_))));
         assert!(matches!("cgroup=/a/../etc".parse::<TargetSpec>(), Err(TargetSpecError::BadCgroup(_))));
         assert_eq!(TargetSpec::Port(80).to_string(), "port=80");
