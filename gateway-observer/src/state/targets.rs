@@ -73,7 +73,7 @@ impl fmt::Display for TargetSpec {
             Self::Port(port) => write!(f, "port={port}"),
             // A cgroup whose own path begins like the mount point (one named `sys`, holding
             // `fs/cgroup`): written under the mount point, which parsing takes off once.
-            Self::Cgroup(path) if under_mount_point(path) => write!(f, "cgroup={CGROUP_MOUNT}{path}"),
+            Self::Cgroup(path) if below(path, CGROUP_MOUNT).is_some() => write!(f, "cgroup={CGROUP_MOUNT}{path}"),
             Self::Cgroup(path) => write!(f, "cgroup={path}"),
         }
     }
@@ -82,9 +82,10 @@ impl fmt::Display for TargetSpec {
 /// Where cgroup paths are mounted; a path given under it is taken as the cgroup below it.
 const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 
-/// Whether `path` is `CGROUP_MOUNT` or a path below it.
-fn under_mount_point(path: &str) -> bool {
-    path.strip_prefix(CGROUP_MOUNT).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+/// What is left of `path` below directory `dir`: `Some("")` for `dir` itself, `None` when
+/// `path` is not within it (`/sys/fs/cgroupx` is not within `/sys/fs/cgroup`).
+fn below<'a>(path: &'a str, dir: &str) -> Option<&'a str> {
+    path.strip_prefix(dir).filter(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// A cgroup path as /proc/PID/cgroup writes it: absolute, without a trailing slash, the
@@ -94,15 +95,12 @@ fn cgroup_path(value: &str) -> Option<String> {
         return None;
     }
     let mut path = value.trim_end_matches('/');
-    if under_mount_point(path) {
-        path = &path[CGROUP_MOUNT.len()..];
-        for hierarchy in ["/unified", "/systemd", "/memory", "/cpu", "/pids"] {
-            if let Some(rest) = path.strip_prefix(hierarchy)
-                && (rest.is_empty() || rest.starts_with('/'))
-            {
-                path = rest;
-                break;
-            }
+    if let Some(rest) = below(path, CGROUP_MOUNT) {
+        path = rest;
+        if let Some(rest) =
+            ["/unified", "/systemd", "/memory", "/cpu", "/pids"].iter().find_map(|hierarchy| below(path, hierarchy))
+        {
+            path = rest;
         }
     }
     Some(if path.is_empty() { "/".to_owned() } else { path.to_owned() })
@@ -110,7 +108,7 @@ fn cgroup_path(value: &str) -> Option<String> {
 
 /// Whether `cgroup` is `path` or below it.
 fn cgroup_within(cgroup: &str, path: &str) -> bool {
-    path == "/" || cgroup == path || cgroup.strip_prefix(path).is_some_and(|rest| rest.starts_with('/'))
+    path == "/" || below(cgroup, path).is_some()
 }
 
 impl TargetSpec {
